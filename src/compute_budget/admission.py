@@ -1,0 +1,80 @@
+"""Consumer admission (spec section 4): the check a search run makes before it starts."""
+
+from __future__ import annotations
+
+from compute_budget.budget_id import compute_budget_id
+from compute_budget.errors import BudgetRefused, InputNotJson, RefusalReason
+from compute_budget.gate_json import decide_json
+from compute_budget.policy import POLICIES
+from compute_budget.types import ComputeBudgetDecision, ComputeBudgetStatus
+
+_REDERIVED_FIELDS = (
+    "budget_id",
+    "policy_version",
+    "gate_decision_id",
+    "gate_policy_version",
+    "gate_input_digest",
+    "status",
+    "reason_code",
+    "max_candidates",
+    "max_depth",
+    "max_steps",
+    "max_parallelism",
+    "evidence_spans",
+)
+
+
+def admit(decision: ComputeBudgetDecision, *, gate: object = None) -> None:
+    """Return None when `decision` may bound a run; otherwise raise `BudgetRefused` with its reason.
+
+    Checks run in this order, first failure wins: policy version, status, limits, `budget_id`, and (when
+    `gate` is given) re-derivation. A version is checked first because nothing else of a decision can be read
+    without its policy; status and limits come before the hash so the plainest reason is the one reported.
+    """
+    policy = POLICIES.get(decision.policy_version) if isinstance(decision.policy_version, str) else None
+    if policy is None:
+        raise BudgetRefused(
+            RefusalReason.UNSUPPORTED_POLICY_VERSION,
+            f"policy version {decision.policy_version!r} is not supported (known: {', '.join(POLICIES)})",
+        )
+    if decision.status != ComputeBudgetStatus.BUDGET_ALLOWED:
+        raise BudgetRefused(
+            RefusalReason.STATUS_NOT_ALLOWED, f"status is {decision.status}, only budget_allowed may run"
+        )
+    if not _positive(decision.max_candidates) or not _positive(decision.max_steps):
+        raise BudgetRefused(
+            RefusalReason.LIMITS_EXHAUSTED,
+            f"max_candidates is {decision.max_candidates} and max_steps is {decision.max_steps}",
+        )
+    try:
+        recomputed = compute_budget_id(decision)
+    except Exception:  # fields of the wrong type cannot hash to anything: that is a mismatch, not a crash
+        recomputed = "<unhashable>"
+    if recomputed != decision.budget_id:
+        raise BudgetRefused(
+            RefusalReason.BUDGET_ID_MISMATCH,
+            f"budget_id {decision.budget_id} does not match {recomputed} recomputed from its fields",
+        )
+    if gate is not None:
+        if isinstance(gate, str | bytes):
+            try:
+                rederived = decide_json(gate, policy)
+            except InputNotJson as error:
+                raise BudgetRefused(
+                    RefusalReason.GATE_REDERIVE_MISMATCH, f"the given gate text is {error}"
+                ) from None
+        else:
+            rederived = policy.decide(gate)
+        differing = [
+            name for name in _REDERIVED_FIELDS if getattr(rederived, name) != getattr(decision, name)
+        ]
+        if differing:
+            raise BudgetRefused(
+                RefusalReason.GATE_REDERIVE_MISMATCH,
+                f"deciding the given gate does not reproduce this decision (differs in {', '.join(differing)})",
+            )
+
+
+def _positive(limit: object) -> bool:
+    """A limit that is 0 (or, never emitted but not to be trusted, negative or not an integer) is exhausted."""
+    return isinstance(limit, int) and not isinstance(limit, bool) and limit > 0

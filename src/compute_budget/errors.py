@@ -1,0 +1,98 @@
+"""Every error compute-budget raises on purpose: one root, one subclass per thing a caller can act on."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ComputeBudgetError(Exception):
+    """Root of every compute-budget error; the CLI catches this once and prints its message."""
+
+
+class MalformedGate(ComputeBudgetError, ValueError):
+    """A gate breaks a well-formedness rule of spec section 3.1; `rule` names it (for example ``"3.1.5"``)."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(f"malformed gate decision (rule {rule}): {message}")
+        self.rule = rule
+        self.message = message
+
+
+class MalformedDecision(ComputeBudgetError, ValueError):
+    """A stored or supplied `ComputeBudgetDecision` JSON form has missing keys or wrong types."""
+
+
+class InputNotJson(ComputeBudgetError, ValueError):
+    """Gate text that is not JSON at all (an input error, unlike JSON that is not a gate).
+
+    `incomplete` is True when the text broke off mid-value, so more lines might complete it.
+    """
+
+    def __init__(self, message: str, *, incomplete: bool = False) -> None:
+        super().__init__(message)
+        self.incomplete = incomplete
+
+
+class RefusalReason(StrEnum):
+    """Why `admit` refused a decision (spec section 4)."""
+
+    STATUS_NOT_ALLOWED = "status_not_allowed"
+    LIMITS_EXHAUSTED = "limits_exhausted"
+    BUDGET_ID_MISMATCH = "budget_id_mismatch"
+    UNSUPPORTED_POLICY_VERSION = "unsupported_policy_version"
+    GATE_REDERIVE_MISMATCH = "gate_rederive_mismatch"
+
+
+class BudgetRefused(ComputeBudgetError):
+    """A consumer must not start a run under this decision; `reason` is a `RefusalReason`."""
+
+    def __init__(self, reason: RefusalReason, message: str) -> None:
+        super().__init__(f"budget refused ({reason.value}): {message}")
+        self.reason = reason
+
+
+class UnsupportedPolicyVersion(ComputeBudgetError, LookupError):
+    """No policy is registered under the requested version."""
+
+
+class GateNotSerializable(ComputeBudgetError, ValueError):
+    """A Python gate that cannot be stored as JSON faithfully enough to re-derive its decision."""
+
+
+class GateConflict(ComputeBudgetError):
+    """The same `budget_id` is already stored with a different gate; nothing was written."""
+
+    def __init__(self, budget_id: str, stored_gate: str, new_gate: str) -> None:
+        super().__init__(
+            f"conflict: budget_id {budget_id} is already stored with gate {_clip(stored_gate)}, "
+            f"refusing different gate {_clip(new_gate)}; nothing was written"
+        )
+        self.budget_id = budget_id
+        self.stored_gate = stored_gate
+        self.new_gate = new_gate
+
+
+class StoreUnavailable(ComputeBudgetError):
+    """The database cannot be opened or used (missing, not SQLite, read-only, server down, disk full ...)."""
+
+
+class NotABudgetStore(StoreUnavailable):
+    """The database exists but is not a compute-budget store (foreign tables, unknown revision)."""
+
+
+class SchemaBehindHead(StoreUnavailable):
+    """The store's schema is older than this release; `compute-budget migrate` brings it to head."""
+
+
+class ReadOnlyStore(ComputeBudgetError):
+    """A write was attempted through a store opened with ``readonly=True``."""
+
+
+class CheckpointError(ComputeBudgetError, ValueError):
+    """A checkpoint document cannot be read or is not a compute-budget checkpoint."""
+
+
+def _clip(text: str, limit: int = 160) -> str:
+    """Keep conflict messages one readable line even for huge gates."""
+    flat = text.replace("\n", " ")
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."

@@ -1,0 +1,81 @@
+"""The strict reader for gate text (spec 3.1.7): RFC 8259 JSON, and no object with a duplicate key.
+
+Text that is not JSON at all raises `InputNotJson` (an input error). JSON that is not a well-formed gate,
+including JSON with a duplicate key, still yields a decision: a malformed, fail-closed one.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NamedTuple, NoReturn
+
+from compute_budget.errors import InputNotJson
+from compute_budget.policy import V1, BudgetPolicy
+from compute_budget.types import ComputeBudgetDecision
+
+
+class ParsedGate(NamedTuple):
+    """Parsed gate text: the JSON value, and why the text itself breaks rule 3.1.7 (None when it does not)."""
+
+    value: Any
+    defect: str | None
+
+
+class _HugeInteger:
+    """Stands in for an integer too long for Python to convert; no gate field accepts one."""
+
+
+_HUGE = _HugeInteger()
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise InputNotJson(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
+
+
+def _parse_integer(literal: str) -> int | _HugeInteger:
+    return _HUGE if len(literal) > 4000 else int(literal)
+
+
+def parse_gate_json(text: str | bytes) -> ParsedGate:
+    """Parse gate text strictly; raises `InputNotJson` when it is not JSON (or not UTF-8) at all."""
+    if isinstance(text, bytes | bytearray):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise InputNotJson(f"not valid UTF-8 (byte {error.start})") from None
+    duplicates: list[str] = []
+
+    def unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(pairs)
+        if len(obj) != len(pairs) and not duplicates:
+            seen: set[str] = set()
+            for key, _ in pairs:
+                if key in seen:
+                    duplicates.append(key)
+                    break
+                seen.add(key)
+        return obj
+
+    try:
+        value = json.loads(text, object_pairs_hook=unique_pairs, parse_constant=_reject_constant)
+    except json.JSONDecodeError as error:
+        incomplete = error.pos >= len(text.rstrip())
+        where = f"column {error.colno}" if error.lineno == 1 else f"line {error.lineno}, column {error.colno}"
+        raise InputNotJson(f"not JSON: {error.msg} at {where}", incomplete=incomplete) from None
+    except RecursionError:
+        return ParsedGate(None, "the JSON is nested too deeply to be a gate")
+    except ValueError:  # an integer literal past Python's digit limit: valid JSON, never a valid gate field
+        duplicates.clear()
+        value = json.loads(
+            text, object_pairs_hook=unique_pairs, parse_constant=_reject_constant, parse_int=_parse_integer
+        )
+        return ParsedGate(value, "an integer has more than 4000 digits")
+    if duplicates:
+        return ParsedGate(value, f"duplicate key {duplicates[0]!r} in a JSON object")
+    return ParsedGate(value, None)
+
+
+def decide_json(text: str | bytes, policy: BudgetPolicy = V1) -> ComputeBudgetDecision:
+    """Decide gate text; raises `InputNotJson` only when the text is not JSON at all."""
+    parsed = parse_gate_json(text)
+    return policy.decide(parsed.value, defect=parsed.defect)

@@ -1,0 +1,108 @@
+"""Gates from a byte stream: JSON Lines, one gate per non-blank line, or one object spread over lines.
+
+Streams: one line (or one multi-line object) is held at a time, so input of any size is read in bounded
+memory. Each gate is parsed once, here, and handed on with its original text for the store to keep.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from compute_budget.errors import InputNotJson
+from compute_budget.gate_json import ParsedGate, parse_gate_json
+
+# A pretty-printed gate spans a few dozen lines; past these bounds a broken line is reported, not buffered.
+MAX_OBJECT_LINES = 100_000
+MAX_OBJECT_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class GateLine:
+    """A gate read from the input: where it starts, its original text and its parse."""
+
+    line: int
+    text: str
+    parsed: ParsedGate
+
+
+@dataclass(frozen=True, slots=True)
+class BadLine:
+    """Input that is not JSON (or not UTF-8) at all, with the line it starts on."""
+
+    line: int
+    message: str
+
+
+def read_gates(stream: BinaryIO) -> Iterator[GateLine | BadLine]:
+    """Yield every gate of `stream` in order, and a `BadLine` for each line that is not JSON."""
+    pending: deque[tuple[int, bytes]] = deque()
+    source = enumerate(stream, start=1)
+    first = True
+
+    def next_line() -> tuple[int, bytes] | None:
+        if pending:
+            return pending.popleft()
+        return next(source, None)
+
+    while (item := next_line()) is not None:
+        number, raw = item
+        if first:
+            raw = raw.removeprefix(b"\xef\xbb\xbf")  # tolerate a UTF-8 byte order mark at the very start
+            first = False
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            yield BadLine(number, f"not valid UTF-8 (byte {error.start + 1} of the line)")
+            continue
+        text = text.strip()
+        if not text:
+            continue
+        try:
+            yield GateLine(number, text, parse_gate_json(text))
+            continue
+        except InputNotJson as error:
+            if not (error.incomplete and text[0] in "{["):
+                yield BadLine(number, str(error))
+                continue
+            first_error = str(error)
+        # The line opens a value that breaks off: read on until it closes into one JSON value.
+        completed, buffered = _complete_object(number, text, next_line)
+        if completed is not None:
+            yield completed
+        else:
+            yield BadLine(number, first_error)
+            pending.extendleft(reversed(buffered))  # the lines after it are read again on their own
+
+
+def _complete_object(
+    number: int, text: str, next_line: Callable[[], tuple[int, bytes] | None]
+) -> tuple[GateLine | None, list[tuple[int, bytes]]]:
+    """Join the lines after an opening line until they form one JSON value; else hand them all back."""
+    buffered: list[tuple[int, bytes]] = []
+    parts = [text]
+    size = len(text)
+    while len(buffered) < MAX_OBJECT_LINES and size < MAX_OBJECT_BYTES:
+        more = next_line()
+        if more is None:
+            break
+        buffered.append(more)
+        try:
+            part = more[1].decode("utf-8")
+        except UnicodeDecodeError:
+            break
+        parts.append(part)
+        size += len(part)
+        if not part.rstrip().endswith(("}", "]")):
+            continue  # a JSON value can only close on a closing bracket: no need to parse yet
+        joined = "\n".join(line.rstrip("\r\n") for line in parts).strip()
+        try:
+            parsed = parse_gate_json(joined)
+        except InputNotJson as error:
+            if error.incomplete:
+                continue
+            break
+        return GateLine(number, joined, parsed), buffered
+    return None, buffered

@@ -1,0 +1,247 @@
+"""Budget policies as data, registered by version, and the one `decide` that reads them (spec section 3)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from compute_budget.canonical import canonical_sha256
+from compute_budget.errors import MalformedGate, UnsupportedPolicyVersion
+from compute_budget.types import (
+    DECISION_FIELDS,
+    ComputeBudgetDecision,
+    ComputeBudgetStatus,
+    SearchGateDecision,
+    SearchGateStatus,
+    SourceSpan,
+)
+from compute_budget.validation import CheckedGate, check_gate, is_valid_text
+
+COMPUTE_BUDGET_POLICY_VERSION = "compute_budget.v1"
+
+MALFORMED_GATE_DECISION = "malformed_gate_decision"
+UNKNOWN_GATE_REASON_CODE = "unknown_gate_reason_code"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """One row of a policy table: the ceilings granted to an eligible gate with one reason code."""
+
+    max_candidates: int
+    max_depth: int
+    max_steps: int
+    max_parallelism: int
+
+
+NO_LIMITS = Limits(0, 0, 0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetPolicy:
+    """A versioned policy: a fixed table from eligible reason codes to limits; everything else gets none."""
+
+    version: str
+    table: Mapping[str, Limits]
+
+    def decide(self, gate: object, *, defect: str | None = None) -> ComputeBudgetDecision:
+        """Map any gate to a decision; never raises. `defect` marks gate text that broke rule 3.1.7."""
+        try:
+            if defect is not None:
+                raise MalformedGate("3.1.7", defect)
+            valid = check_gate(gate)
+        except MalformedGate as error:
+            return self._malformed(gate, error.message)
+        except (
+            Exception
+        ) as error:  # a hostile mapping can raise anything: still a malformed gate, never a crash
+            return self._malformed(gate, f"the gate could not be read ({type(error).__name__})")
+        return self._evaluate(valid)
+
+    def _evaluate(self, gate: CheckedGate) -> ComputeBudgetDecision:
+        status = gate.status
+        if status is not SearchGateStatus.ELIGIBLE:
+            return self._build(
+                gate.decision_id,
+                gate.policy_version,
+                gate.input_digest,
+                ComputeBudgetStatus.BUDGET_BLOCKED,
+                "gate_" + status.value,
+                NO_LIMITS,
+                gate.evidence_spans,
+                gate.span_payload,
+                f"Blocked: the search gate's status is {status.value} (reason {_quote(gate.reason_code)}), "
+                "and only an eligible gate can receive compute, so every limit is 0.",
+            )
+        limits = self.table.get(gate.reason_code)
+        if limits is None:
+            return self._build(
+                gate.decision_id,
+                gate.policy_version,
+                gate.input_digest,
+                ComputeBudgetStatus.BUDGET_UNASSESSABLE,
+                UNKNOWN_GATE_REASON_CODE,
+                NO_LIMITS,
+                gate.evidence_spans,
+                gate.span_payload,
+                f"Unassessable: the gate is eligible but its reason code {_quote(gate.reason_code)} is not in "
+                f"policy {self.version}, so the budget fails closed and every limit is 0.",
+            )
+        return self._build(
+            gate.decision_id,
+            gate.policy_version,
+            gate.input_digest,
+            ComputeBudgetStatus.BUDGET_ALLOWED,
+            gate.reason_code,
+            limits,
+            gate.evidence_spans,
+            gate.span_payload,
+            _allowed_explanation(self.version, gate.reason_code, limits),
+        )
+
+    def _malformed(self, gate: object, why: str) -> ComputeBudgetDecision:
+        return self._build(
+            _copied(gate, "decision_id"),
+            _copied(gate, "policy_version"),
+            _copied(gate, "input_digest"),
+            ComputeBudgetStatus.BUDGET_UNASSESSABLE,
+            MALFORMED_GATE_DECISION,
+            NO_LIMITS,
+            (),
+            [],
+            f"Unassessable: the gate decision is malformed ({why}), so the budget fails closed and every "
+            "limit is 0.",
+        )
+
+    def _build(
+        self,
+        gate_decision_id: str,
+        gate_policy_version: str,
+        gate_input_digest: str,
+        status: ComputeBudgetStatus,
+        reason_code: str,
+        limits: Limits,
+        evidence_spans: tuple[SourceSpan, ...],
+        span_payload: list[dict[str, Any]],
+        explanation: str,
+    ) -> ComputeBudgetDecision:
+        payload = {
+            "evidence_spans": span_payload,
+            "gate_decision_id": gate_decision_id,
+            "gate_input_digest": gate_input_digest,
+            "gate_policy_version": gate_policy_version,
+            "max_candidates": limits.max_candidates,
+            "max_depth": limits.max_depth,
+            "max_parallelism": limits.max_parallelism,
+            "max_steps": limits.max_steps,
+            "policy_version": self.version,
+            "reason_code": reason_code,
+            "status": status.value,
+        }
+        return _new_decision(
+            (
+                canonical_sha256(payload),
+                self.version,
+                gate_decision_id,
+                gate_policy_version,
+                gate_input_digest,
+                status,
+                reason_code,
+                limits.max_candidates,
+                limits.max_depth,
+                limits.max_steps,
+                None,
+                limits.max_parallelism,
+                evidence_spans,
+                explanation,
+            )
+        )
+
+
+def _slot_setter(name: str) -> Callable[[ComputeBudgetDecision, Any], None]:
+    setter: Callable[[ComputeBudgetDecision, Any], None] = getattr(ComputeBudgetDecision, name).__set__
+    return setter
+
+
+(
+    _set_budget_id, _set_policy_version, _set_gate_decision_id, _set_gate_policy_version, _set_gate_input_digest,
+    _set_status, _set_reason_code, _set_max_candidates, _set_max_depth, _set_max_steps, _set_max_wallclock_ms,
+    _set_max_parallelism, _set_evidence_spans, _set_explanation,
+) = (_slot_setter(name) for name in DECISION_FIELDS)
+
+
+def _new_decision(values: tuple[Any, ...]) -> ComputeBudgetDecision:
+    # Writes the slots directly: the frozen dataclass __init__ costs twice as much on the hot path, and every
+    # value here was produced by the policy itself. Unrolled on purpose: a loop costs as much as the writes.
+    decision = object.__new__(ComputeBudgetDecision)
+    _set_budget_id(decision, values[0])
+    _set_policy_version(decision, values[1])
+    _set_gate_decision_id(decision, values[2])
+    _set_gate_policy_version(decision, values[3])
+    _set_gate_input_digest(decision, values[4])
+    _set_status(decision, values[5])
+    _set_reason_code(decision, values[6])
+    _set_max_candidates(decision, values[7])
+    _set_max_depth(decision, values[8])
+    _set_max_steps(decision, values[9])
+    _set_max_wallclock_ms(decision, values[10])
+    _set_max_parallelism(decision, values[11])
+    _set_evidence_spans(decision, values[12])
+    _set_explanation(decision, values[13])
+    return decision
+
+
+@functools.lru_cache(maxsize=256)
+def _allowed_explanation(version: str, reason_code: str, limits: Limits) -> str:
+    return (
+        f"Allowed: the gate is eligible with reason {reason_code}, so policy {version} grants at most "
+        f"{limits.max_candidates} candidates, depth {limits.max_depth}, {limits.max_steps} steps and parallelism "
+        f"{limits.max_parallelism}; these are ceilings only and authorise nothing."
+    )
+
+
+def _copied(gate: object, key: str) -> str:
+    """A malformed gate's identifying field, copied only when it is valid text (spec 3.2)."""
+    try:
+        if isinstance(gate, SearchGateDecision):
+            value = getattr(gate, key)
+        elif isinstance(gate, Mapping):
+            value = gate.get(key)
+        else:
+            return ""
+    except Exception:  # a hostile mapping may raise on lookup: then there is nothing to copy
+        return ""
+    return str.__str__(value) if is_valid_text(value) else ""
+
+
+def _quote(text: str) -> str:
+    """Show a gate-supplied code unambiguously (escaped, so control characters cannot mislead a reader)."""
+    return json.dumps(text)
+
+
+V1 = BudgetPolicy(
+    version=COMPUTE_BUDGET_POLICY_VERSION,
+    table={
+        "eligible_missing_role": Limits(5, 2, 10, 1),
+        "eligible_missing_relation": Limits(5, 2, 10, 1),
+        "eligible_missing_proposal": Limits(3, 1, 5, 1),
+        "eligible_target_unbound": Limits(5, 2, 10, 1),
+    },
+)
+
+POLICIES: Mapping[str, BudgetPolicy] = {V1.version: V1}
+
+
+def policy_for(version: str) -> BudgetPolicy:
+    """The policy registered under `version`; raises `UnsupportedPolicyVersion` for any other."""
+    try:
+        return POLICIES[version]
+    except (KeyError, TypeError):
+        raise UnsupportedPolicyVersion(f"no budget policy is registered under version {version!r}") from None
+
+
+def decide(gate: object) -> ComputeBudgetDecision:
+    """Decide a gate (a `SearchGateDecision` or a parsed JSON object) under the current policy; never raises."""
+    return V1.decide(gate)

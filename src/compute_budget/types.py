@@ -1,0 +1,214 @@
+"""The domain types of spec section 2 and their JSON forms."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from compute_budget.errors import MalformedDecision
+
+
+class SearchGateStatus(StrEnum):
+    """Status of the upstream search gate (the input)."""
+
+    ELIGIBLE = "eligible"
+    INELIGIBLE = "ineligible"
+    BLOCKED = "blocked"
+    UNASSESSABLE = "unassessable"
+
+
+class ComputeBudgetStatus(StrEnum):
+    """Status of a budget; only `BUDGET_ALLOWED` may ever be admitted (`BUDGET_ZERO` is reserved, a refusal)."""
+
+    BUDGET_ALLOWED = "budget_allowed"
+    BUDGET_BLOCKED = "budget_blocked"
+    BUDGET_ZERO = "budget_zero"
+    BUDGET_UNASSESSABLE = "budget_unassessable"
+
+
+GATE_KEYS: frozenset[str] = frozenset(
+    {
+        "decision_id",
+        "policy_version",
+        "input_digest",
+        "status",
+        "reason_code",
+        "residual_ids",
+        "candidate_organ",
+        "evidence_spans",
+    }
+)
+SPAN_KEYS: frozenset[str] = frozenset({"text", "start", "end", "sentence_index"})
+DECISION_FIELDS: tuple[str, ...] = (
+    "budget_id",
+    "policy_version",
+    "gate_decision_id",
+    "gate_policy_version",
+    "gate_input_digest",
+    "status",
+    "reason_code",
+    "max_candidates",
+    "max_depth",
+    "max_steps",
+    "max_wallclock_ms",
+    "max_parallelism",
+    "evidence_spans",
+    "explanation",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSpan:
+    """A span of source text that the gate cites as evidence."""
+
+    text: str
+    start: int
+    end: int
+    sentence_index: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The span's JSON form."""
+        return {
+            "text": self.text,
+            "start": self.start,
+            "end": self.end,
+            "sentence_index": self.sentence_index,
+        }
+
+    @classmethod
+    def from_dict(cls, value: object) -> SourceSpan:
+        """Read a span's JSON form; raises `MalformedGate` naming the rule it breaks (spec 3.1.5)."""
+        from compute_budget.validation import validate_span  # validation builds these types: import late
+
+        return validate_span(value, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchGateDecision:
+    """The input: one decision of the search gate. Constructing one does not validate it; `decide` does."""
+
+    decision_id: str
+    policy_version: str
+    input_digest: str
+    status: SearchGateStatus
+    reason_code: str
+    residual_ids: tuple[str, ...]
+    candidate_organ: str | None
+    evidence_spans: tuple[SourceSpan, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The gate's JSON form (exactly the eight keys of spec section 2)."""
+        return {
+            "decision_id": self.decision_id,
+            "policy_version": self.policy_version,
+            "input_digest": self.input_digest,
+            "status": str(self.status),
+            "reason_code": self.reason_code,
+            "residual_ids": list(self.residual_ids),
+            "candidate_organ": self.candidate_organ,
+            "evidence_spans": [span.to_dict() for span in self.evidence_spans],
+        }
+
+    @classmethod
+    def from_dict(cls, value: object) -> SearchGateDecision:
+        """Read a gate's JSON form; raises `MalformedGate` naming the rule of spec 3.1 it breaks."""
+        from compute_budget.validation import validate_gate  # validation builds these types: import late
+
+        return validate_gate(value)
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeBudgetDecision:
+    """The output: a resource ceiling for one gate. It authorises nothing; it only bounds."""
+
+    budget_id: str
+    policy_version: str
+    gate_decision_id: str
+    gate_policy_version: str
+    gate_input_digest: str
+    status: ComputeBudgetStatus
+    reason_code: str
+    max_candidates: int
+    max_depth: int
+    max_steps: int
+    max_wallclock_ms: int | None
+    max_parallelism: int
+    evidence_spans: tuple[SourceSpan, ...]
+    explanation: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The decision's JSON form: the fourteen keys in the record's order."""
+        return {
+            "budget_id": self.budget_id,
+            "policy_version": self.policy_version,
+            "gate_decision_id": self.gate_decision_id,
+            "gate_policy_version": self.gate_policy_version,
+            "gate_input_digest": self.gate_input_digest,
+            "status": str(self.status),
+            "reason_code": self.reason_code,
+            "max_candidates": self.max_candidates,
+            "max_depth": self.max_depth,
+            "max_steps": self.max_steps,
+            "max_wallclock_ms": self.max_wallclock_ms,
+            "max_parallelism": self.max_parallelism,
+            "evidence_spans": [span.to_dict() for span in self.evidence_spans],
+            "explanation": self.explanation,
+        }
+
+    @classmethod
+    def from_dict(cls, value: object) -> ComputeBudgetDecision:
+        """Read a decision's JSON form strictly; raises `MalformedDecision` saying which key is wrong."""
+        if not isinstance(value, Mapping):
+            raise MalformedDecision(f"a decision must be a JSON object, not {type(value).__name__}")
+        keys = set(value.keys())
+        if keys != set(DECISION_FIELDS):
+            missing = sorted(set(DECISION_FIELDS) - keys)
+            extra = sorted(str(key) for key in keys - set(DECISION_FIELDS))
+            raise MalformedDecision(f"decision keys are wrong: missing {missing}, unexpected {extra}")
+        status = _decision_text(value, "status")
+        try:
+            budget_status = ComputeBudgetStatus(status)
+        except ValueError:
+            raise MalformedDecision(f"status {status!r} is not a ComputeBudgetStatus value") from None
+        wallclock = value["max_wallclock_ms"]
+        spans_value = value["evidence_spans"]
+        if not isinstance(spans_value, list | tuple):
+            raise MalformedDecision("evidence_spans must be an array")
+        spans: list[SourceSpan] = []
+        for position, span in enumerate(spans_value):
+            try:
+                spans.append(SourceSpan.from_dict(span))
+            except ValueError as error:
+                raise MalformedDecision(f"evidence_spans[{position}]: {error}") from None
+        return cls(
+            budget_id=_decision_text(value, "budget_id"),
+            policy_version=_decision_text(value, "policy_version"),
+            gate_decision_id=_decision_text(value, "gate_decision_id"),
+            gate_policy_version=_decision_text(value, "gate_policy_version"),
+            gate_input_digest=_decision_text(value, "gate_input_digest"),
+            status=budget_status,
+            reason_code=_decision_text(value, "reason_code"),
+            max_candidates=_decision_int(value, "max_candidates"),
+            max_depth=_decision_int(value, "max_depth"),
+            max_steps=_decision_int(value, "max_steps"),
+            max_wallclock_ms=None if wallclock is None else _decision_int(value, "max_wallclock_ms"),
+            max_parallelism=_decision_int(value, "max_parallelism"),
+            evidence_spans=tuple(spans),
+            explanation=_decision_text(value, "explanation"),
+        )
+
+
+def _decision_text(value: Mapping[Any, Any], key: str) -> str:
+    item = value[key]
+    if not isinstance(item, str):
+        raise MalformedDecision(f"{key} must be a string, not {type(item).__name__}")
+    return str.__str__(item)
+
+
+def _decision_int(value: Mapping[Any, Any], key: str) -> int:
+    item = value[key]
+    if isinstance(item, bool) or not isinstance(item, int):
+        raise MalformedDecision(f"{key} must be an integer, not {type(item).__name__}")
+    return int(item)

@@ -1,0 +1,218 @@
+"""Well-formedness of a gate (spec section 3.1): each check raises `MalformedGate` naming its rule."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+from compute_budget.errors import MalformedGate
+from compute_budget.types import GATE_KEYS, SPAN_KEYS, SearchGateDecision, SearchGateStatus, SourceSpan
+
+MAX_SAFE_INTEGER = 2**53 - 1
+_STATUS_BY_VALUE: dict[str, SearchGateStatus] = {status.value: status for status in SearchGateStatus}
+_REQUIRED_TEXT = ("decision_id", "policy_version", "input_digest", "reason_code")
+
+
+def is_valid_text(value: object) -> bool:
+    """True for a `str` holding valid Unicode text (no lone surrogate code points, rule 3.1.6)."""
+    if not isinstance(value, str):
+        return False
+    if value.isascii():  # O(1) in CPython: the common case costs nothing
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _text(value: object, where: str) -> str:
+    if type(value) is not str:
+        if not isinstance(value, str):
+            raise MalformedGate("3.1.2" if where in _REQUIRED_TEXT else "3.1.4", f"{where} must be a string")
+        value = str.__str__(value)  # a str subclass (a StrEnum member, say) counts as its plain text
+    if not value.isascii() and not is_valid_text(value):
+        raise MalformedGate("3.1.6", f"{where} holds a lone surrogate code point (not valid Unicode text)")
+    return value
+
+
+def _integer(value: object, where: str) -> int:
+    if type(value) is not int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise MalformedGate("3.1.5", f"{where} must be an integer, not {type(value).__name__}")
+        value = int(value)
+    if not 0 <= value <= MAX_SAFE_INTEGER:
+        raise MalformedGate("3.1.5", f"{where} must be between 0 and 2**53 - 1")
+    return value
+
+
+def _sequence(value: object, where: str, rule: str) -> list[Any] | tuple[Any, ...]:
+    if isinstance(value, list | tuple):
+        return value
+    raise MalformedGate(rule, f"{where} must be an array, not {type(value).__name__}")
+
+
+def validate_span(value: object, position: int) -> SourceSpan:
+    """Check one evidence span (rules 3.1.5 and 3.1.6) and return it as a `SourceSpan`."""
+    return _check_span(value, position)[0]
+
+
+def _check_span(value: object, position: int) -> tuple[SourceSpan, dict[str, Any]]:
+    """A valid span and its hashed form (keys in canonical order), built in one pass."""
+    if type(value) is dict and len(value) == 4:
+        text, start, end, sentence_index = (
+            value.get("text", _MISSING),
+            value.get("start", _MISSING),
+            value.get("end", _MISSING),
+            value.get("sentence_index", _MISSING),
+        )
+        if _MISSING in (text, start, end, sentence_index):
+            raise MalformedGate(
+                "3.1.5",
+                f"evidence_spans[{position}] must have exactly the keys text, start, end, sentence_index",
+            )
+    elif isinstance(value, SourceSpan):
+        text, start, end, sentence_index = value.text, value.start, value.end, value.sentence_index
+    elif isinstance(value, Mapping):
+        if len(value) != 4 or value.keys() != SPAN_KEYS:
+            raise MalformedGate(
+                "3.1.5",
+                f"evidence_spans[{position}] must have exactly the keys text, start, end, sentence_index",
+            )
+        text, start, end, sentence_index = (
+            value["text"],
+            value["start"],
+            value["end"],
+            value["sentence_index"],
+        )
+    else:
+        raise MalformedGate(
+            "3.1.5", f"evidence_spans[{position}] must be an object, not {type(value).__name__}"
+        )
+    # Fast path first: plain ASCII text and plain non-negative ints in range need no further work.
+    if not (type(text) is str and text.isascii()):
+        text = _text(text, f"evidence_spans[{position}].text")
+    if not (type(start) is int and 0 <= start <= MAX_SAFE_INTEGER):
+        start = _integer(start, f"evidence_spans[{position}].start")
+    if not (type(end) is int and 0 <= end <= MAX_SAFE_INTEGER):
+        end = _integer(end, f"evidence_spans[{position}].end")
+    if not (type(sentence_index) is int and 0 <= sentence_index <= MAX_SAFE_INTEGER):
+        sentence_index = _integer(sentence_index, f"evidence_spans[{position}].sentence_index")
+    if end < start:
+        raise MalformedGate("3.1.5", f"evidence_spans[{position}].end ({end}) is before its start ({start})")
+    span = value if type(value) is SourceSpan else _new_span(text, start, end, sentence_index)
+    return span, {"end": end, "sentence_index": sentence_index, "start": start, "text": text}
+
+
+_MISSING = object()
+_span_setters: tuple[Callable[[SourceSpan, Any], None], ...] = tuple(
+    getattr(SourceSpan, name).__set__ for name in ("text", "start", "end", "sentence_index")
+)
+
+
+def _new_span(text: str, start: int, end: int, sentence_index: int) -> SourceSpan:
+    # Writes the slots directly: the frozen dataclass __init__ costs twice as much on this hot path, and
+    # every value here has just been checked.
+    span = object.__new__(SourceSpan)
+    set_text, set_start, set_end, set_sentence = _span_setters
+    set_text(span, text)
+    set_start(span, start)
+    set_end(span, end)
+    set_sentence(span, sentence_index)
+    return span
+
+
+class CheckedGate(NamedTuple):
+    """A well-formed gate's normalised values, with its evidence spans in hashed form."""
+
+    decision_id: str
+    policy_version: str
+    input_digest: str
+    status: SearchGateStatus
+    reason_code: str
+    residual_ids: tuple[str, ...]
+    candidate_organ: str | None
+    evidence_spans: tuple[SourceSpan, ...]
+    span_payload: list[dict[str, Any]]
+
+
+def check_gate(gate: object) -> CheckedGate:
+    """Check every rule of spec 3.1; raises `MalformedGate` naming the first rule broken."""
+    if type(gate) is dict or isinstance(gate, Mapping):
+        if len(gate) != 8 or gate.keys() != GATE_KEYS:
+            keys = set(gate.keys())
+            missing = sorted(GATE_KEYS - keys)
+            extra = sorted(repr(key) for key in keys - GATE_KEYS)
+            raise MalformedGate(
+                "3.1.1", f"gate keys are wrong: missing {missing}, unexpected [{', '.join(extra)}]"
+            )
+        decision_id, policy_version, input_digest, status, reason_code, residual_ids, organ, spans = (
+            gate["decision_id"],
+            gate["policy_version"],
+            gate["input_digest"],
+            gate["status"],
+            gate["reason_code"],
+            gate["residual_ids"],
+            gate["candidate_organ"],
+            gate["evidence_spans"],
+        )
+    elif isinstance(gate, SearchGateDecision):
+        decision_id, policy_version, input_digest, status, reason_code, residual_ids, organ, spans = (
+            gate.decision_id,
+            gate.policy_version,
+            gate.input_digest,
+            gate.status,
+            gate.reason_code,
+            gate.residual_ids,
+            gate.candidate_organ,
+            gate.evidence_spans,
+        )
+    else:
+        raise MalformedGate("3.1.1", f"a gate must be a JSON object, not {type(gate).__name__}")
+    if not (type(decision_id) is str and decision_id.isascii()):
+        decision_id = _text(decision_id, "decision_id")
+    if not (type(policy_version) is str and policy_version.isascii()):
+        policy_version = _text(policy_version, "policy_version")
+    if not (type(input_digest) is str and input_digest.isascii()):
+        input_digest = _text(input_digest, "input_digest")
+    if not (type(reason_code) is str and reason_code.isascii()):
+        reason_code = _text(reason_code, "reason_code")
+    if not (decision_id and policy_version and input_digest and reason_code):
+        named = zip(_REQUIRED_TEXT, (decision_id, policy_version, input_digest, reason_code), strict=True)
+        raise MalformedGate(
+            "3.1.2", f"{', '.join(name for name, text in named if not text)} must not be empty"
+        )
+    gate_status = _STATUS_BY_VALUE.get(status) if isinstance(status, str) else None
+    if gate_status is None:
+        raise MalformedGate(
+            "3.1.3", f"status {status!r} is not one of eligible, ineligible, blocked, unassessable"
+        )
+    if type(residual_ids) is not tuple:
+        residual_ids = tuple(_sequence(residual_ids, "residual_ids", "3.1.4"))
+    for index, residual in enumerate(residual_ids):
+        if not (type(residual) is str and residual.isascii()):
+            _text(residual, f"residual_ids[{index}]")
+            if type(residual) is not str:
+                residual_ids = tuple(str.__str__(item) for item in residual_ids)
+    if organ is not None and not (type(organ) is str and organ.isascii()):
+        organ = _text(organ, "candidate_organ")
+    checked = [
+        _check_span(item, index) for index, item in enumerate(_sequence(spans, "evidence_spans", "3.1.5"))
+    ]
+    return CheckedGate(
+        decision_id,
+        policy_version,
+        input_digest,
+        gate_status,
+        reason_code,
+        residual_ids,
+        organ,
+        tuple([span for span, _ in checked]),
+        [payload for _, payload in checked],
+    )
+
+
+def validate_gate(gate: object) -> SearchGateDecision:
+    """Check every rule of spec 3.1 and return the gate as a plain, normalised `SearchGateDecision`."""
+    checked = check_gate(gate)
+    return SearchGateDecision(*checked[:8])
