@@ -60,14 +60,10 @@ def admit(decision: ComputeBudgetDecision, *, gate: object = None) -> None:
             try:
                 rederived = decide_json(gate, policy)
             except InputNotJson as error:
-                raise BudgetRefused(
-                    RefusalReason.GATE_REDERIVE_MISMATCH, f"the given gate text is {error}"
-                ) from None
+                raise BudgetRefused(RefusalReason.GATE_REDERIVE_MISMATCH, f"the given gate text is {error}") from None
         else:
             rederived = policy.decide(gate)
-        differing = [
-            name for name in _REDERIVED_FIELDS if getattr(rederived, name) != getattr(decision, name)
-        ]
+        differing = [name for name in _REDERIVED_FIELDS if getattr(rederived, name) != getattr(decision, name)]
         if differing:
             raise BudgetRefused(
                 RefusalReason.GATE_REDERIVE_MISMATCH,

@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import BinaryIO
 
 import click
 
 from compute_budget.errors import ComputeBudgetError
-from compute_budget.gate_lines import BadLine, read_gates
+from compute_budget.gate_lines import BadLine, GateLine, read_gates
 from compute_budget.policy import V1
+from compute_budget.types import ComputeBudgetStatus
 
 PROG = "compute-budget"
-DEFAULT_DB_FILE = "compute_budget.db"
 
 
 class InputUnreadable(ComputeBudgetError):
@@ -75,6 +75,244 @@ def decide_command(input_path: str) -> int:
             out.write(_json_bytes(decision.to_dict()))
     out.flush()
     return 2 if bad_lines else 0
+
+
+db_option = click.option(
+    "--db",
+    "db",
+    metavar="PATH|URL",
+    default=None,
+    help="Database file or SQLAlchemy URL [default: $COMPUTE_BUDGET_DB, else ./compute_budget.db].",
+)
+
+
+@cli.command("record")
+@click.argument("input_path", metavar="[INPUT]", default="-")
+@db_option
+def record_command(input_path: str, db: str | None) -> int:
+    """Decide every gate of INPUT and append them all to the store, atomically (all or nothing).
+
+    Re-recording a stored gate is a no-op; the same budget_id with a different gate is a conflict (exit 2,
+    nothing written), and so is a line that is not JSON.
+    """
+    from compute_budget.store import BudgetStore
+
+    with open_input(input_path) as stream, BudgetStore.open(db) as store:
+        with progress_bar(stream, "recording") as (lines, advance):
+            result = store.record_many(_gates_or_fail(read_gates(lines), input_path), on_progress=advance)
+        total = result.new + result.present
+        click.echo(
+            f"recorded {total} gate{'s' if total != 1 else ''}: {result.new} new, {result.present} already present "
+            f"(head seq {result.head.seq}) in {store.location.display}"
+        )
+    return 0
+
+
+def _gates_or_fail(items: Iterator[GateLine | BadLine], input_path: str) -> Iterator[GateLine]:
+    for item in items:
+        if isinstance(item, BadLine):
+            raise InputUnreadable(f"{_where(input_path)} line {item.line}: {item.message}; nothing was written")
+        yield item
+
+
+@cli.command("show")
+@click.argument("budget_id")
+@db_option
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def show_command(budget_id: str, db: str | None, output_format: str) -> int:
+    """Show the stored decision BUDGET_ID, its gate input and why (exit 1 when it is not stored)."""
+    from compute_budget.store import BudgetStore
+
+    with BudgetStore.open(db, readonly=True) as store:
+        stored = store.get(budget_id.strip().lower())
+        where = store.location.display
+    if stored is None:
+        _say(f"no decision with budget_id {budget_id} in {where}")
+        return 1
+    if output_format == "json":
+        sys.stdout.buffer.write(_json_bytes(stored.to_dict()))
+        return 0
+    from compute_budget.report import describe_stored
+
+    click.echo(describe_stored(stored))
+    return 0
+
+
+@cli.command("list")
+@db_option
+@click.option("--status", type=click.Choice([status.value for status in ComputeBudgetStatus]), help="Only this status.")
+@click.option("--limit", type=click.IntRange(min=0), default=None, help="Only the newest N decisions.")
+@click.option("--format", "output_format", type=click.Choice(["table", "jsonl"]), default="table", show_default=True)
+def list_command(db: str | None, status: str | None, limit: int | None, output_format: str) -> int:
+    """List stored decisions, oldest first and newest last."""
+    from compute_budget.store import BudgetStore
+
+    with BudgetStore.open(db, readonly=True) as store:
+        rows = store.iter_decisions(status=status, limit=limit)
+        if output_format == "jsonl":
+            out = sys.stdout.buffer
+            for stored in rows:
+                out.write(_json_bytes(stored.to_dict()))
+            return 0
+        from compute_budget.report import print_table
+
+        print_table(rows)
+    return 0
+
+
+@cli.command("migrate")
+@db_option
+def migrate_command(db: str | None) -> int:
+    """Bring the database schema to this release's head (creating it when the database is empty)."""
+    from compute_budget.store import BudgetStore
+
+    before, after = BudgetStore.migrate(db)
+    if before == after:
+        click.echo(f"schema already at head revision {after}")
+    else:
+        click.echo(f"schema migrated from {before or 'nothing'} to head revision {after}")
+    return 0
+
+
+@cli.command("checkpoint")
+@db_option
+def checkpoint_command(db: str | None) -> int:
+    """Print a checkpoint of the chain head (keep it outside the database for the next audit)."""
+    from compute_budget.store import BudgetStore
+
+    with BudgetStore.open(db, readonly=True) as store:
+        click.echo(store.checkpoint().to_json())
+    return 0
+
+
+@cli.command("audit")
+@db_option
+@click.option(
+    "--checkpoint", "checkpoint_path", metavar="FILE", help="Prove the stored chain still extends this checkpoint."
+)
+@click.option(
+    "--since",
+    "since_path",
+    metavar="FILE",
+    help="Incremental: prove this checkpoint holds, then check only the rows after it.",
+)
+@click.option(
+    "--save-checkpoint", "save_path", metavar="FILE", help="Write the new head here, only when the audit is clean."
+)
+@click.option(
+    "--format", "output_format", type=click.Choice(["text", "json", "junit"]), default="text", show_default=True
+)
+@click.option("--output", "output_path", metavar="FILE", help="Write the report to FILE instead of stdout.")
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1, max=64),
+    default=1,
+    show_default=True,
+    help="Processes to split the rows across.",
+)
+def audit_command(
+    db: str | None,
+    checkpoint_path: str | None,
+    since_path: str | None,
+    save_path: str | None,
+    output_format: str,
+    output_path: str | None,
+    jobs: int,
+) -> int:
+    """Replay-audit the store read-only: exit 0 clean, 1 findings, 2 cannot run."""
+    from compute_budget.audit import audit, load_checkpoint
+    from compute_budget.audit_report import render
+    from compute_budget.checkpoint import Checkpoint
+
+    checkpoint = load_checkpoint(checkpoint_path) if checkpoint_path else None
+    since = load_checkpoint(since_path) if since_path else None
+    with audit_progress(enabled=jobs == 1) as on_progress:
+        report = audit(db, checkpoint=checkpoint, since=since, jobs=jobs, on_progress=on_progress)
+    text = render(report, output_format)
+    if output_path:
+        _write_atomically(output_path, text + "\n")
+    else:
+        click.echo(text)
+    if save_path:
+        if report.clean:
+            _write_atomically(save_path, Checkpoint.from_head(report.head).to_json() + "\n")
+        else:
+            _say(f"audit not clean: checkpoint {save_path} was not written")
+    return 0 if report.clean else 1
+
+
+def _write_atomically(path: str, text: str) -> None:
+    """Write a whole file or nothing: a half-written checkpoint would fail tomorrow's audit."""
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        handle, temporary = tempfile.mkstemp(dir=folder, prefix=".compute-budget-", suffix=".tmp")
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except OSError as error:
+        raise InputUnreadable(f"cannot write {path}: {error.strerror or error}") from None
+
+
+@contextmanager
+def audit_progress(*, enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar with rows/s and ETA on stderr, only when stderr is a terminal."""
+    if not (enabled and sys.stderr.isatty()):
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(
+        TextColumn("[bold]auditing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]} rows/s"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as progress:
+        task = progress.add_task("audit", total=None, rate="-")
+
+        def update(done: int, total: int) -> None:
+            speed = progress.tasks[0].speed
+            progress.update(task, completed=done, total=total or None, rate=f"{speed:,.0f}" if speed else "-")
+
+        yield update
+
+
+@contextmanager
+def progress_bar(stream: BinaryIO, label: str) -> Iterator[tuple[Iterator[bytes], Callable[[int], None] | None]]:
+    """Lines of `stream`, with a progress bar on stderr by bytes read, only when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        yield iter(stream), None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+    total: int | None = None
+    try:
+        total = os.fstat(stream.fileno()).st_size or None
+    except (OSError, ValueError, AttributeError):
+        total = None
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as progress:
+        task = progress.add_task(label, total=total)
+
+        def lines() -> Iterator[bytes]:
+            for line in stream:
+                progress.advance(task, len(line))
+                yield line
+
+        yield lines(), None
 
 
 def _where(input_path: str) -> str:

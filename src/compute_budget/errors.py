@@ -62,11 +62,13 @@ class GateNotSerializable(ComputeBudgetError, ValueError):
 class GateConflict(ComputeBudgetError):
     """The same `budget_id` is already stored with a different gate; nothing was written."""
 
-    def __init__(self, budget_id: str, stored_gate: str, new_gate: str) -> None:
+    def __init__(self, budget_id: str, stored_gate: str, new_gate: str, differing: tuple[str, ...] = ()) -> None:
+        where = f" (they differ in {', '.join(differing)})" if differing else ""
         super().__init__(
-            f"conflict: budget_id {budget_id} is already stored with gate {_clip(stored_gate)}, "
-            f"refusing different gate {_clip(new_gate)}; nothing was written"
+            f"conflict: budget_id {budget_id} is already stored with gate {_clip(stored_gate)}; "
+            f"refusing the different gate {_clip(new_gate)}{where}; nothing was written"
         )
+        self.differing = differing
         self.budget_id = budget_id
         self.stored_gate = stored_gate
         self.new_gate = new_gate

@@ -33,10 +33,13 @@ def _reject_constant(name: str) -> NoReturn:
 
 
 def _parse_integer(literal: str) -> int | _HugeInteger:
-    return _HUGE if len(literal) > 4000 else int(literal)
+    try:
+        return int(literal)
+    except ValueError:  # past this interpreter's digit limit (4300 by default, as low as 640 if configured)
+        return _HUGE
 
 
-def parse_gate_json(text: str | bytes) -> ParsedGate:
+def parse_gate_json(text: str | bytes | bytearray) -> ParsedGate:
     """Parse gate text strictly; raises `InputNotJson` when it is not JSON (or not UTF-8) at all."""
     if isinstance(text, bytes | bytearray):
         try:
@@ -69,13 +72,13 @@ def parse_gate_json(text: str | bytes) -> ParsedGate:
         value = json.loads(
             text, object_pairs_hook=unique_pairs, parse_constant=_reject_constant, parse_int=_parse_integer
         )
-        return ParsedGate(value, "an integer has more than 4000 digits")
+        return ParsedGate(value, "an integer has too many digits to be read")
     if duplicates:
         return ParsedGate(value, f"duplicate key {duplicates[0]!r} in a JSON object")
     return ParsedGate(value, None)
 
 
-def decide_json(text: str | bytes, policy: BudgetPolicy = V1) -> ComputeBudgetDecision:
+def decide_json(text: str | bytes | bytearray, policy: BudgetPolicy = V1) -> ComputeBudgetDecision:
     """Decide gate text; raises `InputNotJson` only when the text is not JSON at all."""
     parsed = parse_gate_json(text)
     return policy.decide(parsed.value, defect=parsed.defect)

@@ -7,9 +7,8 @@ memory. Each gate is parsed once, here, and handed on with its original text for
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
 
 from compute_budget.errors import InputNotJson
 from compute_budget.gate_json import ParsedGate, parse_gate_json
@@ -17,6 +16,8 @@ from compute_budget.gate_json import ParsedGate, parse_gate_json
 # A pretty-printed gate spans a few dozen lines; past these bounds a broken line is reported, not buffered.
 MAX_OBJECT_LINES = 100_000
 MAX_OBJECT_BYTES = 64 * 1024 * 1024
+# RFC 8259 whitespace only: str.strip() would also drop U+00A0, U+0085, U+2028, U+001C ... which are not JSON.
+_JSON_WHITESPACE = " \t\r\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +37,7 @@ class BadLine:
     message: str
 
 
-def read_gates(stream: BinaryIO) -> Iterator[GateLine | BadLine]:
+def read_gates(stream: Iterable[bytes]) -> Iterator[GateLine | BadLine]:
     """Yield every gate of `stream` in order, and a `BadLine` for each line that is not JSON."""
     pending: deque[tuple[int, bytes]] = deque()
     source = enumerate(stream, start=1)
@@ -57,7 +58,7 @@ def read_gates(stream: BinaryIO) -> Iterator[GateLine | BadLine]:
         except UnicodeDecodeError as error:
             yield BadLine(number, f"not valid UTF-8 (byte {error.start + 1} of the line)")
             continue
-        text = text.strip()
+        text = text.strip(_JSON_WHITESPACE)
         if not text:
             continue
         try:
@@ -97,7 +98,7 @@ def _complete_object(
         size += len(part)
         if not part.rstrip().endswith(("}", "]")):
             continue  # a JSON value can only close on a closing bracket: no need to parse yet
-        joined = "\n".join(line.rstrip("\r\n") for line in parts).strip()
+        joined = "\n".join(line.rstrip("\r\n") for line in parts).strip(_JSON_WHITESPACE)
         try:
             parsed = parse_gate_json(joined)
         except InputNotJson as error:

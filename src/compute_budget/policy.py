@@ -54,9 +54,7 @@ class BudgetPolicy:
             valid = check_gate(gate)
         except MalformedGate as error:
             return self._malformed(gate, error.message)
-        except (
-            Exception
-        ) as error:  # a hostile mapping can raise anything: still a malformed gate, never a crash
+        except Exception as error:  # a hostile mapping can raise anything: still a malformed gate, never a crash
             return self._malformed(gate, f"the gate could not be read ({type(error).__name__})")
         return self._evaluate(valid)
 
@@ -111,8 +109,7 @@ class BudgetPolicy:
             NO_LIMITS,
             (),
             [],
-            f"Unassessable: the gate decision is malformed ({why}), so the budget fails closed and every "
-            "limit is 0.",
+            f"Unassessable: the gate decision is malformed ({why}), so the budget fails closed and every limit is 0.",
         )
 
     def _build(
@@ -166,9 +163,20 @@ def _slot_setter(name: str) -> Callable[[ComputeBudgetDecision, Any], None]:
 
 
 (
-    _set_budget_id, _set_policy_version, _set_gate_decision_id, _set_gate_policy_version, _set_gate_input_digest,
-    _set_status, _set_reason_code, _set_max_candidates, _set_max_depth, _set_max_steps, _set_max_wallclock_ms,
-    _set_max_parallelism, _set_evidence_spans, _set_explanation,
+    _set_budget_id,
+    _set_policy_version,
+    _set_gate_decision_id,
+    _set_gate_policy_version,
+    _set_gate_input_digest,
+    _set_status,
+    _set_reason_code,
+    _set_max_candidates,
+    _set_max_depth,
+    _set_max_steps,
+    _set_max_wallclock_ms,
+    _set_max_parallelism,
+    _set_evidence_spans,
+    _set_explanation,
 ) = (_slot_setter(name) for name in DECISION_FIELDS)
 
 
@@ -213,7 +221,10 @@ def _copied(gate: object, key: str) -> str:
             return ""
     except Exception:  # a hostile mapping may raise on lookup: then there is nothing to copy
         return ""
-    return str.__str__(value) if is_valid_text(value) else ""
+    if not isinstance(value, str):
+        return ""
+    text = str.__str__(value)  # plain text first: a str subclass's own methods may raise or lie
+    return text if is_valid_text(text) else ""
 
 
 def _quote(text: str) -> str:

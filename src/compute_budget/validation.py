@@ -29,11 +29,18 @@ def is_valid_text(value: object) -> bool:
 def _text(value: object, where: str) -> str:
     if type(value) is not str:
         if not isinstance(value, str):
-            raise MalformedGate("3.1.2" if where in _REQUIRED_TEXT else "3.1.4", f"{where} must be a string")
+            raise MalformedGate(_string_rule(where), f"{where} must be a string")
         value = str.__str__(value)  # a str subclass (a StrEnum member, say) counts as its plain text
     if not value.isascii() and not is_valid_text(value):
         raise MalformedGate("3.1.6", f"{where} holds a lone surrogate code point (not valid Unicode text)")
     return value
+
+
+def _string_rule(where: str) -> str:
+    """The rule that requires `where` to be a string: 3.1.2, 3.1.5 for a span's text, else 3.1.4."""
+    if where in _REQUIRED_TEXT:
+        return "3.1.2"
+    return "3.1.5" if where.startswith("evidence_spans") else "3.1.4"
 
 
 def _integer(value: object, where: str) -> int:
@@ -86,9 +93,7 @@ def _check_span(value: object, position: int) -> tuple[SourceSpan, dict[str, Any
             value["sentence_index"],
         )
     else:
-        raise MalformedGate(
-            "3.1.5", f"evidence_spans[{position}] must be an object, not {type(value).__name__}"
-        )
+        raise MalformedGate("3.1.5", f"evidence_spans[{position}] must be an object, not {type(value).__name__}")
     # Fast path first: plain ASCII text and plain non-negative ints in range need no further work.
     if not (type(text) is str and text.isascii()):
         text = _text(text, f"evidence_spans[{position}].text")
@@ -143,9 +148,7 @@ def check_gate(gate: object) -> CheckedGate:
             keys = set(gate.keys())
             missing = sorted(GATE_KEYS - keys)
             extra = sorted(repr(key) for key in keys - GATE_KEYS)
-            raise MalformedGate(
-                "3.1.1", f"gate keys are wrong: missing {missing}, unexpected [{', '.join(extra)}]"
-            )
+            raise MalformedGate("3.1.1", f"gate keys are wrong: missing {missing}, unexpected [{', '.join(extra)}]")
         decision_id, policy_version, input_digest, status, reason_code, residual_ids, organ, spans = (
             gate["decision_id"],
             gate["policy_version"],
@@ -179,14 +182,10 @@ def check_gate(gate: object) -> CheckedGate:
         reason_code = _text(reason_code, "reason_code")
     if not (decision_id and policy_version and input_digest and reason_code):
         named = zip(_REQUIRED_TEXT, (decision_id, policy_version, input_digest, reason_code), strict=True)
-        raise MalformedGate(
-            "3.1.2", f"{', '.join(name for name, text in named if not text)} must not be empty"
-        )
+        raise MalformedGate("3.1.2", f"{', '.join(name for name, text in named if not text)} must not be empty")
     gate_status = _STATUS_BY_VALUE.get(status) if isinstance(status, str) else None
     if gate_status is None:
-        raise MalformedGate(
-            "3.1.3", f"status {status!r} is not one of eligible, ineligible, blocked, unassessable"
-        )
+        raise MalformedGate("3.1.3", f"status {status!r} is not one of eligible, ineligible, blocked, unassessable")
     if type(residual_ids) is not tuple:
         residual_ids = tuple(_sequence(residual_ids, "residual_ids", "3.1.4"))
     for index, residual in enumerate(residual_ids):
@@ -196,9 +195,7 @@ def check_gate(gate: object) -> CheckedGate:
                 residual_ids = tuple(str.__str__(item) for item in residual_ids)
     if organ is not None and not (type(organ) is str and organ.isascii()):
         organ = _text(organ, "candidate_organ")
-    checked = [
-        _check_span(item, index) for index, item in enumerate(_sequence(spans, "evidence_spans", "3.1.5"))
-    ]
+    checked = [_check_span(item, index) for index, item in enumerate(_sequence(spans, "evidence_spans", "3.1.5"))]
     return CheckedGate(
         decision_id,
         policy_version,

@@ -1,0 +1,58 @@
+"""The hash chain over stored rows: pure functions, shared by the store (which writes) and the auditor.
+
+    chain_hash(row n) = SHA-256( RFC 8785 JSON of { every stored column of row n but chain_hash,
+                                                    "prev_chain_hash": chain_hash(row n-1) } )
+
+with `GENESIS_CHAIN_HASH` (64 zeros) standing for row 0. `evidence_spans` and `gate_input` enter as the exact
+stored text; `max_wallclock_ms` as null or an integer. Any edit, deletion, insertion or reordering changes a
+link; only a checkpoint kept elsewhere also catches a history rewritten consistently from some row on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from compute_budget.canonical import canonical_sha256
+
+GENESIS_CHAIN_HASH = "0" * 64
+
+CHAINED_COLUMNS: tuple[str, ...] = (
+    "seq",
+    "budget_id",
+    "policy_version",
+    "gate_decision_id",
+    "gate_policy_version",
+    "gate_input_digest",
+    "status",
+    "reason_code",
+    "max_candidates",
+    "max_depth",
+    "max_steps",
+    "max_wallclock_ms",
+    "max_parallelism",
+    "evidence_spans",
+    "explanation",
+    "gate_input",
+    "recorded_at",
+)
+
+
+def chain_hash(prev_chain_hash: str, row: Sequence[Any]) -> str:
+    """The chain hash of a row given as values in `CHAINED_COLUMNS` order, linked to its predecessor."""
+    payload = dict(zip(CHAINED_COLUMNS, row, strict=True))
+    payload["prev_chain_hash"] = prev_chain_hash
+    return canonical_sha256(payload)
+
+
+@dataclass(frozen=True, slots=True)
+class ChainHead:
+    """The last link of a chain: its `seq` (0 for an empty store), `chain_hash` and `budget_id`."""
+
+    seq: int
+    chain_hash: str
+    budget_id: str | None
+
+
+EMPTY_HEAD = ChainHead(0, GENESIS_CHAIN_HASH, None)

@@ -1,0 +1,63 @@
+"""The database-level append-only guard, as DDL per backend, installed and restored by the migrations.
+
+SQLite: triggers that abort UPDATE and DELETE, and an INSERT that would replace a stored row (``INSERT OR
+REPLACE`` deletes without firing DELETE triggers). PostgreSQL: row triggers on UPDATE and DELETE and a
+statement trigger on TRUNCATE (which skips row triggers). Every message contains ``append-only``.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection
+
+from compute_budget.schema import TABLE_NAME
+
+SQLITE_GUARD: tuple[str, ...] = (
+    f"""CREATE TRIGGER {TABLE_NAME}_no_update BEFORE UPDATE ON {TABLE_NAME}
+    BEGIN SELECT RAISE(ABORT, '{TABLE_NAME} is append-only: UPDATE is not allowed'); END""",
+    f"""CREATE TRIGGER {TABLE_NAME}_no_delete BEFORE DELETE ON {TABLE_NAME}
+    BEGIN SELECT RAISE(ABORT, '{TABLE_NAME} is append-only: DELETE is not allowed'); END""",
+    f"""CREATE TRIGGER {TABLE_NAME}_no_replace BEFORE INSERT ON {TABLE_NAME}
+    WHEN EXISTS (SELECT 1 FROM {TABLE_NAME} WHERE budget_id = NEW.budget_id OR seq = NEW.seq)
+    BEGIN SELECT RAISE(ABORT, '{TABLE_NAME} is append-only: a stored row cannot be replaced'); END""",
+)
+SQLITE_UNGUARD: tuple[str, ...] = tuple(
+    f"DROP TRIGGER IF EXISTS {TABLE_NAME}_{name}" for name in ("no_update", "no_delete", "no_replace")
+)
+
+POSTGRESQL_GUARD: tuple[str, ...] = (
+    f"""CREATE OR REPLACE FUNCTION {TABLE_NAME}_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        RAISE EXCEPTION '{TABLE_NAME} is append-only: % is not allowed', TG_OP
+            USING ERRCODE = 'insufficient_privilege';
+    END $$""",
+    f"""CREATE TRIGGER {TABLE_NAME}_no_update_delete BEFORE UPDATE OR DELETE ON {TABLE_NAME}
+    FOR EACH ROW EXECUTE FUNCTION {TABLE_NAME}_append_only()""",
+    f"""CREATE TRIGGER {TABLE_NAME}_no_truncate BEFORE TRUNCATE ON {TABLE_NAME}
+    FOR EACH STATEMENT EXECUTE FUNCTION {TABLE_NAME}_append_only()""",
+)
+POSTGRESQL_UNGUARD: tuple[str, ...] = (
+    f"DROP TRIGGER IF EXISTS {TABLE_NAME}_no_update_delete ON {TABLE_NAME}",
+    f"DROP TRIGGER IF EXISTS {TABLE_NAME}_no_truncate ON {TABLE_NAME}",
+    f"DROP FUNCTION IF EXISTS {TABLE_NAME}_append_only()",
+)
+
+_GUARDS = {"sqlite": (SQLITE_GUARD, SQLITE_UNGUARD), "postgresql": (POSTGRESQL_GUARD, POSTGRESQL_UNGUARD)}
+
+
+def create_guard(connection: Connection) -> None:
+    """Install the append-only guard for the connection's backend (an unknown backend is refused)."""
+    for statement in _statements(connection)[0]:
+        connection.exec_driver_sql(statement)
+
+
+def drop_guard(connection: Connection) -> None:
+    """Remove the guard (only a migration's downgrade, or a rebuild that restores it, may do this)."""
+    for statement in _statements(connection)[1]:
+        connection.exec_driver_sql(statement)
+
+
+def _statements(connection: Connection) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    backend = connection.dialect.name
+    if backend not in _GUARDS:
+        raise NotImplementedError(f"no append-only guard is written for the {backend} backend")
+    return _GUARDS[backend]

@@ -1,0 +1,75 @@
+"""Rendering for people: a stored decision described, and tables of decisions (Rich on a terminal)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+
+from rich.console import Console
+from rich.table import Table
+
+from compute_budget.store import StoredDecision
+
+
+def describe_stored(stored: StoredDecision) -> str:
+    """A stored decision, its gate input and why, as aligned lines of text."""
+    decision = stored.decision
+    wallclock = "none" if decision.max_wallclock_ms is None else f"{decision.max_wallclock_ms} ms"
+    lines = [
+        ("budget_id", decision.budget_id),
+        ("seq", str(stored.seq)),
+        ("recorded_at", stored.recorded_at),
+        ("policy", decision.policy_version),
+        ("status", f"{decision.status.value} ({decision.reason_code})"),
+        (
+            "limits",
+            f"candidates {decision.max_candidates}, depth {decision.max_depth}, steps {decision.max_steps}, "
+            f"parallelism {decision.max_parallelism}, wallclock {wallclock}",
+        ),
+        (
+            "gate",
+            f"{decision.gate_decision_id or '(none)'} (policy {decision.gate_policy_version or '(none)'}, "
+            f"input digest {decision.gate_input_digest or '(none)'})",
+        ),
+    ]
+    for index, span in enumerate(decision.evidence_spans):
+        lines.append(
+            (
+                "evidence" if index == 0 else "",
+                f"{json.dumps(span.text)} [{span.start}, {span.end}) sentence {span.sentence_index}",
+            )
+        )
+    lines += [("why", decision.explanation), ("gate_input", stored.gate_input), ("chain_hash", stored.chain_hash)]
+    return "\n".join(f"{label:<12} {value}" for label, value in lines)
+
+
+def print_table(rows: Iterable[StoredDecision]) -> int:
+    """Print decisions as a table on stdout; returns how many rows it printed."""
+    table = Table(show_edge=False, pad_edge=False)
+    table.add_column("seq", justify="right")
+    table.add_column("budget_id", no_wrap=True)
+    table.add_column("gate", overflow="fold")
+    table.add_column("status")
+    table.add_column("reason")
+    table.add_column("cand/depth/steps/par", justify="right")
+    table.add_column("recorded_at", no_wrap=True)
+    count = 0
+    for stored in rows:
+        decision = stored.decision
+        table.add_row(
+            str(stored.seq),
+            decision.budget_id,
+            decision.gate_decision_id,
+            decision.status.value,
+            decision.reason_code,
+            f"{decision.max_candidates}/{decision.max_depth}/{decision.max_steps}/{decision.max_parallelism}",
+            stored.recorded_at,
+        )
+        count += 1
+    console = Console() if sys.stdout.isatty() else Console(width=240, no_color=True)
+    if count:
+        console.print(table)
+    else:
+        console.print("no decisions stored")
+    return count

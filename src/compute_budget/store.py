@@ -1,0 +1,412 @@
+"""`BudgetStore`: the append-only, hash-chained table of decisions, on SQLite (default) or PostgreSQL.
+
+Writers take the append lock for the whole transaction (SQLite ``BEGIN IMMEDIATE``, a PostgreSQL table lock),
+read the chain head, and append; so concurrent writers queue instead of forking the chain, and a batch is
+written whole or not at all. Readers open the database read-only and never write.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+import orjson
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from compute_budget.chain import EMPTY_HEAD, ChainHead, chain_hash
+from compute_budget.checkpoint import Checkpoint
+from compute_budget.engine import Location, create_store_engine, locate, translate
+from compute_budget.errors import (
+    ComputeBudgetError,
+    GateConflict,
+    MalformedDecision,
+    NotABudgetStore,
+    ReadOnlyStore,
+    SchemaBehindHead,
+    StoreUnavailable,
+)
+from compute_budget.gate_record import PreparedGate, differing_keys, prepare_gate, same_gate
+from compute_budget.migration import SchemaState, head_revision, schema_state, upgrade_to_head
+from compute_budget.schema import COLUMNS, TABLE_NAME
+from compute_budget.types import ComputeBudgetDecision, ComputeBudgetStatus, SourceSpan
+
+CHUNK_SIZE = 500  # gates decided, looked up and inserted per round trip
+_SELECT = f"SELECT {', '.join(COLUMNS)} FROM {TABLE_NAME}"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordResult:
+    """The outcome of recording one gate: its decision, whether it was new, and its row's `seq`."""
+
+    decision: ComputeBudgetDecision
+    new: bool
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """The outcome of `record_many`: how many decisions were new, how many already present, the new head."""
+
+    new: int
+    present: int
+    head: ChainHead
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDecision:
+    """One stored row: the decision with its `seq`, gate input, recording time and chain hash."""
+
+    seq: int
+    decision: ComputeBudgetDecision
+    gate_input: str
+    recorded_at: str
+    chain_hash: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as JSON: the decision's fields, then `seq`, `gate_input`, `recorded_at`, `chain_hash`."""
+        return {
+            **self.decision.to_dict(),
+            "seq": self.seq,
+            "gate_input": self.gate_input,
+            "recorded_at": self.recorded_at,
+            "chain_hash": self.chain_hash,
+        }
+
+
+class BudgetStore:
+    """The audit store. Open with `BudgetStore.open(path_or_url)`; use as a context manager."""
+
+    def __init__(self, location: Location, engine: Engine, *, readonly: bool) -> None:
+        self.location = location
+        self.readonly = readonly
+        self._engine = engine
+
+    @classmethod
+    def open(cls, target: str | os.PathLike[str] | None = None, *, readonly: bool = False) -> BudgetStore:
+        """Open the store at a path or SQLAlchemy URL (None: `$COMPUTE_BUDGET_DB` or `compute_budget.db`).
+
+        A writer creates a new, empty database at the schema head; a reader needs an existing store. Either
+        refuses a schema behind head (`SchemaBehindHead`, fixed by `compute-budget migrate`).
+        """
+        location = locate(target)
+        _check_file(location, readonly=readonly)
+        engine = create_store_engine(location, readonly=readonly)
+        try:
+            with engine.begin() as connection:
+                _lock_for_append(connection, readonly=readonly)
+                state, revision = schema_state(connection)
+                if state is SchemaState.EMPTY and not readonly:
+                    upgrade_to_head(connection)
+                else:
+                    _require_head(location, state, revision)
+        except SQLAlchemyError as error:
+            engine.dispose()
+            raise translate(error, location) from None
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(location, engine, readonly=readonly)
+
+    @staticmethod
+    def migrate(target: str | os.PathLike[str] | None = None) -> tuple[str | None, str]:
+        """Bring the schema at `target` to head (creating it if empty); returns (old, new) revision."""
+        location = locate(target)
+        _check_file(location, readonly=False)
+        engine = create_store_engine(location, readonly=False)
+        try:
+            with engine.begin() as connection:
+                _lock_for_append(connection, readonly=False)
+                state, revision = schema_state(connection)
+                if state is SchemaState.FOREIGN:
+                    raise NotABudgetStore(f"{location.display} is not a compute-budget database: it has other tables")
+                if state is SchemaState.AHEAD:
+                    _require_head(location, state, revision)
+                if state is not SchemaState.AT_HEAD:
+                    upgrade_to_head(connection)
+        except SQLAlchemyError as error:
+            raise translate(error, location) from None
+        finally:
+            engine.dispose()
+        return revision, head_revision()
+
+    def close(self) -> None:
+        """Release the database connections."""
+        self._engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- writing -------------------------------------------------------------------------------------------
+
+    def record(self, gate: object) -> RecordResult:
+        """Decide and append one gate; re-recording the same gate is a no-op returning the stored decision."""
+        results: list[RecordResult] = []
+        self._append([gate], results.append)
+        return results[0]
+
+    def record_many(self, gates: Iterable[object], *, on_progress: Callable[[int], None] | None = None) -> BatchResult:
+        """Decide and append every gate atomically (all or none), streaming any iterable of any length."""
+        counts = [0, 0]
+
+        def tally(result: RecordResult) -> None:
+            counts[0 if result.new else 1] += 1
+
+        head = self._append(gates, tally, on_progress)
+        return BatchResult(counts[0], counts[1], head)
+
+    def _append(
+        self,
+        gates: Iterable[object],
+        report: Callable[[RecordResult], None],
+        on_progress: Callable[[int], None] | None = None,
+    ) -> ChainHead:
+        if self.readonly:
+            raise ReadOnlyStore(f"{self.location.display} was opened read-only; open it for writing to record")
+        try:
+            with self._engine.begin() as connection:
+                _lock_for_append(connection, readonly=False)
+                head = _head(connection)
+                seq, prev, last_id = head.seq, head.chain_hash, head.budget_id
+                insert = _insert_sql(connection)
+                chunks = iter(gates)
+                while chunk := list(itertools.islice(chunks, CHUNK_SIZE)):
+                    prepared = [prepare_gate(gate) for gate in chunk]
+                    stored = _stored_gates(connection, {item.decision.budget_id for item in prepared})
+                    recorded_at = _utc_now()
+                    rows: list[tuple[Any, ...]] = []
+                    for item in prepared:
+                        budget_id = item.decision.budget_id
+                        existing = stored.get(budget_id)
+                        if existing is not None:
+                            if not same_gate(existing[1], item):
+                                raise GateConflict(
+                                    budget_id, existing[1], item.gate_input, differing_keys(existing[1], item)
+                                )
+                            report(RecordResult(item.decision, False, existing[0]))
+                            continue
+                        seq += 1
+                        row = _row(seq, item, recorded_at)
+                        prev = chain_hash(prev, row)
+                        rows.append((*row, prev))
+                        stored[budget_id] = (seq, item.gate_input)
+                        last_id = budget_id
+                        report(RecordResult(item.decision, True, seq))
+                    if rows:
+                        connection.exec_driver_sql(insert, rows)
+                    if on_progress is not None:
+                        on_progress(len(chunk))
+        except SQLAlchemyError as error:
+            raise translate(error, self.location) from None
+        return ChainHead(seq, prev, last_id)
+
+    # -- reading -------------------------------------------------------------------------------------------
+
+    def get(self, budget_id: str) -> StoredDecision | None:
+        """The stored row with this `budget_id`, or None."""
+        with self._reading() as connection:
+            row = connection.exec_driver_sql(
+                f"{_SELECT} WHERE budget_id = {_placeholder(connection)}", (budget_id,)
+            ).first()
+        return None if row is None else stored_from_row(tuple(row))
+
+    def __iter__(self) -> Iterator[StoredDecision]:
+        """Every stored row, in `seq` order, streamed."""
+        return self.iter_decisions()
+
+    def iter_decisions(
+        self, *, status: ComputeBudgetStatus | str | None = None, limit: int | None = None
+    ) -> Iterator[StoredDecision]:
+        """Stored rows in `seq` order (newest last), optionally of one status and only the newest `limit`."""
+        with self._reading() as connection:
+            mark = _placeholder(connection)
+            where = f" WHERE status = {mark}" if status is not None else ""
+            params: tuple[Any, ...] = (str(status),) if status is not None else ()
+            if limit is not None:
+                query = f"SELECT * FROM ({_SELECT}{where} ORDER BY seq DESC LIMIT {int(limit)}) AS newest ORDER BY seq"
+            else:
+                query = f"{_SELECT}{where} ORDER BY seq"
+            result = connection.execution_options(stream_results=True, yield_per=1000).exec_driver_sql(query, params)
+            for row in result:
+                yield stored_from_row(tuple(row))
+
+    def count(self) -> int:
+        """How many rows are stored."""
+        with self._reading() as connection:
+            return int(connection.exec_driver_sql(f"SELECT count(*) FROM {TABLE_NAME}").scalar_one())
+
+    def head(self) -> ChainHead:
+        """The last link of the chain (seq 0 and the genesis hash for an empty store)."""
+        with self._reading() as connection:
+            return _head(connection)
+
+    def checkpoint(self) -> Checkpoint:
+        """A checkpoint of the current head, to keep outside the database for a later audit."""
+        return Checkpoint.from_head(self.head())
+
+    def _reading(self) -> _Reading:
+        return _Reading(self)
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine (for the auditor and tests)."""
+        return self._engine
+
+
+class _Reading:
+    """A read transaction whose driver errors come out as compute-budget errors."""
+
+    def __init__(self, store: BudgetStore) -> None:
+        self._store = store
+        self._connection: Connection | None = None
+
+    def __enter__(self) -> Connection:
+        try:
+            self._connection = self._store.engine.connect()
+        except SQLAlchemyError as error:
+            raise translate(error, self._store.location) from None
+        return self._connection
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        assert self._connection is not None
+        self._connection.close()
+        if isinstance(error, SQLAlchemyError):
+            raise translate(error, self._store.location) from None
+
+
+def _check_file(location: Location, *, readonly: bool) -> None:
+    path = location.sqlite_path
+    if path is None:
+        return
+    if path.is_dir():
+        raise StoreUnavailable(f"{path} is a folder, not a database file")
+    if readonly and not path.exists():
+        raise StoreUnavailable(f"no database at {path} (record something first, or check --db)")
+    if not readonly and not path.parent.is_dir():
+        raise StoreUnavailable(f"cannot create database {path}: folder {path.parent} does not exist")
+
+
+def _require_head(location: Location, state: SchemaState, revision: str | None) -> None:
+    where = location.display
+    if state is SchemaState.AT_HEAD:
+        return
+    if state is SchemaState.EMPTY:
+        raise StoreUnavailable(f"{where} holds no compute-budget store yet (an empty database)")
+    if state is SchemaState.BEHIND:
+        raise SchemaBehindHead(
+            f"{where} has schema revision {revision}, behind this release's {head_revision()}: "
+            f"run `compute-budget migrate --db {where}` first"
+        )
+    if state is SchemaState.AHEAD:
+        raise NotABudgetStore(
+            f"{where} has schema revision {revision}, unknown to this release (written by a newer compute-budget?)"
+        )
+    raise NotABudgetStore(f"{where} is not a compute-budget database (it has other tables and no budget schema)")
+
+
+def _lock_for_append(connection: Connection, *, readonly: bool) -> None:
+    """Serialise appenders on backends without SQLite's BEGIN IMMEDIATE."""
+    if readonly or connection.dialect.name != "postgresql":
+        return
+    # Transaction-scoped: held until commit or rollback. A fixed key shared by every compute-budget writer
+    # (and by the first writer creating the schema, before the table exists).
+    connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7227022700)")
+
+
+def _head(connection: Connection) -> ChainHead:
+    row = connection.exec_driver_sql(
+        f"SELECT seq, chain_hash, budget_id FROM {TABLE_NAME} ORDER BY seq DESC LIMIT 1"
+    ).first()
+    return EMPTY_HEAD if row is None else ChainHead(int(row[0]), str(row[1]), str(row[2]))
+
+
+def _placeholder(connection: Connection) -> str:
+    return "?" if connection.dialect.paramstyle == "qmark" else "%s"
+
+
+def _insert_sql(connection: Connection) -> str:
+    marks = ", ".join([_placeholder(connection)] * len(COLUMNS))
+    return f"INSERT INTO {TABLE_NAME} ({', '.join(COLUMNS)}) VALUES ({marks})"
+
+
+def _stored_gates(connection: Connection, budget_ids: set[str]) -> dict[str, tuple[int, str]]:
+    """The `seq` and `gate_input` of those of `budget_ids` already stored."""
+    if not budget_ids:
+        return {}
+    marks = ", ".join([_placeholder(connection)] * len(budget_ids))
+    rows = connection.exec_driver_sql(
+        f"SELECT budget_id, seq, gate_input FROM {TABLE_NAME} WHERE budget_id IN ({marks})", tuple(budget_ids)
+    )
+    return {str(row[0]): (int(row[1]), str(row[2])) for row in rows}
+
+
+def _row(seq: int, item: PreparedGate, recorded_at: str) -> tuple[Any, ...]:
+    """A row's values in `chain.CHAINED_COLUMNS` order (every column but chain_hash)."""
+    decision = item.decision
+    return (
+        seq,
+        decision.budget_id,
+        decision.policy_version,
+        decision.gate_decision_id,
+        decision.gate_policy_version,
+        decision.gate_input_digest,
+        decision.status.value,
+        decision.reason_code,
+        decision.max_candidates,
+        decision.max_depth,
+        decision.max_steps,
+        decision.max_wallclock_ms,
+        decision.max_parallelism,
+        spans_json(decision.evidence_spans),
+        decision.explanation,
+        item.gate_input,
+        recorded_at,
+    )
+
+
+def spans_json(spans: tuple[SourceSpan, ...]) -> str:
+    """Evidence spans as the stored JSON text (an array of span objects, gate order kept)."""
+    return orjson.dumps([span.to_dict() for span in spans]).decode("utf-8")
+
+
+def stored_from_row(row: tuple[Any, ...]) -> StoredDecision:
+    """Read a row (in `schema.COLUMNS` order); raises `MalformedDecision` when it cannot be read."""
+    values = dict(zip(COLUMNS, row, strict=True))
+    try:
+        spans = orjson.loads(values["evidence_spans"])
+    except (orjson.JSONDecodeError, TypeError) as error:
+        raise MalformedDecision(f"evidence_spans is not JSON ({error})") from None
+    decision = ComputeBudgetDecision.from_dict(
+        {name: values[name] for name in ComputeBudgetDecision.__dataclass_fields__} | {"evidence_spans": spans}
+    )
+    seq, gate_input, recorded_at, chain = (
+        values["seq"],
+        values["gate_input"],
+        values["recorded_at"],
+        values["chain_hash"],
+    )
+    if not (
+        isinstance(seq, int) and isinstance(gate_input, str) and isinstance(recorded_at, str) and isinstance(chain, str)
+    ):
+        raise MalformedDecision("seq, gate_input, recorded_at or chain_hash has the wrong type")
+    return StoredDecision(seq, decision, gate_input, recorded_at, chain)
+
+
+def _utc_now() -> str:
+    """Recording time, UTC, microseconds: diagnostic only, never part of a decision or its budget_id."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+__all__ = ["BatchResult", "BudgetStore", "ComputeBudgetError", "RecordResult", "StoredDecision"]
