@@ -10,8 +10,9 @@ from __future__ import annotations
 from logging.config import fileConfig
 
 from alembic import context
+from sqlalchemy import Engine
 
-from compute_budget.engine import create_store_engine, locate
+from compute_budget.engine import begin_write, create_store_engine, locate
 from compute_budget.schema import metadata
 
 config = context.config
@@ -20,6 +21,12 @@ config = context.config
 def run_migrations_online() -> None:
     """Run the migrations on the shared connection, or on one of our own."""
     connection = config.attributes.get("connection")
+    if isinstance(connection, Engine):  # pytest-alembic hands over an engine rather than a connection
+        with begin_write(connection) as engine_connection:
+            context.configure(connection=engine_connection, target_metadata=metadata)
+            with context.begin_transaction():
+                context.run_migrations()
+        return
     if connection is not None:
         context.configure(connection=connection, target_metadata=metadata)
         with context.begin_transaction():
@@ -29,7 +36,7 @@ def run_migrations_online() -> None:
         fileConfig(config.config_file_name)
     target = context.get_x_argument(as_dictionary=True).get("db")
     engine = create_store_engine(locate(target), readonly=False)
-    with engine.begin() as own_connection:
+    with begin_write(engine) as own_connection:
         context.configure(connection=own_connection, target_metadata=metadata)
         with context.begin_transaction():
             context.run_migrations()

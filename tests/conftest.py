@@ -47,3 +47,34 @@ def run_cli(capsysbinary: pytest.CaptureFixture[bytes]) -> Callable[..., tuple[i
         return status, captured.out.decode("utf-8"), captured.err.decode("utf-8")
 
     return invoke
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    """A fresh SQLite database path (the file does not exist yet)."""
+    return tmp_path / "store.db"
+
+
+@pytest.fixture(params=["sqlite"])
+def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A location for a new, empty store on each backend under test (path for SQLite, URL otherwise)."""
+    return str(tmp_path / "store.db")
+
+
+def gate_lines(count: int, *, prefix: str = "gate") -> list[str]:
+    """`count` distinct, compact gate JSON lines of varied statuses and reasons."""
+    import json
+
+    reasons = ["eligible_missing_role", "eligible_missing_relation", "eligible_missing_proposal",
+               "eligible_target_unbound", "eligible_unknown"]
+    statuses = ["eligible", "eligible", "eligible", "ineligible", "blocked", "unassessable"]
+    lines = []
+    for index in range(count):
+        gate = make_gate(
+            decision_id=f"{prefix}-{index:07d}",
+            status=statuses[index % len(statuses)],
+            reason_code=reasons[index % len(reasons)],
+            evidence_spans=[{"text": f"span {index} é", "start": index, "end": index + 7, "sentence_index": index % 5}],
+        )
+        lines.append(json.dumps(gate, ensure_ascii=False))
+    return lines

@@ -21,6 +21,7 @@ from compute_budget.errors import ComputeBudgetError, NotABudgetStore, StoreUnav
 
 ENV_VAR = "COMPUTE_BUDGET_DB"
 DEFAULT_DB_FILE = "compute_budget.db"
+WRITE_OPTION = "compute_budget_write"  # execution option marking a connection that appends or migrates
 BUSY_TIMEOUT_SECONDS = 300  # writers wait for each other (minutes, not forever) rather than fail
 
 
@@ -63,6 +64,11 @@ def locate(target: str | os.PathLike[str] | None) -> Location:
     return Location(url, None, url.render_as_string(hide_password=True))
 
 
+def begin_write(engine: Engine) -> Any:
+    """A write transaction (context manager yielding the connection) holding the append lock from BEGIN."""
+    return engine.execution_options(**{WRITE_OPTION: True}).begin()
+
+
 def create_store_engine(location: Location, *, readonly: bool) -> Engine:
     """An engine for `location`: SQLite in WAL mode with waiting writers, or a read-only reader."""
     try:
@@ -98,8 +104,10 @@ def _sqlite_engine(path: Path, *, readonly: bool) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _begin(connection: Any) -> None:
-        # A writer takes the write lock at BEGIN, so reading the chain head and appending are one atomic step.
-        connection.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
+        # An append takes the write lock at BEGIN, so reading the chain head and appending are one atomic
+        # step; plain reads begin deferred and never hold other writers up.
+        writing = not readonly and connection.get_execution_options().get(WRITE_OPTION, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if writing else "BEGIN")
 
     return engine
 

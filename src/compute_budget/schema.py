@@ -5,7 +5,7 @@ Every constraint is named, so migrations and autogenerate agree on every backend
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import BigInteger, CheckConstraint, Column, Index, Integer, MetaData, String, Table, Text
 
 TABLE_NAME = "compute_budget_decisions"
 
@@ -41,6 +41,13 @@ decisions = Table(
     Column("chain_hash", String(64), nullable=False),
     Index("ix_compute_budget_decisions_gate_decision_id", "gate_decision_id"),
     Index("ix_compute_budget_decisions_status", "status"),
+    CheckConstraint("seq >= 1", name="seq_positive"),
+    CheckConstraint(
+        "max_candidates >= 0 AND max_depth >= 0 AND max_steps >= 0 AND max_parallelism >= 0",
+        name="limits_non_negative",
+    ),
+    CheckConstraint("length(budget_id) = 64", name="budget_id_sha256"),
+    CheckConstraint("length(chain_hash) = 64", name="chain_hash_sha256"),
 )
 
 # Every stored column, in table order (seq, budget_id, the decision's fields, gate_input, recorded_at,

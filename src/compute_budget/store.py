@@ -21,7 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from compute_budget.chain import EMPTY_HEAD, ChainHead, chain_hash
 from compute_budget.checkpoint import Checkpoint
-from compute_budget.engine import Location, create_store_engine, locate, translate
+from compute_budget.engine import Location, begin_write, create_store_engine, locate, translate
 from compute_budget.errors import (
     ComputeBudgetError,
     GateConflict,
@@ -98,7 +98,7 @@ class BudgetStore:
         _check_file(location, readonly=readonly)
         engine = create_store_engine(location, readonly=readonly)
         try:
-            with engine.begin() as connection:
+            with engine.begin() if readonly else begin_write(engine) as connection:
                 _lock_for_append(connection, readonly=readonly)
                 state, revision = schema_state(connection)
                 if state is SchemaState.EMPTY and not readonly:
@@ -120,7 +120,7 @@ class BudgetStore:
         _check_file(location, readonly=False)
         engine = create_store_engine(location, readonly=False)
         try:
-            with engine.begin() as connection:
+            with begin_write(engine) as connection:
                 _lock_for_append(connection, readonly=False)
                 state, revision = schema_state(connection)
                 if state is SchemaState.FOREIGN:
@@ -174,7 +174,7 @@ class BudgetStore:
         if self.readonly:
             raise ReadOnlyStore(f"{self.location.display} was opened read-only; open it for writing to record")
         try:
-            with self._engine.begin() as connection:
+            with begin_write(self._engine) as connection:
                 _lock_for_append(connection, readonly=False)
                 head = _head(connection)
                 seq, prev, last_id = head.seq, head.chain_hash, head.budget_id

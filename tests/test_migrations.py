@@ -1,0 +1,118 @@
+"""The Alembic history: pytest-alembic's built-in checks, the guard at head, and both ways of running it."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pytest_alembic.tests import (  # the built-in tests, imported explicitly (see pyproject.toml)
+    test_model_definitions_match_ddl,
+    test_single_head_revision,
+    test_up_down_consistency,
+    test_upgrade,
+)
+from sqlalchemy import Engine
+
+from compute_budget import BudgetStore
+from compute_budget.audit import audit
+from compute_budget.engine import create_store_engine, locate
+from compute_budget.migration import head_revision, migrations_path
+from tests.conftest import REPO_ROOT, gate_lines
+
+__all__ = [
+    "test_model_definitions_match_ddl",
+    "test_single_head_revision",
+    "test_up_down_consistency",
+    "test_upgrade",
+]
+
+
+@pytest.fixture
+def alembic_config() -> dict[str, Any]:
+    """pytest-alembic runs our own migrations folder."""
+    return {"script_location": str(migrations_path())}
+
+
+@pytest.fixture
+def alembic_engine(tmp_path: Path) -> Engine:
+    """pytest-alembic works on a real SQLite file, through the store's own engine setup."""
+    return create_store_engine(locate(tmp_path / "alembic.db"), readonly=False)
+
+
+def _triggers(path: Path) -> set[str]:
+    with sqlite3.connect(path) as connection:
+        return {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+
+
+GUARD = {
+    "compute_budget_decisions_no_update",
+    "compute_budget_decisions_no_delete",
+    "compute_budget_decisions_no_replace",
+}
+
+
+def test_guard_holds_at_head_after_every_path(tmp_path: Path) -> None:
+    """Created at head, or upgraded through the table-rebuilding 0002, the guard triggers are all there."""
+    fresh = tmp_path / "fresh.db"
+    with BudgetStore.open(fresh) as store:
+        store.record_many(gate_lines(3))
+    assert _triggers(fresh) == GUARD
+    upgraded = tmp_path / "upgraded.db"
+    upgraded.write_bytes((REPO_ROOT / "tests" / "data" / "store_0001.db").read_bytes())
+    BudgetStore.migrate(upgraded)
+    assert _triggers(upgraded) == GUARD
+    with sqlite3.connect(upgraded) as connection, pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        connection.execute("UPDATE compute_budget_decisions SET max_steps = 100")
+
+
+def test_committed_old_database_upgrades_intact_and_audits_clean(tmp_path: Path) -> None:
+    """The committed revision-0001 store keeps every row and its chain through the upgrade."""
+    path = tmp_path / "old.db"
+    path.write_bytes((REPO_ROOT / "tests" / "data" / "store_0001.db").read_bytes())
+    with sqlite3.connect(path) as connection:
+        before = connection.execute("SELECT * FROM compute_budget_decisions ORDER BY seq").fetchall()
+    assert BudgetStore.migrate(path) == ("0001", head_revision())
+    with sqlite3.connect(path) as connection:
+        after = connection.execute("SELECT * FROM compute_budget_decisions ORDER BY seq").fetchall()
+    assert after == before
+    assert len(after) == 9
+    report = audit(path)
+    assert report.clean, report.findings
+    assert report.rows_checked == 9
+
+
+def test_migrate_twice_is_a_no_op(db_path: Path) -> None:
+    """migrate on a store at head changes nothing."""
+    assert BudgetStore.migrate(db_path) == (None, head_revision())
+    assert BudgetStore.migrate(db_path) == (head_revision(), head_revision())
+
+
+def test_alembic_command_line_from_the_repo_root(tmp_path: Path) -> None:
+    """`alembic -x db=PATH upgrade head` from the repo root builds a store the code accepts."""
+    path = tmp_path / "cli.db"
+    alembic = Path(sys.executable).with_name("alembic")
+    done = subprocess.run(
+        [str(alembic), "-x", f"db={path}", "upgrade", "head"], cwd=REPO_ROOT, capture_output=True, text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert _triggers(path) == GUARD
+    with BudgetStore.open(path) as store:
+        assert store.record_many(gate_lines(2)).new == 2
+
+
+def test_alembic_takes_the_database_from_the_environment(tmp_path: Path) -> None:
+    """Without -x db, alembic uses $COMPUTE_BUDGET_DB like the compute-budget command."""
+    path = tmp_path / "env.db"
+    alembic = Path(sys.executable).with_name("alembic")
+    done = subprocess.run(
+        [str(alembic), "upgrade", "head"], cwd=REPO_ROOT, capture_output=True, text=True, check=False,
+        env={**os.environ, "COMPUTE_BUDGET_DB": str(path)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert _triggers(path) == GUARD
