@@ -53,9 +53,12 @@ def test_raw_sqlite3_client_cannot_change_rows(filled: Path, statement: str) -> 
 def test_sqlalchemy_cannot_change_rows(filled: Path, statement: str) -> None:
     """Through SQLAlchemy, on the store's own engine, the same statements fail the same way."""
     before = _rows(filled)
-    with BudgetStore.open(filled) as store:
-        with pytest.raises(IntegrityError, match="append-only"), store.engine.begin() as connection:
-            connection.execute(text(statement))
+    with (
+        BudgetStore.open(filled) as store,
+        pytest.raises(IntegrityError, match="append-only"),
+        store.engine.begin() as connection,
+    ):
+        connection.execute(text(statement))
     assert _rows(filled) == before
 
 

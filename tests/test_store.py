@@ -197,7 +197,8 @@ def test_iteration_filters_and_limits(store_target: str) -> None:
         store.record_many(gate_lines(60))
         blocked = list(store.iter_decisions(status="budget_blocked"))
         newest = list(store.iter_decisions(limit=5))
-    assert blocked and all(row.decision.status == "budget_blocked" for row in blocked)
+    assert blocked
+    assert all(row.decision.status == "budget_blocked" for row in blocked)
     assert [row.seq for row in newest] == [56, 57, 58, 59, 60]
 
 
