@@ -32,6 +32,7 @@ from compute_budget.store import BudgetStore, spans_json, stored_from_row
 from compute_budget.types import ComputeBudgetDecision
 
 BATCH_ROWS = 2000
+MIN_ROWS_PER_JOB = 10_000  # below this a range is not worth a process of its own
 
 
 class FindingKind(StrEnum):
@@ -193,7 +194,7 @@ def _plan(connection: Connection, since: Checkpoint | None, jobs: int) -> _Plan:
     row = connection.exec_driver_sql(f"SELECT max(seq) FROM {TABLE_NAME} WHERE seq = CAST(seq AS INTEGER)").first()
     max_seq = int(row[0]) if row is not None and row[0] is not None else 0
     span = max(max_seq - start, 0)
-    parts = max(1, min(jobs, span // 10_000 + 1)) if jobs > 1 else 1  # tiny stores are not worth a process each
+    parts = max(1, min(jobs, span // MIN_ROWS_PER_JOB + 1)) if jobs > 1 else 1
     bounds = [start + span * index // parts for index in range(parts + 1)]
     return _Plan(start, max_seq, [(bounds[index], bounds[index + 1]) for index in range(parts)])
 

@@ -1,0 +1,285 @@
+"""The replay auditor against tampered SQLite files: every kind of finding, at the right row."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compute_budget import BudgetStore, decide
+from compute_budget.audit import AuditReport, FindingKind, audit
+from compute_budget.chain import chain_hash
+from compute_budget.checkpoint import Checkpoint
+from compute_budget.guard import SQLITE_GUARD, SQLITE_UNGUARD
+from compute_budget.schema import COLUMNS
+from compute_budget.store import spans_json
+from tests.conftest import gate_lines, make_gate
+
+ROWS = 40
+
+
+@pytest.fixture
+def store(db_path: Path) -> Path:
+    """A clean store of 40 varied rows."""
+    with BudgetStore.open(db_path) as opened:
+        opened.record_many(gate_lines(ROWS))
+    return db_path
+
+
+def tamper(path: Path, *statements: str | tuple[str, Sequence[Any]]) -> None:
+    """Lift the guard with a raw sqlite3 client, run the statements, and put the guard back."""
+    connection = sqlite3.connect(path)
+    try:
+        connection.execute("PRAGMA ignore_check_constraints = ON")
+        for statement in SQLITE_UNGUARD:
+            connection.execute(statement)
+        for item in statements:
+            sql, params = (item, ()) if isinstance(item, str) else item
+            connection.execute(sql, params)
+        for statement in SQLITE_GUARD:
+            connection.execute(statement)
+        connection.commit()
+    finally:
+        connection.close()
+
+
+def rows(path: Path) -> list[tuple[Any, ...]]:
+    """Every stored row in seq order, as raw tuples in table column order."""
+    with sqlite3.connect(path) as connection:
+        return connection.execute(f"SELECT {', '.join(COLUMNS)} FROM compute_budget_decisions ORDER BY seq").fetchall()
+
+
+def kinds_at(report: AuditReport, seq: int) -> set[str]:
+    """The kinds of finding reported for one row."""
+    return {finding.kind.value for finding in report.findings if finding.seq == seq}
+
+
+def test_clean_store_audits_clean(store: Path) -> None:
+    """Nothing tampered: clean, every row checked, the head reported."""
+    report = audit(store)
+    assert report.clean
+    assert report.rows_checked == ROWS
+    assert report.head.seq == ROWS
+    assert sum(report.status_counts.values()) == ROWS
+    assert report.to_dict()["findings"] == []
+
+
+def test_audit_never_changes_the_file(store: Path) -> None:
+    """The audit is read-only: the database file is byte-identical before and after."""
+    before = store.read_bytes()
+    audit(store)
+    audit(store, jobs=2)
+    assert store.read_bytes() == before
+
+
+def test_edited_limit(store: Path) -> None:
+    """max_steps raised on row 7: re-derivation names the field and both values; hash and chain break."""
+    tamper(store, "UPDATE compute_budget_decisions SET max_steps = 100 WHERE seq = 7")
+    report = audit(store)
+    assert kinds_at(report, 7) == {"rederive_mismatch", "budget_id_mismatch", "chain_break"}
+    detail = next(f.detail for f in report.findings if f.kind is FindingKind.REDERIVE_MISMATCH)
+    assert "max_steps stored 100, policy gives 10" in detail
+    assert {f.seq for f in report.findings} == {7}
+
+
+def test_edited_status(store: Path) -> None:
+    """A blocked row relabelled allowed is caught on that row."""
+    blocked_seq = next(row[0] for row in rows(store) if row[6] == "budget_blocked")
+    tamper(store, f"UPDATE compute_budget_decisions SET status = 'budget_allowed' WHERE seq = {blocked_seq}")
+    report = audit(store)
+    assert {"rederive_mismatch", "budget_id_mismatch", "chain_break"} <= kinds_at(report, blocked_seq)
+    assert any("status stored 'budget_allowed'" in f.detail for f in report.findings)
+
+
+def test_edited_gate_input(store: Path) -> None:
+    """A gate input rewritten to another reason no longer re-derives its stored decision."""
+    row = rows(store)[0]
+    gate = json.loads(row[15])
+    gate["reason_code"] = "eligible_missing_proposal"
+    tamper(store, ("UPDATE compute_budget_decisions SET gate_input = ? WHERE seq = 1", (json.dumps(gate),)))
+    report = audit(store)
+    assert kinds_at(report, 1) == {"rederive_mismatch", "chain_break"}
+
+
+def test_edited_explanation_breaks_only_the_chain(store: Path) -> None:
+    """explanation is not re-derived (rewording is not tampering) but the chain covers it."""
+    tamper(store, "UPDATE compute_budget_decisions SET explanation = 'all fine, trust me' WHERE seq = 7")
+    report = audit(store)
+    assert kinds_at(report, 7) == {"chain_break"}
+    assert len(report.findings) == 1
+
+
+def test_unknown_policy_version(store: Path) -> None:
+    """A row claiming an unregistered policy version is reported as such."""
+    tamper(store, "UPDATE compute_budget_decisions SET policy_version = 'compute_budget.v9' WHERE seq = 3")
+    report = audit(store)
+    assert "unsupported_policy_version" in kinds_at(report, 3)
+    assert "compute_budget.v9" in next(f.detail for f in report.findings if f.kind == "unsupported_policy_version")
+
+
+@pytest.mark.parametrize("column", ["gate_input", "evidence_spans"])
+def test_unreadable_json_in_a_column(store: Path, column: str) -> None:
+    """Broken JSON in a JSON column makes a malformed_row finding, and the audit goes on."""
+    tamper(store, f"UPDATE compute_budget_decisions SET {column} = '{{broken' WHERE seq = 9")
+    report = audit(store)
+    assert "malformed_row" in kinds_at(report, 9)
+    assert report.rows_checked == ROWS
+    assert all(f.seq == 9 for f in report.findings)
+
+
+def test_wrong_type_in_a_column(store: Path) -> None:
+    """A limit stored as text is a malformed row, named with the column."""
+    tamper(store, "UPDATE compute_budget_decisions SET max_steps = 'ten' WHERE seq = 11")
+    report = audit(store)
+    assert kinds_at(report, 11) == {"malformed_row"}
+    assert "max_steps is str" in report.findings[0].detail
+
+
+def test_deleted_middle_row(store: Path) -> None:
+    """Deleting row 20 breaks the chain at row 21, saying a row is missing."""
+    tamper(store, "DELETE FROM compute_budget_decisions WHERE seq = 20")
+    report = audit(store)
+    assert [(f.kind.value, f.seq) for f in report.findings] == [("chain_break", 21)]
+    assert "1 row(s) missing" in report.findings[0].detail
+
+
+def test_two_rows_swapped(store: Path) -> None:
+    """Rows 12 and 13 exchanging places breaks the three links through them."""
+    tamper(
+        store,
+        "UPDATE compute_budget_decisions SET seq = -12 WHERE seq = 12",
+        "UPDATE compute_budget_decisions SET seq = 12 WHERE seq = 13",
+        "UPDATE compute_budget_decisions SET seq = 13 WHERE seq = -12",
+    )
+    report = audit(store)
+    assert {f.seq for f in report.findings} == {12, 13, 14}
+    assert all(f.kind is FindingKind.CHAIN_BREAK for f in report.findings)
+
+
+def test_consistent_forged_row_in_the_middle(store: Path) -> None:
+    """A forged row with a correct budget_id and a correctly linked chain hash is still caught after it."""
+    forged_gate = make_gate(decision_id="forged", reason_code="eligible_missing_role")
+    decision = decide(forged_gate)
+    original = rows(store)
+    prev = original[14]  # row 15
+    values: list[Any] = [
+        16, decision.budget_id, decision.policy_version, decision.gate_decision_id, decision.gate_policy_version,
+        decision.gate_input_digest, decision.status.value, decision.reason_code, decision.max_candidates,
+        decision.max_depth, decision.max_steps, decision.max_wallclock_ms, decision.max_parallelism,
+        spans_json(decision.evidence_spans), decision.explanation, json.dumps(forged_gate), prev[16],
+    ]
+    values.append(chain_hash(prev[-1], values))
+    shifts = [f"UPDATE compute_budget_decisions SET seq = seq + 1 WHERE seq = {seq}" for seq in range(ROWS, 15, -1)]
+    marks = ", ".join("?" * len(values))
+    tamper(store, *shifts, (f"INSERT INTO compute_budget_decisions ({', '.join(COLUMNS)}) VALUES ({marks})", values))
+    report = audit(store)
+    assert kinds_at(report, 16) == set()  # the forgery itself is internally consistent...
+    assert kinds_at(report, 17) == {"chain_break"}  # ...but the row after it no longer links
+
+
+def test_truncated_tail_is_caught_only_with_a_checkpoint(store: Path) -> None:
+    """Dropping the last rows leaves a valid chain; the checkpoint taken before proves the truncation."""
+    with BudgetStore.open(store, readonly=True) as opened:
+        checkpoint = opened.checkpoint()
+    tamper(store, f"DELETE FROM compute_budget_decisions WHERE seq > {ROWS - 3}")
+    assert audit(store).clean
+    report = audit(store, checkpoint=checkpoint)
+    assert [f.kind.value for f in report.findings] == ["checkpoint_mismatch"]
+    assert "truncated" in report.findings[0].detail
+
+
+def test_rewritten_history_is_caught_only_with_a_checkpoint(store: Path) -> None:
+    """A history rewritten from row 3 on with every chain hash recomputed still fails its checkpoint."""
+    with BudgetStore.open(store, readonly=True) as opened:
+        checkpoint = opened.checkpoint()
+    original = rows(store)
+    statements: list[str | tuple[str, Sequence[Any]]] = [
+        ("UPDATE compute_budget_decisions SET explanation = ? WHERE seq = 3", ("rewritten",))
+    ]
+    prev_hash = original[1][-1]
+    for row in original[2:]:
+        values = list(row[:-1])
+        if values[0] == 3:
+            values[14] = "rewritten"
+        prev_hash = chain_hash(prev_hash, values)
+        statements.append(("UPDATE compute_budget_decisions SET chain_hash = ? WHERE seq = ?", (prev_hash, values[0])))
+    tamper(store, *statements)
+    assert audit(store).clean  # consistent from row 3 on: only the checkpoint can tell
+    report = audit(store, checkpoint=checkpoint)
+    assert [f.kind.value for f in report.findings] == ["checkpoint_mismatch"]
+    assert "rewritten" in report.findings[0].detail
+
+
+def test_appends_after_a_checkpoint_audit_clean_against_it(store: Path) -> None:
+    """History that only grew since the checkpoint satisfies it."""
+    with BudgetStore.open(store) as opened:
+        checkpoint = opened.checkpoint()
+        opened.record_many(gate_lines(15, prefix="later"))
+    report = audit(store, checkpoint=checkpoint)
+    assert report.clean
+    assert report.rows_checked == ROWS + 15
+
+
+def test_since_checks_only_rows_after_the_checkpoint(store: Path) -> None:
+    """Incremental mode proves the checkpoint, then checks only the new rows."""
+    with BudgetStore.open(store) as opened:
+        checkpoint = opened.checkpoint()
+        opened.record_many(gate_lines(10, prefix="later"))
+    tamper(store, f"UPDATE compute_budget_decisions SET max_steps = 77 WHERE seq = {ROWS + 4}")
+    report = audit(store, since=checkpoint)
+    assert report.rows_checked == 10
+    assert {f.seq for f in report.findings} == {ROWS + 4}
+
+
+def test_since_fails_when_its_checkpoint_row_was_changed(store: Path) -> None:
+    """Incremental mode over a rewritten checkpoint row reports the checkpoint broken."""
+    with BudgetStore.open(store) as opened:
+        checkpoint = opened.checkpoint()
+    tamper(store, f"UPDATE compute_budget_decisions SET chain_hash = '{'a' * 64}' WHERE seq = {ROWS}")
+    report = audit(store, since=checkpoint)
+    assert [f.kind.value for f in report.findings] == ["checkpoint_mismatch"]
+
+
+def test_rows_outside_the_seq_range_are_reported(store: Path) -> None:
+    """A row whose seq is not a positive integer is not silently skipped."""
+    tamper(store, "UPDATE compute_budget_decisions SET seq = 'x' WHERE seq = 40")
+    report = audit(store)
+    assert report.rows_checked == ROWS
+    assert [f.kind.value for f in report.findings] == ["malformed_row"]
+
+
+def test_parallel_audit_reports_exactly_what_one_process_does(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--jobs 2 over seq ranges gives the single-process findings, counts and head."""
+    import compute_budget.audit as audit_module
+
+    monkeypatch.setattr(audit_module, "MIN_ROWS_PER_JOB", 5)
+    tamper(
+        store,
+        "UPDATE compute_budget_decisions SET max_steps = 100 WHERE seq = 5",
+        "DELETE FROM compute_budget_decisions WHERE seq = 20",
+        "DELETE FROM compute_budget_decisions WHERE seq = 21",
+        "UPDATE compute_budget_decisions SET explanation = 'x' WHERE seq = 33",
+    )
+    single, double = audit(store, jobs=1), audit(store, jobs=2)
+    assert double.jobs == 2
+    assert single.findings == double.findings
+    assert len(single.findings) == 5
+    assert (single.rows_checked, single.status_counts, single.head) == (
+        double.rows_checked, double.status_counts, double.head
+    )
+
+
+def test_checkpoint_round_trip(store: Path) -> None:
+    """A checkpoint document reads back equal, and a wrong document is refused."""
+    from compute_budget import CheckpointError
+
+    with BudgetStore.open(store, readonly=True) as opened:
+        checkpoint = opened.checkpoint()
+    assert Checkpoint.from_json(checkpoint.to_json()) == checkpoint
+    for bad in ("[]", "{}", '{"format": "compute_budget.checkpoint.v1", "seq": -1, "chain_hash": "00"}', "nope"):
+        with pytest.raises(CheckpointError):
+            Checkpoint.from_json(bad)
