@@ -1,0 +1,147 @@
+"""The audit command: exit codes, report formats, checkpoints, incremental and parallel runs."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+
+from tests.conftest import REPO_ROOT, gate_lines
+from tests.test_audit import tamper
+
+Run = Callable[..., tuple[int, str, str]]
+EXAMPLES = str(REPO_ROOT / "examples" / "gates.jsonl")
+
+
+@pytest.fixture
+def recorded(run_cli: Run, db_path: Path) -> Path:
+    """A store holding the example gates."""
+    assert run_cli("record", EXAMPLES, "--db", str(db_path))[0] == 0
+    return db_path
+
+
+def test_clean_audit_exits_0_with_a_summary(run_cli: Run, recorded: Path) -> None:
+    """A clean store: exit 0 and a text summary with rows checked and the head."""
+    status, out, err = run_cli("audit", "--db", str(recorded))
+    assert (status, err) == (0, "")
+    assert "CLEAN" in out
+    assert "rows checked  8" in out
+    assert "budget_allowed 4" in out
+
+
+def test_findings_exit_1_and_are_grouped_by_kind(run_cli: Run, recorded: Path) -> None:
+    """A tampered store: exit 1, the finding's kind, row and detail."""
+    tamper(recorded, "UPDATE compute_budget_decisions SET max_candidates = 50 WHERE seq = 1")
+    status, out, _ = run_cli("audit", "--db", str(recorded))
+    assert status == 1
+    assert "rederive_mismatch (1)" in out
+    assert "max_candidates stored 50, policy gives 5" in out
+
+
+def test_json_report_has_the_contract_fields(run_cli: Run, recorded: Path) -> None:
+    """--format json: clean, rows_checked and findings with kind, budget_id, seq, detail."""
+    tamper(recorded, "UPDATE compute_budget_decisions SET explanation = 'x' WHERE seq = 2")
+    status, out, _ = run_cli("audit", "--db", str(recorded), "--format", "json")
+    report = json.loads(out)
+    assert status == 1
+    assert report["clean"] is False
+    assert report["rows_checked"] == 8
+    assert report["findings"] == [
+        {"kind": "chain_break", "budget_id": report["findings"][0]["budget_id"], "seq": 2,
+         "detail": report["findings"][0]["detail"]}
+    ]
+    assert len(report["findings"][0]["budget_id"]) == 64
+
+
+def test_junit_report_fails_the_kind_that_was_found(run_cli: Run, recorded: Path, tmp_path: Path) -> None:
+    """--format junit --output FILE writes XML with one failing case for the finding's kind."""
+    tamper(recorded, "UPDATE compute_budget_decisions SET policy_version = 'v0' WHERE seq = 3")
+    output = tmp_path / "audit.xml"
+    status, out, _ = run_cli("audit", "--db", str(recorded), "--format", "junit", "--output", str(output))
+    assert status == 1
+    assert out == ""
+    suite = ElementTree.parse(output).getroot().find("testsuite")
+    assert suite is not None
+    failing = {case.get("name") for case in suite.iter("testcase") if case.find("failure") is not None}
+    assert "unsupported_policy_version" in failing
+    assert len(list(suite.iter("testcase"))) == 6
+
+
+def test_checkpoint_rotation(run_cli: Run, recorded: Path, tmp_path: Path) -> None:
+    """Verify against last night's checkpoint and keep tonight's; a dirty audit keeps the old one."""
+    last_night = tmp_path / "last.json"
+    last_night.write_text(run_cli("checkpoint", "--db", str(recorded))[1])
+    run_cli("record", "--db", str(recorded), str(_more_gates(tmp_path)))
+    tonight = tmp_path / "tonight.json"
+    status, _, _ = run_cli(
+        "audit", "--db", str(recorded), "--checkpoint", str(last_night), "--save-checkpoint", str(tonight)
+    )
+    assert status == 0
+    assert json.loads(tonight.read_text())["seq"] == 13
+    tamper(recorded, "DELETE FROM compute_budget_decisions WHERE seq > 10")
+    again = tmp_path / "again.json"
+    status, out, err = run_cli(
+        "audit", "--db", str(recorded), "--checkpoint", str(tonight), "--save-checkpoint", str(again)
+    )
+    assert status == 1
+    assert "checkpoint_mismatch" in out
+    assert "not written" in err
+    assert not again.exists()
+
+
+def test_incremental_audit_since_a_checkpoint(run_cli: Run, recorded: Path, tmp_path: Path) -> None:
+    """--since checks only the rows after the checkpoint."""
+    checkpoint = tmp_path / "cp.json"
+    checkpoint.write_text(run_cli("checkpoint", "--db", str(recorded))[1])
+    run_cli("record", "--db", str(recorded), str(_more_gates(tmp_path)))
+    status, out, _ = run_cli("audit", "--db", str(recorded), "--since", str(checkpoint), "--format", "json")
+    assert status == 0
+    assert json.loads(out)["rows_checked"] == 5
+
+
+def test_jobs_gives_the_same_report(run_cli: Run, recorded: Path) -> None:
+    """--jobs 2 findings equal --jobs 1 findings."""
+    tamper(recorded, "UPDATE compute_budget_decisions SET max_steps = 1 WHERE seq = 4")
+    one = json.loads(run_cli("audit", "--db", str(recorded), "--format", "json")[1])
+    two = json.loads(run_cli("audit", "--db", str(recorded), "--format", "json", "--jobs", "2")[1])
+    assert one["findings"] == two["findings"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--db", "{tmp}/missing.db"], "no database"),
+        (["--db", "{tmp}/notes.txt"], "not a SQLite database"),
+        (["--db", "{tmp}/foreign.db"], "not a compute-budget database"),
+        (["--db", "{tmp}/old.db"], "compute-budget migrate"),
+        (["--db", "{db}", "--checkpoint", "{tmp}/missing.json"], "does not exist"),
+        (["--db", "{db}", "--checkpoint", "{tmp}/notes.txt"], "not JSON"),
+        (["--db", "{db}", "--jobs", "0"], "--jobs"),
+        (["--db", "{db}", "--format", "yaml"], "--format"),
+    ],
+    ids=["missing", "not-sqlite", "foreign", "behind-head", "no-checkpoint", "bad-checkpoint", "jobs", "format"],
+)
+def test_audit_that_cannot_run_exits_2(
+    run_cli: Run, recorded: Path, tmp_path: Path, args: list[str], message: str
+) -> None:
+    """Every way an audit cannot run: exit 2, one clear line, no traceback."""
+    (tmp_path / "notes.txt").write_text("not a database\n" * 50)
+    with sqlite3.connect(tmp_path / "foreign.db") as connection:
+        connection.execute("CREATE TABLE t (x)")
+    (tmp_path / "old.db").write_bytes((REPO_ROOT / "tests" / "data" / "store_0001.db").read_bytes())
+    status, out, err = run_cli("audit", *[arg.format(tmp=tmp_path, db=recorded) for arg in args])
+    assert status == 2
+    assert out == ""
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
+
+
+def _more_gates(tmp_path: Path) -> Path:
+    path = tmp_path / "more.jsonl"
+    path.write_text("\n".join(gate_lines(5, prefix="more")) + "\n")
+    return path

@@ -1,0 +1,195 @@
+"""The store commands: record, show, list, migrate, checkpoint (spec section 7)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from compute_budget import BudgetStore, decide
+from tests.conftest import REPO_ROOT, gate_lines, make_gate
+
+Run = Callable[..., tuple[int, str, str]]
+EXAMPLES = str(REPO_ROOT / "examples" / "gates.jsonl")
+
+
+def test_record_says_how_many_were_new(run_cli: Run, db_path: Path) -> None:
+    """record prints new and already-present counts; the second run adds nothing."""
+    status, out, err = run_cli("record", EXAMPLES, "--db", str(db_path))
+    assert (status, err) == (0, "")
+    assert "8 new, 0 already present" in out
+    status, out, _ = run_cli("record", EXAMPLES, "--db", str(db_path))
+    assert status == 0
+    assert "0 new, 8 already present" in out
+
+
+def test_record_reads_stdin_and_the_environment_default(
+    run_cli: Run, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """INPUT defaults to stdin and --db to $COMPUTE_BUDGET_DB."""
+    import io
+    import sys
+
+    monkeypatch.setenv("COMPUTE_BUDGET_DB", str(db_path))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("\n".join(gate_lines(3)).encode())))
+    status, out, _ = run_cli("record")
+    assert status == 0
+    assert "3 new" in out
+    with BudgetStore.open(db_path, readonly=True) as store:
+        assert store.count() == 3
+
+
+def test_record_default_database_is_in_the_current_folder(
+    run_cli: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --db or the variable, compute_budget.db in the current folder is used."""
+    monkeypatch.delenv("COMPUTE_BUDGET_DB", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert run_cli("record", EXAMPLES)[0] == 0
+    assert (tmp_path / "compute_budget.db").is_file()
+
+
+def test_record_with_a_non_json_line_writes_nothing(run_cli: Run, db_path: Path, tmp_path: Path) -> None:
+    """A line that is not JSON fails the whole record: exit 2, one line naming it, nothing written."""
+    source = tmp_path / "gates.jsonl"
+    lines = gate_lines(5)
+    source.write_text("\n".join([*lines[:3], "this is not json", *lines[3:]]) + "\n")
+    status, out, err = run_cli("record", str(source), "--db", str(db_path))
+    assert status == 2
+    assert out == ""
+    assert "line 4" in err
+    assert "nothing was written" in err
+    assert len(err.strip().splitlines()) == 1
+    with BudgetStore.open(db_path, readonly=True) as store:
+        assert store.count() == 0
+
+
+def test_record_conflict_exits_2_naming_both(run_cli: Run, db_path: Path, tmp_path: Path) -> None:
+    """A conflicting gate: exit 2, one line naming the budget_id and both gates, nothing written."""
+    source = tmp_path / "gates.jsonl"
+    source.write_text(json.dumps(make_gate()) + "\n")
+    assert run_cli("record", str(source), "--db", str(db_path))[0] == 0
+    source.write_text(json.dumps(make_gate(decision_id="new")) + "\n" + json.dumps(make_gate(residual_ids=[])) + "\n")
+    status, _, err = run_cli("record", str(source), "--db", str(db_path))
+    assert status == 2
+    assert decide(make_gate()).budget_id in err
+    assert "residual_ids" in err
+    assert len(err.strip().splitlines()) == 1
+    with BudgetStore.open(db_path, readonly=True) as store:
+        assert store.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("make_db", "message"),
+    [
+        (lambda tmp: tmp / "missing-folder" / "x.db", "does not exist"),
+        (lambda tmp: tmp, "is a folder"),
+    ],
+    ids=["missing-folder", "folder"],
+)
+def test_record_into_a_bad_place(run_cli: Run, tmp_path: Path, make_db: Callable[[Path], Path], message: str) -> None:
+    """Bad database places give exit 2 and one clear line."""
+    status, _, err = run_cli("record", EXAMPLES, "--db", str(make_db(tmp_path)))
+    assert status == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_record_into_a_file_that_is_not_sqlite(run_cli: Run, tmp_path: Path) -> None:
+    """A non-database file is refused and left unchanged."""
+    path = tmp_path / "notes.txt"
+    path.write_text("dear diary\n" * 100)
+    status, _, err = run_cli("record", EXAMPLES, "--db", str(path))
+    assert status == 2
+    assert "not a SQLite database" in err
+    assert path.read_text() == "dear diary\n" * 100
+
+
+def test_record_into_a_database_behind_head(run_cli: Run, tmp_path: Path) -> None:
+    """An old schema is refused with the command that fixes it; migrate then makes it usable."""
+    path = tmp_path / "old.db"
+    path.write_bytes((REPO_ROOT / "tests" / "data" / "store_0001.db").read_bytes())
+    status, _, err = run_cli("record", EXAMPLES, "--db", str(path))
+    assert status == 2
+    assert "compute-budget migrate" in err
+    status, out, _ = run_cli("migrate", "--db", str(path))
+    assert status == 0
+    assert "from 0001 to head revision 0002" in out
+    assert run_cli("record", EXAMPLES, "--db", str(path))[0] == 0
+
+
+def test_show_prints_decision_gate_and_why(run_cli: Run, db_path: Path) -> None:
+    """show gives the stored decision, its gate input and the explanation; JSON on request."""
+    run_cli("record", EXAMPLES, "--db", str(db_path))
+    budget_id = decide(make_gate()).budget_id
+    status, out, _ = run_cli("show", budget_id, "--db", str(db_path))
+    assert status == 0
+    assert budget_id in out
+    assert "gate-0001" in out
+    assert "eligible_missing_role" in out
+    assert decide(make_gate()).explanation in out
+    status, out, _ = run_cli("show", budget_id, "--db", str(db_path), "--format", "json")
+    shown = json.loads(out)
+    assert shown["budget_id"] == budget_id
+    assert shown["seq"] == 1
+    assert json.loads(shown["gate_input"]) == make_gate()
+
+
+def test_show_unknown_budget_id_exits_1(run_cli: Run, db_path: Path) -> None:
+    """A budget_id that is not stored: exit 1 and one line."""
+    run_cli("record", EXAMPLES, "--db", str(db_path))
+    status, out, err = run_cli("show", "0" * 64, "--db", str(db_path))
+    assert (status, out) == (1, "")
+    assert "no decision" in err
+
+
+def test_show_on_a_missing_database_exits_2(run_cli: Run, tmp_path: Path) -> None:
+    """Reading commands never create a database."""
+    status, _, err = run_cli("show", "0" * 64, "--db", str(tmp_path / "none.db"))
+    assert status == 2
+    assert "no database" in err
+    assert not (tmp_path / "none.db").exists()
+
+
+def test_list_table_and_jsonl(run_cli: Run, db_path: Path) -> None:
+    """list shows every decision oldest first; --status and --limit narrow it; jsonl is one object a line."""
+    run_cli("record", EXAMPLES, "--db", str(db_path))
+    status, out, _ = run_cli("list", "--db", str(db_path))
+    assert status == 0
+    ids = [decide(json.loads(line)).budget_id for line in Path(EXAMPLES).read_text().splitlines()]
+    positions = [out.index(budget_id) for budget_id in ids]
+    assert positions == sorted(positions)
+    status, out, _ = run_cli("list", "--db", str(db_path), "--format", "jsonl", "--status", "budget_blocked")
+    listed = [json.loads(line) for line in out.splitlines()]
+    assert [row["status"] for row in listed] == ["budget_blocked", "budget_blocked"]
+    status, out, _ = run_cli("list", "--db", str(db_path), "--format", "jsonl", "--limit", "2")
+    assert [json.loads(line)["seq"] for line in out.splitlines()] == [7, 8]
+
+
+def test_list_rejects_an_unknown_status(run_cli: Run, db_path: Path) -> None:
+    """Bad arguments are exit 2 with one line."""
+    status, _, err = run_cli("list", "--db", str(db_path), "--status", "approved")
+    assert status == 2
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_checkpoint_prints_the_head(run_cli: Run, db_path: Path) -> None:
+    """checkpoint prints a document naming the head."""
+    run_cli("record", EXAMPLES, "--db", str(db_path))
+    status, out, _ = run_cli("checkpoint", "--db", str(db_path))
+    assert status == 0
+    document = json.loads(out)
+    with BudgetStore.open(db_path, readonly=True) as store:
+        head = store.head()
+    assert (document["seq"], document["chain_hash"], document["budget_id"]) == (8, head.chain_hash, head.budget_id)
+
+
+def test_every_command_is_documented_in_the_readme(run_cli: Run) -> None:
+    """Each command of the CLI appears in the README."""
+    from compute_budget.cli import cli
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    for name in cli.commands:
+        assert f"compute-budget {name}" in readme, name
