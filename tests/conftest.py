@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +55,70 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "store.db"
 
 
-@pytest.fixture(params=["sqlite"])
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """--no-postgres: the explicit way for a developer without PostgreSQL to skip its tests."""
+    parser.addoption(
+        "--no-postgres", action="store_true", default=False,
+        help="skip the PostgreSQL tests (CI never does)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the postgres-marked tests, and only them, when --no-postgres is given."""
+    if not config.getoption("--no-postgres"):
+        return
+    skip = pytest.mark.skip(reason="--no-postgres given")
+    for item in items:
+        if "postgres" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(request: pytest.FixtureRequest) -> str:
+    """An admin URL of a PostgreSQL server: $COMPUTE_BUDGET_TEST_PG_URL, else a throwaway local cluster."""
+    import os
+    import tempfile
+
+    from tests import pg_cluster
+
+    url = os.environ.get("COMPUTE_BUDGET_TEST_PG_URL")
+    if url:
+        return url
+    if not pg_cluster.available():
+        if os.environ.get("CI"):
+            pytest.fail("CI must run the PostgreSQL tests, but PostgreSQL's server programs are not installed")
+        pytest.skip("PostgreSQL is not installed here: install it, or pass --no-postgres to skip explicitly")
+    folder = Path(tempfile.mkdtemp(prefix="compute-budget-pg-"))
+    request.addfinalizer(lambda: pg_cluster.stop(folder))
+    return pg_cluster.start(folder)
+
+
+@pytest.fixture
+def pg_url(pg_admin_url: str) -> Iterator[str]:
+    """A URL of a fresh, empty PostgreSQL database, dropped after the test."""
+    import uuid
+
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    name = f"cbt_{uuid.uuid4().hex[:16]}"
+    admin = create_engine(pg_admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        yield make_url(pg_admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A location for a new, empty store on each backend under test (path for SQLite, URL otherwise)."""
-    return str(tmp_path / "store.db")
+    """A location for a new, empty store on each backend under test (a path for SQLite, a URL for PostgreSQL)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "store.db")
+    return str(request.getfixturevalue("pg_url"))
 
 
 def gate_lines(count: int, *, prefix: str = "gate") -> list[str]:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,43 +12,22 @@ from compute_budget import BudgetStore, decide
 from compute_budget.audit import AuditReport, FindingKind, audit
 from compute_budget.chain import chain_hash
 from compute_budget.checkpoint import Checkpoint
-from compute_budget.guard import SQLITE_GUARD, SQLITE_UNGUARD
-from compute_budget.schema import COLUMNS
 from compute_budget.store import spans_json
+from tests.backends import insert_sql, rows, tamper
 from tests.conftest import gate_lines, make_gate
 
 ROWS = 40
 
 
 @pytest.fixture
-def store(db_path: Path) -> Path:
-    """A clean store of 40 varied rows."""
-    with BudgetStore.open(db_path) as opened:
+def store(store_target: str) -> str:
+    """A clean store of 40 varied rows, on each backend."""
+    with BudgetStore.open(store_target) as opened:
         opened.record_many(gate_lines(ROWS))
-    return db_path
+    return store_target
 
 
-def tamper(path: Path, *statements: str | tuple[str, Sequence[Any]]) -> None:
-    """Lift the guard with a raw sqlite3 client, run the statements, and put the guard back."""
-    connection = sqlite3.connect(path)
-    try:
-        connection.execute("PRAGMA ignore_check_constraints = ON")
-        for statement in SQLITE_UNGUARD:
-            connection.execute(statement)
-        for item in statements:
-            sql, params = (item, ()) if isinstance(item, str) else item
-            connection.execute(sql, params)
-        for statement in SQLITE_GUARD:
-            connection.execute(statement)
-        connection.commit()
-    finally:
-        connection.close()
-
-
-def rows(path: Path) -> list[tuple[Any, ...]]:
-    """Every stored row in seq order, as raw tuples in table column order."""
-    with sqlite3.connect(path) as connection:
-        return connection.execute(f"SELECT {', '.join(COLUMNS)} FROM compute_budget_decisions ORDER BY seq").fetchall()
+sqlite_only = pytest.mark.parametrize("store_target", ["sqlite"], indirect=True)
 
 
 def kinds_at(report: AuditReport, seq: int) -> set[str]:
@@ -58,7 +35,7 @@ def kinds_at(report: AuditReport, seq: int) -> set[str]:
     return {finding.kind.value for finding in report.findings if finding.seq == seq}
 
 
-def test_clean_store_audits_clean(store: Path) -> None:
+def test_clean_store_audits_clean(store: str) -> None:
     """Nothing tampered: clean, every row checked, the head reported."""
     report = audit(store)
     assert report.clean
@@ -68,15 +45,16 @@ def test_clean_store_audits_clean(store: Path) -> None:
     assert report.to_dict()["findings"] == []
 
 
-def test_audit_never_changes_the_file(store: Path) -> None:
+@sqlite_only
+def test_audit_never_changes_the_file(store: str) -> None:
     """The audit is read-only: the database file is byte-identical before and after."""
-    before = store.read_bytes()
+    before = Path(store).read_bytes()
     audit(store)
     audit(store, jobs=2)
-    assert store.read_bytes() == before
+    assert Path(store).read_bytes() == before
 
 
-def test_edited_limit(store: Path) -> None:
+def test_edited_limit(store: str) -> None:
     """max_steps raised on row 7: re-derivation names the field and both values; hash and chain break."""
     tamper(store, "UPDATE compute_budget_decisions SET max_steps = 100 WHERE seq = 7")
     report = audit(store)
@@ -86,7 +64,7 @@ def test_edited_limit(store: Path) -> None:
     assert {f.seq for f in report.findings} == {7}
 
 
-def test_edited_status(store: Path) -> None:
+def test_edited_status(store: str) -> None:
     """A blocked row relabelled allowed is caught on that row."""
     blocked_seq = next(row[0] for row in rows(store) if row[6] == "budget_blocked")
     tamper(store, f"UPDATE compute_budget_decisions SET status = 'budget_allowed' WHERE seq = {blocked_seq}")
@@ -95,17 +73,17 @@ def test_edited_status(store: Path) -> None:
     assert any("status stored 'budget_allowed'" in f.detail for f in report.findings)
 
 
-def test_edited_gate_input(store: Path) -> None:
+def test_edited_gate_input(store: str) -> None:
     """A gate input rewritten to another reason no longer re-derives its stored decision."""
     row = rows(store)[0]
     gate = json.loads(row[15])
     gate["reason_code"] = "eligible_missing_proposal"
-    tamper(store, ("UPDATE compute_budget_decisions SET gate_input = ? WHERE seq = 1", (json.dumps(gate),)))
+    tamper(store, ("UPDATE compute_budget_decisions SET gate_input = :gate WHERE seq = 1", {"gate": json.dumps(gate)}))
     report = audit(store)
     assert kinds_at(report, 1) == {"rederive_mismatch", "chain_break"}
 
 
-def test_edited_explanation_breaks_only_the_chain(store: Path) -> None:
+def test_edited_explanation_breaks_only_the_chain(store: str) -> None:
     """explanation is not re-derived (rewording is not tampering) but the chain covers it."""
     tamper(store, "UPDATE compute_budget_decisions SET explanation = 'all fine, trust me' WHERE seq = 7")
     report = audit(store)
@@ -113,7 +91,7 @@ def test_edited_explanation_breaks_only_the_chain(store: Path) -> None:
     assert len(report.findings) == 1
 
 
-def test_unknown_policy_version(store: Path) -> None:
+def test_unknown_policy_version(store: str) -> None:
     """A row claiming an unregistered policy version is reported as such."""
     tamper(store, "UPDATE compute_budget_decisions SET policy_version = 'compute_budget.v9' WHERE seq = 3")
     report = audit(store)
@@ -122,7 +100,7 @@ def test_unknown_policy_version(store: Path) -> None:
 
 
 @pytest.mark.parametrize("column", ["gate_input", "evidence_spans"])
-def test_unreadable_json_in_a_column(store: Path, column: str) -> None:
+def test_unreadable_json_in_a_column(store: str, column: str) -> None:
     """Broken JSON in a JSON column makes a malformed_row finding, and the audit goes on."""
     tamper(store, f"UPDATE compute_budget_decisions SET {column} = '{{broken' WHERE seq = 9")
     report = audit(store)
@@ -131,7 +109,8 @@ def test_unreadable_json_in_a_column(store: Path, column: str) -> None:
     assert all(f.seq == 9 for f in report.findings)
 
 
-def test_wrong_type_in_a_column(store: Path) -> None:
+@sqlite_only  # PostgreSQL's typed columns cannot hold text in an integer column
+def test_wrong_type_in_a_column(store: str) -> None:
     """A limit stored as text is a malformed row, named with the column."""
     tamper(store, "UPDATE compute_budget_decisions SET max_steps = 'ten' WHERE seq = 11")
     report = audit(store)
@@ -139,7 +118,7 @@ def test_wrong_type_in_a_column(store: Path) -> None:
     assert "max_steps is str" in report.findings[0].detail
 
 
-def test_deleted_middle_row(store: Path) -> None:
+def test_deleted_middle_row(store: str) -> None:
     """Deleting row 20 breaks the chain at row 21, saying a row is missing."""
     tamper(store, "DELETE FROM compute_budget_decisions WHERE seq = 20")
     report = audit(store)
@@ -147,20 +126,20 @@ def test_deleted_middle_row(store: Path) -> None:
     assert "1 row(s) missing" in report.findings[0].detail
 
 
-def test_two_rows_swapped(store: Path) -> None:
+def test_two_rows_swapped(store: str) -> None:
     """Rows 12 and 13 exchanging places breaks the three links through them."""
     tamper(
         store,
-        "UPDATE compute_budget_decisions SET seq = -12 WHERE seq = 12",
+        "UPDATE compute_budget_decisions SET seq = 1000012 WHERE seq = 12",
         "UPDATE compute_budget_decisions SET seq = 12 WHERE seq = 13",
-        "UPDATE compute_budget_decisions SET seq = 13 WHERE seq = -12",
+        "UPDATE compute_budget_decisions SET seq = 13 WHERE seq = 1000012",
     )
     report = audit(store)
     assert {f.seq for f in report.findings} == {12, 13, 14}
     assert all(f.kind is FindingKind.CHAIN_BREAK for f in report.findings)
 
 
-def test_consistent_forged_row_in_the_middle(store: Path) -> None:
+def test_consistent_forged_row_in_the_middle(store: str) -> None:
     """A forged row with a correct budget_id and a correctly linked chain hash is still caught after it."""
     forged_gate = make_gate(decision_id="forged", reason_code="eligible_missing_role")
     decision = decide(forged_gate)
@@ -174,14 +153,13 @@ def test_consistent_forged_row_in_the_middle(store: Path) -> None:
     ]
     values.append(chain_hash(prev[-1], values))
     shifts = [f"UPDATE compute_budget_decisions SET seq = seq + 1 WHERE seq = {seq}" for seq in range(ROWS, 15, -1)]
-    marks = ", ".join("?" * len(values))
-    tamper(store, *shifts, (f"INSERT INTO compute_budget_decisions ({', '.join(COLUMNS)}) VALUES ({marks})", values))
+    tamper(store, *shifts, insert_sql(values))
     report = audit(store)
     assert kinds_at(report, 16) == set()  # the forgery itself is internally consistent...
     assert kinds_at(report, 17) == {"chain_break"}  # ...but the row after it no longer links
 
 
-def test_truncated_tail_is_caught_only_with_a_checkpoint(store: Path) -> None:
+def test_truncated_tail_is_caught_only_with_a_checkpoint(store: str) -> None:
     """Dropping the last rows leaves a valid chain; the checkpoint taken before proves the truncation."""
     with BudgetStore.open(store, readonly=True) as opened:
         checkpoint = opened.checkpoint()
@@ -192,13 +170,13 @@ def test_truncated_tail_is_caught_only_with_a_checkpoint(store: Path) -> None:
     assert "truncated" in report.findings[0].detail
 
 
-def test_rewritten_history_is_caught_only_with_a_checkpoint(store: Path) -> None:
+def test_rewritten_history_is_caught_only_with_a_checkpoint(store: str) -> None:
     """A history rewritten from row 3 on with every chain hash recomputed still fails its checkpoint."""
     with BudgetStore.open(store, readonly=True) as opened:
         checkpoint = opened.checkpoint()
     original = rows(store)
-    statements: list[str | tuple[str, Sequence[Any]]] = [
-        ("UPDATE compute_budget_decisions SET explanation = ? WHERE seq = 3", ("rewritten",))
+    statements: list[str | tuple[str, dict[str, Any]]] = [
+        ("UPDATE compute_budget_decisions SET explanation = :text WHERE seq = 3", {"text": "rewritten"})
     ]
     prev_hash = original[1][-1]
     for row in original[2:]:
@@ -206,7 +184,9 @@ def test_rewritten_history_is_caught_only_with_a_checkpoint(store: Path) -> None
         if values[0] == 3:
             values[14] = "rewritten"
         prev_hash = chain_hash(prev_hash, values)
-        statements.append(("UPDATE compute_budget_decisions SET chain_hash = ? WHERE seq = ?", (prev_hash, values[0])))
+        statements.append(
+            ("UPDATE compute_budget_decisions SET chain_hash = :hash WHERE seq = :seq", {"hash": prev_hash, "seq": values[0]})
+        )
     tamper(store, *statements)
     assert audit(store).clean  # consistent from row 3 on: only the checkpoint can tell
     report = audit(store, checkpoint=checkpoint)
@@ -214,7 +194,7 @@ def test_rewritten_history_is_caught_only_with_a_checkpoint(store: Path) -> None
     assert "rewritten" in report.findings[0].detail
 
 
-def test_appends_after_a_checkpoint_audit_clean_against_it(store: Path) -> None:
+def test_appends_after_a_checkpoint_audit_clean_against_it(store: str) -> None:
     """History that only grew since the checkpoint satisfies it."""
     with BudgetStore.open(store) as opened:
         checkpoint = opened.checkpoint()
@@ -224,7 +204,7 @@ def test_appends_after_a_checkpoint_audit_clean_against_it(store: Path) -> None:
     assert report.rows_checked == ROWS + 15
 
 
-def test_since_checks_only_rows_after_the_checkpoint(store: Path) -> None:
+def test_since_checks_only_rows_after_the_checkpoint(store: str) -> None:
     """Incremental mode proves the checkpoint, then checks only the new rows."""
     with BudgetStore.open(store) as opened:
         checkpoint = opened.checkpoint()
@@ -235,7 +215,7 @@ def test_since_checks_only_rows_after_the_checkpoint(store: Path) -> None:
     assert {f.seq for f in report.findings} == {ROWS + 4}
 
 
-def test_since_fails_when_its_checkpoint_row_was_changed(store: Path) -> None:
+def test_since_fails_when_its_checkpoint_row_was_changed(store: str) -> None:
     """Incremental mode over a rewritten checkpoint row reports the checkpoint broken."""
     with BudgetStore.open(store) as opened:
         checkpoint = opened.checkpoint()
@@ -244,7 +224,8 @@ def test_since_fails_when_its_checkpoint_row_was_changed(store: Path) -> None:
     assert [f.kind.value for f in report.findings] == ["checkpoint_mismatch"]
 
 
-def test_rows_outside_the_seq_range_are_reported(store: Path) -> None:
+@sqlite_only  # PostgreSQL's typed seq column cannot hold text
+def test_rows_outside_the_seq_range_are_reported(store: str) -> None:
     """A row whose seq is not a positive integer is not silently skipped."""
     tamper(store, "UPDATE compute_budget_decisions SET seq = 'x' WHERE seq = 40")
     report = audit(store)
@@ -252,7 +233,7 @@ def test_rows_outside_the_seq_range_are_reported(store: Path) -> None:
     assert [f.kind.value for f in report.findings] == ["malformed_row"]
 
 
-def test_parallel_audit_reports_exactly_what_one_process_does(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_parallel_audit_reports_exactly_what_one_process_does(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """--jobs 2 over seq ranges gives the single-process findings, counts and head."""
     import compute_budget.audit as audit_module
 
@@ -273,7 +254,7 @@ def test_parallel_audit_reports_exactly_what_one_process_does(store: Path, monke
     )
 
 
-def test_checkpoint_round_trip(store: Path) -> None:
+def test_checkpoint_round_trip(store: str) -> None:
     """A checkpoint document reads back equal, and a wrong document is refused."""
     from compute_budget import CheckpointError
 

@@ -11,7 +11,7 @@ from xml.etree import ElementTree
 import pytest
 
 from tests.conftest import REPO_ROOT, gate_lines
-from tests.test_audit import tamper
+from tests.backends import tamper
 
 Run = Callable[..., tuple[int, str, str]]
 EXAMPLES = str(REPO_ROOT / "examples" / "gates.jsonl")

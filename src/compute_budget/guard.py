@@ -27,8 +27,9 @@ SQLITE_UNGUARD: tuple[str, ...] = tuple(
 POSTGRESQL_GUARD: tuple[str, ...] = (
     f"""CREATE OR REPLACE FUNCTION {TABLE_NAME}_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
-        RAISE EXCEPTION '{TABLE_NAME} is append-only: % is not allowed', TG_OP
-            USING ERRCODE = 'insufficient_privilege';
+        RAISE EXCEPTION USING
+            MESSAGE = '{TABLE_NAME} is append-only: ' || TG_OP || ' is not allowed',
+            ERRCODE = 'insufficient_privilege';
     END $$""",
     f"""CREATE TRIGGER {TABLE_NAME}_no_update_delete BEFORE UPDATE OR DELETE ON {TABLE_NAME}
     FOR EACH ROW EXECUTE FUNCTION {TABLE_NAME}_append_only()""",
