@@ -74,7 +74,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def pg_admin_url(request: pytest.FixtureRequest) -> str:
+def pg_admin_url() -> Iterator[str]:
     """An admin URL of a PostgreSQL server: $COMPUTE_BUDGET_TEST_PG_URL, else a throwaway local cluster."""
     import os
     import tempfile
@@ -83,14 +83,17 @@ def pg_admin_url(request: pytest.FixtureRequest) -> str:
 
     url = os.environ.get("COMPUTE_BUDGET_TEST_PG_URL")
     if url:
-        return url
+        yield url
+        return
     if not pg_cluster.available():
         if os.environ.get("CI"):
             pytest.fail("CI must run the PostgreSQL tests, but PostgreSQL's server programs are not installed")
         pytest.skip("PostgreSQL is not installed here: install it, or pass --no-postgres to skip explicitly")
     folder = Path(tempfile.mkdtemp(prefix="compute-budget-pg-"))
-    request.addfinalizer(lambda: pg_cluster.stop(folder))
-    return pg_cluster.start(folder)
+    try:
+        yield pg_cluster.start(folder)
+    finally:
+        pg_cluster.stop(folder)
 
 
 @pytest.fixture

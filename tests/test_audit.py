@@ -184,9 +184,8 @@ def test_rewritten_history_is_caught_only_with_a_checkpoint(store: str) -> None:
         if values[0] == 3:
             values[14] = "rewritten"
         prev_hash = chain_hash(prev_hash, values)
-        statements.append(
-            ("UPDATE compute_budget_decisions SET chain_hash = :hash WHERE seq = :seq", {"hash": prev_hash, "seq": values[0]})
-        )
+        update = "UPDATE compute_budget_decisions SET chain_hash = :hash WHERE seq = :seq"
+        statements.append((update, {"hash": prev_hash, "seq": values[0]}))
     tamper(store, *statements)
     assert audit(store).clean  # consistent from row 3 on: only the checkpoint can tell
     report = audit(store, checkpoint=checkpoint)

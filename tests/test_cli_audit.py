@@ -10,8 +10,8 @@ from xml.etree import ElementTree
 
 import pytest
 
-from tests.conftest import REPO_ROOT, gate_lines
 from tests.backends import tamper
+from tests.conftest import REPO_ROOT, gate_lines
 
 Run = Callable[..., tuple[int, str, str]]
 EXAMPLES = str(REPO_ROOT / "examples" / "gates.jsonl")
