@@ -121,6 +121,11 @@ class _RangeResult:
     last_budget_id: str | None = None
 
 
+def new_range_result() -> _RangeResult:
+    """An empty accumulator for `check_row`."""
+    return _RangeResult()
+
+
 def audit(
     target: str | os.PathLike[str] | None = None,
     *,
@@ -258,7 +263,7 @@ def _outliers(connection: Connection, plan: _Plan) -> list[Finding]:
     mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"
     rows = connection.exec_driver_sql(
         f"SELECT budget_id, seq FROM {TABLE_NAME} WHERE seq IS NULL OR seq < 1 OR seq > {mark} "
-        f"OR seq <> CAST(seq AS INTEGER)",
+        f"OR seq <> CAST(seq AS BIGINT)",
         (plan.max_seq,),
     )
     return [

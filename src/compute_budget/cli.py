@@ -282,6 +282,27 @@ def audit_progress(*, enabled: bool) -> Iterator[Callable[[int, int], None] | No
         yield update
 
 
+@cli.command("copy")
+@click.argument("source", metavar="SRC")
+@click.argument("destination", metavar="DST")
+def copy_command(source: str, destination: str) -> int:
+    """Copy the whole history of store SRC into the empty store DST (paths or URLs), verifying every row.
+
+    Exit 0 copied; 1 a source row failed verification (nothing copied); 2 cannot run.
+    """
+    from compute_budget.errors import CopyVerificationFailed
+    from compute_budget.transfer import copy_store
+
+    try:
+        with audit_progress(enabled=True) as on_progress:
+            head = copy_store(source, destination, on_progress=on_progress)
+    except CopyVerificationFailed as failed:
+        _say(f"error: {failed}")
+        return 1
+    click.echo(f"copied {head.seq} rows; head seq {head.seq}, chain_hash {head.chain_hash}")
+    return 0
+
+
 @contextmanager
 def progress_bar(stream: BinaryIO, label: str) -> Iterator[tuple[Iterator[bytes], Callable[[int], None] | None]]:
     """Lines of `stream`, with a progress bar on stderr by bytes read, only when stderr is a terminal."""

@@ -86,6 +86,14 @@ class SchemaBehindHead(StoreUnavailable):
     """The store's schema is older than this release; `compute-budget migrate` brings it to head."""
 
 
+class DestinationNotEmpty(ComputeBudgetError):
+    """`copy` writes a history only into an empty store."""
+
+
+class CopyVerificationFailed(ComputeBudgetError):
+    """A source row failed verification during `copy`; nothing was written to the destination."""
+
+
 class ReadOnlyStore(ComputeBudgetError):
     """A write was attempted through a store opened with ``readonly=True``."""
 

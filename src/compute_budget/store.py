@@ -24,6 +24,7 @@ from compute_budget.checkpoint import Checkpoint
 from compute_budget.engine import Location, begin_write, create_store_engine, locate, translate
 from compute_budget.errors import (
     ComputeBudgetError,
+    DestinationNotEmpty,
     GateConflict,
     MalformedDecision,
     NotABudgetStore,
@@ -239,6 +240,46 @@ class BudgetStore:
             result = connection.execution_options(stream_results=True, yield_per=1000).exec_driver_sql(query, params)
             for row in result:
                 yield stored_from_row(tuple(row))
+
+    def iter_raw_rows(self) -> Iterator[tuple[Any, ...]]:
+        """Every stored row as raw column values (`schema.COLUMNS` order), in `seq` order, streamed."""
+        with self._reading() as connection:
+            result = connection.execution_options(stream_results=True, yield_per=2000).exec_driver_sql(
+                f"{_SELECT} ORDER BY seq"
+            )
+            for partition in result.partitions():
+                for row in partition:
+                    yield tuple(row)
+
+    def import_history(
+        self, rows: Iterable[tuple[Any, ...]], *, on_progress: Callable[[int], None] | None = None
+    ) -> ChainHead:
+        """Append another store's rows exactly as stored (every column, the chain kept), into this empty store.
+
+        All or nothing: an error from `rows` (a row failing verification, say) leaves this store empty.
+        """
+        if self.readonly:
+            raise ReadOnlyStore(f"{self.location.display} was opened read-only; open it for writing to copy into it")
+        try:
+            with begin_write(self._engine) as connection:
+                _lock_for_append(connection, readonly=False)
+                existing = _head(connection)
+                if existing.seq != 0:
+                    raise DestinationNotEmpty(
+                        f"{self.location.display} already holds {existing.seq} rows; copy needs an empty store"
+                    )
+                insert = _insert_sql(connection)
+                head = existing
+                source = iter(rows)
+                while chunk := list(itertools.islice(source, CHUNK_SIZE * 4)):
+                    connection.exec_driver_sql(insert, chunk)
+                    last = chunk[-1]
+                    head = ChainHead(int(last[0]), str(last[-1]), str(last[1]))
+                    if on_progress is not None:
+                        on_progress(len(chunk))
+        except SQLAlchemyError as error:
+            raise translate(error, self.location) from None
+        return head
 
     def count(self) -> int:
         """How many rows are stored."""

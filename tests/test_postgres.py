@@ -1,0 +1,139 @@
+"""PostgreSQL as the scale-out backend: its guard from raw psql, many writers, copy from SQLite, bad servers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from compute_budget import BudgetStore
+from compute_budget.audit import audit
+from tests.backends import rows, tamper
+from tests.conftest import gate_lines
+from tests.test_store_processes import _writer
+
+pytestmark = pytest.mark.postgres
+Run = Callable[..., tuple[int, str, str]]
+
+
+def _psql(url: str, statement: str) -> subprocess.CompletedProcess[str]:
+    parts = make_url(url)
+    psql = shutil.which("psql")
+    if psql is None:
+        pytest.fail("psql is not installed (Debian package postgresql-client)")
+    return subprocess.run(
+        [psql, "-h", str(parts.host), "-p", str(parts.port), "-U", str(parts.username), "-d", str(parts.database),
+         "-v", "ON_ERROR_STOP=1", "-c", statement],
+        capture_output=True, text=True, check=False, env={**os.environ, "PGPASSWORD": str(parts.password)},
+    )
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE compute_budget_decisions SET max_steps = 100",
+        "DELETE FROM compute_budget_decisions WHERE seq = 2",
+        "TRUNCATE compute_budget_decisions",
+        "INSERT INTO compute_budget_decisions SELECT * FROM compute_budget_decisions WHERE seq = 1 "
+        "ON CONFLICT (budget_id) DO UPDATE SET explanation = 'rewritten'",
+    ],
+    ids=["update", "delete", "truncate", "upsert"],
+)
+def test_raw_psql_cannot_change_rows(pg_url: str, statement: str) -> None:
+    """From a raw psql session, UPDATE, DELETE, upserts and TRUNCATE fail naming the table append-only."""
+    with BudgetStore.open(pg_url) as store:
+        store.record_many(gate_lines(5))
+    before = rows(pg_url)
+    done = _psql(pg_url, statement)
+    assert done.returncode != 0
+    assert "append-only" in done.stderr
+    assert rows(pg_url) == before
+
+
+@pytest.mark.slow
+def test_eight_concurrent_writer_processes(pg_url: str) -> None:
+    """8 processes appending at once: no row lost, seq 1..N without a gap, the chain valid."""
+    writers = [_writer(pg_url, f"w{index}", "single" if index % 2 else "batches", 100) for index in range(8)]
+    for writer in writers:
+        _, err = writer.communicate(timeout=600)
+        assert writer.returncode == 0, err
+    stored = rows(pg_url)
+    assert [row[0] for row in stored] == list(range(1, 801))
+    report = audit(pg_url, jobs=2)
+    assert report.clean, report.findings[:5]
+    assert report.rows_checked == 800
+
+
+@pytest.mark.slow
+def test_copy_sqlite_history_to_postgresql(run_cli: Run, tmp_path: Path, pg_url: str) -> None:
+    """copy moves 10,000 rows exactly; the copy audits clean and the source's checkpoint verifies on it."""
+    source = tmp_path / "source.db"
+    with BudgetStore.open(source) as store:
+        store.record_many(gate_lines(10_000))
+        checkpoint = store.checkpoint()
+    status, out, err = run_cli("copy", str(source), pg_url)
+    assert (status, err) == (0, "")
+    assert "copied 10000 rows" in out
+    assert rows(pg_url) == rows(source)
+    report = audit(pg_url, checkpoint=checkpoint)
+    assert report.clean, report.findings[:3]
+    assert report.rows_checked == 10_000
+    checkpoint_file = tmp_path / "cp.json"
+    checkpoint_file.write_text(checkpoint.to_json())
+    assert run_cli("audit", "--db", pg_url, "--checkpoint", str(checkpoint_file), "--jobs", "2")[0] == 0
+
+
+def test_copy_refuses_a_tampered_source_and_writes_nothing(run_cli: Run, tmp_path: Path, pg_url: str) -> None:
+    """A source row that fails verification stops the copy: exit 1, the destination stays empty."""
+    source = tmp_path / "source.db"
+    with BudgetStore.open(source) as store:
+        store.record_many(gate_lines(30))
+    tamper(source, "UPDATE compute_budget_decisions SET max_steps = 99 WHERE seq = 20")
+    status, out, err = run_cli("copy", str(source), pg_url)
+    assert status == 1
+    assert "seq 20" in err
+    assert "nothing was copied" in err
+    assert len(err.strip().splitlines()) == 1
+    with BudgetStore.open(pg_url, readonly=True) as store:
+        assert store.count() == 0
+
+
+def test_copy_into_a_store_that_is_not_empty(run_cli: Run, tmp_path: Path, pg_url: str) -> None:
+    """copy writes only into an empty store."""
+    source = tmp_path / "source.db"
+    with BudgetStore.open(source) as store:
+        store.record_many(gate_lines(3))
+    assert run_cli("copy", str(source), pg_url)[0] == 0
+    status, _, err = run_cli("copy", str(source), pg_url)
+    assert status == 2
+    assert "copy needs an empty store" in err
+
+
+def test_wrong_password_is_one_clear_line(run_cli: Run, pg_url: str) -> None:
+    """A refused password: exit 2, one line, the password itself never printed."""
+    url = make_url(pg_url).set(password="not-the-password").render_as_string(hide_password=False)
+    status, _, err = run_cli("audit", "--db", url)
+    assert status == 2
+    assert "refused the password" in err
+    assert "not-the-password" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_server_down_is_one_clear_line(run_cli: Run, pg_url: str) -> None:
+    """No server listening: exit 2 and one line, for readers and writers alike."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = make_url(pg_url).set(port=port).render_as_string(hide_password=False)
+    for argv in (["audit", "--db", url], ["record", "--db", url, "-"], ["list", "--db", url]):
+        status, _, err = run_cli(*argv)
+        assert status == 2
+        assert "server is down or unreachable" in err
+        assert len(err.strip().splitlines()) == 1
