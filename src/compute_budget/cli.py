@@ -18,6 +18,7 @@ from compute_budget.errors import ComputeBudgetError
 from compute_budget.gate_lines import BadLine, GateLine, read_gates
 from compute_budget.policy import V1
 from compute_budget.types import ComputeBudgetStatus
+from compute_budget.validation import is_valid_text
 
 PROG = "compute-budget"
 
@@ -337,7 +338,10 @@ def progress_bar(stream: BinaryIO, label: str) -> Iterator[tuple[Iterator[bytes]
 
 
 def _where(input_path: str) -> str:
-    return "stdin" if input_path == "-" else input_path
+    """INPUT as shown in messages: as typed when plain, quoted when it holds newlines or undecodable bytes."""
+    if input_path == "-":
+        return "stdin"
+    return input_path if input_path.isprintable() and is_valid_text(input_path) else repr(input_path)
 
 
 def _json_bytes(value: object) -> bytes:
