@@ -297,13 +297,11 @@ def _audit_range(
     try:
         with store.engine.connect() as connection:
             mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"
-            rows = connection.execution_options(stream_results=True, yield_per=BATCH_ROWS).exec_driver_sql(
-                f"SELECT {', '.join(COLUMNS)} FROM {TABLE_NAME} WHERE seq > {mark} AND seq <= {mark} ORDER BY seq",
-                (low, high),
-            )
-            for row in _tuples(rows):
-                prev_seq, prev_chain = check_row(row, prev_seq, prev_chain, result)
-                if on_progress is not None and result.rows % BATCH_ROWS == 0:
+            query = f"SELECT {', '.join(COLUMNS)} FROM {TABLE_NAME} WHERE seq > {mark} AND seq <= {mark} ORDER BY seq"
+            for batch in _batches(connection, query, (low, high)):
+                for row in batch:
+                    prev_seq, prev_chain = check_row(row, prev_seq, prev_chain, result)
+                if on_progress is not None:
                     on_progress(result.rows, total)
     except SQLAlchemyError as error:
         raise translate(error, store.location) from None
@@ -312,10 +310,24 @@ def _audit_range(
     return result
 
 
-def _tuples(rows: Any) -> Iterator[tuple[Any, ...]]:
-    for partition in rows.partitions():
-        for row in partition:
-            yield tuple(row)
+def _batches(connection: Connection, query: str, params: tuple[Any, ...]) -> Iterator[list[tuple[Any, ...]]]:
+    """Rows of `query` in batches of plain tuples, streamed: SQLite's own cursor (the fastest way through the
+    rows), a server-side cursor elsewhere."""
+    if connection.dialect.name == "sqlite":
+        cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute(query, params)
+            while batch := cursor.fetchmany(BATCH_ROWS):
+                yield batch
+        finally:
+            cursor.close()
+        return
+    result = connection.execution_options(stream_results=True, yield_per=BATCH_ROWS).exec_driver_sql(query, params)
+    try:
+        for partition in result.partitions():
+            yield [tuple(row) for row in partition]
+    finally:
+        result.close()
 
 
 _INTEGER_COLUMNS = ("seq", "max_candidates", "max_depth", "max_steps", "max_parallelism")
@@ -333,59 +345,32 @@ _COMPARED = (
 )
 
 
+_NONE = type(None)
+# The column types of a readable row, in `schema.COLUMNS` order (max_wallclock_ms: null in v1, or an integer).
+_ROW_TYPES = (int, str, str, str, str, str, str, str, int, int, int, _NONE, int, str, str, str, str, str)
+_ROW_TYPES_WITH_WALLCLOCK = (*_ROW_TYPES[:11], int, *_ROW_TYPES[12:])
+
+
 def check_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result: _RangeResult) -> tuple[int, str]:
-    """Check one stored row (values in `schema.COLUMNS` order); returns the (seq, chain_hash) it leaves."""
-    (
-        seq,
-        budget_id,
-        policy_version,
-        gate_decision_id,
-        gate_policy_version,
-        gate_input_digest,
-        status,
-        reason_code,
-        max_candidates,
-        max_depth,
-        max_steps,
-        _max_wallclock_ms,
-        max_parallelism,
-        evidence_spans,
-        _explanation,
-        gate_input,
-        _recorded_at,
-        stored_chain,
-    ) = row  # explanation, max_wallclock_ms and recorded_at are covered by the chain, never re-derived
-    findings = result.findings
+    """Check one stored row (values in `schema.COLUMNS` order); returns the (seq, chain_hash) it leaves.
+
+    The common, clean row takes the fast path: one type check, one chain hash, one re-derivation and one
+    tuple comparison; findings are worked out in detail only for rows that fail.
+    """
     result.rows += 1
-    label = budget_id if isinstance(budget_id, str) else None
-    wrong = _wrong_types(row)
-    if wrong:
-        findings.append(
-            Finding(
-                FindingKind.MALFORMED_ROW, label, seq if isinstance(seq, int) else None, f"cannot read the row: {wrong}"
-            )
-        )
-        next_seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else prev_seq + 1
-        return next_seq, stored_chain if isinstance(stored_chain, str) else prev_chain
+    types = tuple(map(type, row))
+    if types != _ROW_TYPES and types != _ROW_TYPES_WITH_WALLCLOCK:
+        return _unreadable_row(row, prev_seq, prev_chain, result)
+    seq, budget_id, policy_version, status, reason_code = row[0], row[1], row[2], row[6], row[7]
+    stored_chain = row[17]
+    findings = result.findings
     result.status_counts[status] += 1
     result.reason_counts[reason_code] += 1
     result.last_seq, result.last_chain_hash, result.last_budget_id = seq, stored_chain, budget_id
 
     # The chain: this row must link to the stored row before it.
-    problems = []
-    if seq != prev_seq + 1:
-        problems.append(
-            f"seq jumps from {prev_seq} to {seq}: {seq - prev_seq - 1} row(s) missing"
-            if seq > prev_seq + 1
-            else f"seq {seq} follows seq {prev_seq}: rows reordered or duplicated"
-        )
-    if chain_hash(prev_chain, row[:-1]) != stored_chain:
-        problems.append(
-            f"chain_hash does not follow from row {prev_seq} and this row's columns: "
-            "a row here was edited, inserted, deleted or reordered"
-        )
-    if problems:
-        findings.append(Finding(FindingKind.CHAIN_BREAK, budget_id, seq, "; ".join(problems)))
+    if seq != prev_seq + 1 or chain_hash(prev_chain, row[:17]) != stored_chain:
+        findings.append(_chain_break(row, prev_seq, prev_chain))
 
     policy = POLICIES.get(policy_version)
     if policy is None:
@@ -400,35 +385,23 @@ def check_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result: _Ran
         )
         return seq, stored_chain
     try:
-        parsed = parse_gate_json(gate_input)
+        parsed = parse_gate_json(row[15])
     except InputNotJson as error:
         findings.append(Finding(FindingKind.MALFORMED_ROW, budget_id, seq, f"gate_input is {error}"))
         return seq, stored_chain
     derived = policy.decide(parsed.value, defect=parsed.defect)
-    differences = [
-        f"{name} stored {value!r}, policy gives {getattr(derived, name)!r}"
-        for name, value in zip(
-            _COMPARED,
-            (
-                policy_version,
-                gate_decision_id,
-                gate_policy_version,
-                gate_input_digest,
-                status,
-                reason_code,
-                max_candidates,
-                max_depth,
-                max_steps,
-                max_parallelism,
-            ),
-            strict=True,
-        )
-        if value != getattr(derived, name)
-    ]
-    derived_spans = spans_json(derived.evidence_spans)
-    if evidence_spans != derived_spans:
-        differences.append(f"evidence_spans stored {_clip(evidence_spans)}, policy gives {_clip(derived_spans)}")
-    if not differences:
+    same = (
+        derived.policy_version,
+        derived.gate_decision_id,
+        derived.gate_policy_version,
+        derived.gate_input_digest,
+        derived.status,
+        derived.reason_code,
+        derived.max_candidates,
+        derived.max_depth,
+        derived.max_steps,
+    ) == row[2:11] and derived.max_parallelism == row[12]
+    if same and spans_json(derived.evidence_spans) == row[13]:
         # Every hashed field equals the re-derived decision's, so its budget_id is the recomputed one.
         if derived.budget_id != budget_id:
             findings.append(
@@ -440,7 +413,56 @@ def check_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result: _Ran
                 )
             )
         return seq, stored_chain
-    findings.append(Finding(FindingKind.REDERIVE_MISMATCH, budget_id, seq, "; ".join(differences)))
+    findings.extend(_rederive_findings(row, derived))
+    return seq, stored_chain
+
+
+def _chain_break(row: tuple[Any, ...], prev_seq: int, prev_chain: str) -> Finding:
+    seq = row[0]
+    problems = []
+    if seq != prev_seq + 1:
+        problems.append(
+            f"seq jumps from {prev_seq} to {seq}: {seq - prev_seq - 1} row(s) missing"
+            if seq > prev_seq + 1
+            else f"seq {seq} follows seq {prev_seq}: rows reordered or duplicated"
+        )
+    if chain_hash(prev_chain, row[:17]) != row[17]:
+        problems.append(
+            f"chain_hash does not follow from row {prev_seq} and this row's columns: "
+            "a row here was edited, inserted, deleted or reordered"
+        )
+    return Finding(FindingKind.CHAIN_BREAK, row[1], seq, "; ".join(problems))
+
+
+def _unreadable_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result: _RangeResult) -> tuple[int, str]:
+    seq, budget_id, stored_chain = row[0], row[1], row[17]
+    result.findings.append(
+        Finding(
+            FindingKind.MALFORMED_ROW,
+            budget_id if isinstance(budget_id, str) else None,
+            seq if type(seq) is int else None,
+            f"cannot read the row: {_wrong_types(row)}",
+        )
+    )
+    next_seq = seq if type(seq) is int else prev_seq + 1
+    return next_seq, stored_chain if isinstance(stored_chain, str) else prev_chain
+
+
+def _rederive_findings(row: tuple[Any, ...], derived: ComputeBudgetDecision) -> list[Finding]:
+    """Field-by-field differences between a stored row and its re-derived decision, and its hash check."""
+    seq, budget_id = row[0], row[1]
+    stored = dict(zip(COLUMNS, row, strict=True))
+    differences = [
+        f"{name} stored {stored[name]!r}, policy gives {getattr(derived, name)!r}"
+        for name in _COMPARED
+        if stored[name] != getattr(derived, name)
+    ]
+    derived_spans = spans_json(derived.evidence_spans)
+    if stored["evidence_spans"] != derived_spans:
+        differences.append(
+            f"evidence_spans stored {_clip(stored['evidence_spans'])}, policy gives {_clip(derived_spans)}"
+        )
+    findings = [Finding(FindingKind.REDERIVE_MISMATCH, budget_id, seq, "; ".join(differences))]
     recomputed = _recompute_budget_id(row)
     if recomputed is None:
         findings.append(
@@ -455,7 +477,7 @@ def check_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result: _Ran
                 f"the stored fields hash to {recomputed}, not to the stored budget_id",
             )
         )
-    return seq, stored_chain
+    return findings
 
 
 def _wrong_types(row: tuple[Any, ...]) -> str:

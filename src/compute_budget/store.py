@@ -10,6 +10,8 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import os
+import queue
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
@@ -17,7 +19,7 @@ from typing import Any, Self
 
 import orjson
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from compute_budget.chain import EMPTY_HEAD, ChainHead, chain_hash
 from compute_budget.checkpoint import Checkpoint
@@ -152,64 +154,63 @@ class BudgetStore:
 
     def record(self, gate: object) -> RecordResult:
         """Decide and append one gate; re-recording the same gate is a no-op returning the stored decision."""
-        results: list[RecordResult] = []
-        self._append([gate], results.append)
-        return results[0]
+        results: list[tuple[ComputeBudgetDecision, bool, int]] = []
+        self._append([gate], results)
+        decision, new, seq = results[0]
+        return RecordResult(decision, new, seq)
 
     def record_many(self, gates: Iterable[object], *, on_progress: Callable[[int], None] | None = None) -> BatchResult:
         """Decide and append every gate atomically (all or none), streaming any iterable of any length."""
-        counts = [0, 0]
-
-        def tally(result: RecordResult) -> None:
-            counts[0 if result.new else 1] += 1
-
-        head = self._append(gates, tally, on_progress)
-        return BatchResult(counts[0], counts[1], head)
+        head, new, present = self._append(gates, None, on_progress)
+        return BatchResult(new, present, head)
 
     def _append(
         self,
         gates: Iterable[object],
-        report: Callable[[RecordResult], None],
+        results: list[tuple[ComputeBudgetDecision, bool, int]] | None,
         on_progress: Callable[[int], None] | None = None,
-    ) -> ChainHead:
+    ) -> tuple[ChainHead, int, int]:
+        """Append in one write transaction, a chunk of gates at a time.
+
+        Each chunk is first inserted optimistically, as if every gate were new, inside a savepoint; a gate
+        already stored makes the insert fail (primary key, or the guard's no-replace trigger), the savepoint
+        rolls back, and from then on chunks look their gates up before inserting. Fresh appends, the common
+        case, so cost no lookup at all.
+        """
         if self.readonly:
             raise ReadOnlyStore(f"{self.location.display} was opened read-only; open it for writing to record")
+        new = present = 0
         try:
             with begin_write(self._engine) as connection:
                 _lock_for_append(connection, readonly=False)
                 head = _head(connection)
-                seq, prev, last_id = head.seq, head.chain_hash, head.budget_id
                 insert = _insert_sql(connection)
-                chunks = iter(gates)
-                while chunk := list(itertools.islice(chunks, CHUNK_SIZE)):
-                    prepared = [prepare_gate(gate) for gate in chunk]
-                    stored = _stored_gates(connection, {item.decision.budget_id for item in prepared})
+                optimistic = True
+                for prepared in _prepared_chunks(gates, ahead=results is None):
                     recorded_at = _utc_now()
-                    rows: list[tuple[Any, ...]] = []
-                    for item in prepared:
-                        budget_id = item.decision.budget_id
-                        existing = stored.get(budget_id)
-                        if existing is not None:
-                            if not same_gate(existing[1], item):
-                                raise GateConflict(
-                                    budget_id, existing[1], item.gate_input, differing_keys(existing[1], item)
-                                )
-                            report(RecordResult(item.decision, False, existing[0]))
-                            continue
-                        seq += 1
-                        row = _row(seq, item, recorded_at)
-                        prev = chain_hash(prev, row)
-                        rows.append((*row, prev))
-                        stored[budget_id] = (seq, item.gate_input)
-                        last_id = budget_id
-                        report(RecordResult(item.decision, True, seq))
-                    if rows:
-                        connection.exec_driver_sql(insert, rows)
+                    plan: _ChunkPlan | None = None
+                    if optimistic:
+                        plan = _plan_chunk(prepared, {}, head, recorded_at)
+                        try:
+                            with connection.begin_nested():
+                                connection.exec_driver_sql(insert, plan.rows)
+                        except IntegrityError:
+                            optimistic, plan = False, None
+                    if plan is None:
+                        stored = _stored_gates(connection, {item.decision.budget_id for item in prepared})
+                        plan = _plan_chunk(prepared, stored, head, recorded_at)
+                        if plan.rows:
+                            connection.exec_driver_sql(insert, plan.rows)
+                    head = plan.head
+                    new += len(plan.rows)
+                    present += len(prepared) - len(plan.rows)
+                    if results is not None:
+                        results.extend(plan.results)
                     if on_progress is not None:
-                        on_progress(len(chunk))
+                        on_progress(len(prepared))
         except SQLAlchemyError as error:
             raise translate(error, self.location) from None
-        return ChainHead(seq, prev, last_id)
+        return head, new, present
 
     # -- reading -------------------------------------------------------------------------------------------
 
@@ -325,6 +326,89 @@ class _Reading:
         self._connection.close()
         if isinstance(error, SQLAlchemyError):
             raise translate(error, self._store.location) from None
+
+
+def _prepared_chunks(gates: Iterable[object], *, ahead: bool) -> Iterator[list[PreparedGate]]:
+    """The gates in decided chunks. With `ahead`, a helper thread reads and decides the next chunk while the
+    caller inserts this one: SQLite and psycopg release the GIL while the database works, so the two overlap.
+    Whatever the helper raises (a bad line, a gate JSON cannot hold) is raised here, in the caller.
+    """
+    source = iter(gates)
+    if not ahead:
+        while chunk := list(itertools.islice(source, CHUNK_SIZE)):
+            yield [prepare_gate(gate) for gate in chunk]
+        return
+    handoff: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=2)
+    stop = threading.Event()
+
+    def offer(item: tuple[str, Any]) -> None:
+        while not stop.is_set():
+            try:
+                handoff.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def work() -> None:
+        try:
+            while not stop.is_set() and (chunk := list(itertools.islice(source, CHUNK_SIZE))):
+                offer(("chunk", [prepare_gate(gate) for gate in chunk]))
+            offer(("end", None))
+        except BaseException as error:  # handed to the caller, who decides what it means
+            offer(("error", error))
+
+    helper = threading.Thread(target=work, name="compute-budget-decide", daemon=True)
+    helper.start()
+    try:
+        while True:
+            kind, payload = handoff.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise payload
+            yield payload
+    finally:
+        stop.set()
+        helper.join()
+
+
+@dataclass(frozen=True, slots=True)
+class _ChunkPlan:
+    """What appending one chunk does: the rows to insert, the head after them, each gate's outcome."""
+
+    rows: list[tuple[Any, ...]]
+    head: ChainHead
+    results: list[tuple[ComputeBudgetDecision, bool, int]]
+
+
+def _plan_chunk(
+    prepared: list[PreparedGate], stored: dict[str, tuple[int, str]], head: ChainHead, recorded_at: str
+) -> _ChunkPlan:
+    """Number and chain the new gates of a chunk after `head`; raises `GateConflict` for a changed gate.
+
+    `stored` maps the budget_ids already in the database to their (seq, gate_input); gates repeated within
+    the chunk are matched against their first occurrence.
+    """
+    seq, prev, last_id = head.seq, head.chain_hash, head.budget_id
+    seen = dict(stored)
+    rows: list[tuple[Any, ...]] = []
+    results: list[tuple[ComputeBudgetDecision, bool, int]] = []
+    for item in prepared:
+        budget_id = item.decision.budget_id
+        existing = seen.get(budget_id)
+        if existing is not None:
+            if not same_gate(existing[1], item):
+                raise GateConflict(budget_id, existing[1], item.gate_input, differing_keys(existing[1], item))
+            results.append((item.decision, False, existing[0]))
+            continue
+        seq += 1
+        row = _row(seq, item, recorded_at)
+        prev = chain_hash(prev, row)
+        rows.append((*row, prev))
+        seen[budget_id] = (seq, item.gate_input)
+        last_id = budget_id
+        results.append((item.decision, True, seq))
+    return _ChunkPlan(rows, ChainHead(seq, prev, last_id), results)
 
 
 def _check_file(location: Location, *, readonly: bool) -> None:
