@@ -231,12 +231,6 @@ def test_raw_utf8_text_decides_like_the_stdlib_reading(gate: object) -> None:
     assert dataclasses.replace(fast, explanation="") == dataclasses.replace(exact, explanation="")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the orjson fast path of parse_gate_json (commit 413f15b) reads integer literals outside "
-    "[-2**63, 2**64) as floats, so such a gate is explained as 'must be an integer, not float'; the decision "
-    "and budget_id are unaffected (reported to the lead, not fixed here)",
-)
 @pytest.mark.parametrize("literal", ["18446744073709551617", "-9223372036854775809"])
 def test_integers_beyond_64_bits_are_read_as_integers(literal: str) -> None:
     """An integer literal too large for 64 bits is still read as the integer it is, as the stdlib reader does."""

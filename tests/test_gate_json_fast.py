@@ -13,7 +13,8 @@ from compute_budget.gate_json import _parse_exact, _parse_fast, parse_gate_json
 from tests.conftest import make_gate
 
 keys = st.sampled_from(["a", "b", "text", "start", ":", " :", "decision_id", "é", ""])
-scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**63) | st.text(max_size=8) | st.floats(allow_nan=False, allow_infinity=False)
+finite_floats = st.floats(allow_nan=False, allow_infinity=False)
+scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**63) | st.text(max_size=8) | finite_floats
 json_values = st.recursive(
     scalars,
     lambda inner: st.lists(inner, max_size=4) | st.lists(st.tuples(keys, inner), max_size=4),

@@ -137,8 +137,27 @@ def test_broken_multi_line_object_is_one_bad_start_and_the_rest_reread() -> None
 
 
 def test_object_cut_off_at_end_of_input() -> None:
-    """An object still open at the end of the input is a BadLine at its first line."""
-    assert shape(read(f'{GATE}\n{{\n  "decision_id": "x",\n'.encode())) == [("gate", 1), ("bad", 2), ("bad", 3)]
+    """An object still open at the end of the input is one BadLine at its first line; its inner lines are not
+    reported again."""
+    items = read(f'{GATE}\n{{\n  "decision_id": "x",\n'.encode())
+    assert shape(items) == [("gate", 1), ("bad", 2)]
+    assert isinstance(items[1], BadLine)
+    assert "never closed" in items[1].message
+
+
+def test_typo_in_a_pretty_printed_gate_is_one_error_where_it_is() -> None:
+    """A missing comma on line 5 of a pretty-printed gate: one BadLine at line 5, no decisions for its pieces,
+    and the gate after it still decided."""
+    pretty = json.dumps(json.loads(GATE), indent=2).splitlines()
+    pretty[3] = pretty[3].rstrip(",")
+    items = read(("\n".join(pretty) + "\n" + GATE + "\n").encode())
+    assert shape(items) == [("bad", 5), ("gate", len(pretty) + 1)]
+
+
+def test_cut_off_record_in_json_lines_does_not_swallow_the_next() -> None:
+    """A JSON Lines record cut short is reported at its own line; the records after it are still read."""
+    items = read(f'{{"decision_id": \n{GATE}\n{GATE}\n'.encode())
+    assert shape(items) == [("bad", 1), ("gate", 2), ("gate", 3)]
 
 
 def test_json_that_is_not_a_gate_is_still_a_gate_line() -> None:

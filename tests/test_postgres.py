@@ -94,7 +94,7 @@ def test_copy_refuses_a_tampered_source_and_writes_nothing(run_cli: Run, tmp_pat
     with BudgetStore.open(source) as store:
         store.record_many(gate_lines(30))
     tamper(source, "UPDATE compute_budget_decisions SET max_steps = 99 WHERE seq = 20")
-    status, out, err = run_cli("copy", str(source), pg_url)
+    status, _, err = run_cli("copy", str(source), pg_url)
     assert status == 1
     assert "seq 20" in err
     assert "nothing was copied" in err

@@ -151,10 +151,12 @@ def audit(
                     if proof is not None:
                         findings_before += _check_checkpoint(connection, proof, plan.max_seq)
                 outliers = _outliers(connection, plan) if since is None else []
+                stored_head = _stored_row_head(connection, plan.max_seq)
         except SQLAlchemyError as error:
             raise translate(error, store.location) from None
         tasks = [(low, high, anchor) for (low, high), anchor in zip(plan.ranges, anchors, strict=True)]
-        if jobs > 1 and len(tasks) > 1:
+        processes = len(tasks) if jobs > 1 and len(tasks) > 1 else 1
+        if processes > 1:
             results = _run_parallel(str(store.location.url.render_as_string(hide_password=False)), tasks, jobs)
         else:
             total = sum(high - low for low, high in plan.ranges)
@@ -162,7 +164,7 @@ def audit(
         database = store.location.display
     merged = _RangeResult()
     findings = list(findings_before)
-    last = ChainHead(
+    last = stored_head or ChainHead(
         plan.start_seq, since.chain_hash if since else GENESIS_CHAIN_HASH, since.budget_id if since else None
     )
     for result in results:
@@ -183,7 +185,7 @@ def audit(
         elapsed_seconds=time.perf_counter() - started,
         checkpoint=checkpoint,
         since=since,
-        jobs=jobs,
+        jobs=processes,
     )
 
 
@@ -196,12 +198,25 @@ class _Plan:
 
 def _plan(connection: Connection, since: Checkpoint | None, jobs: int) -> _Plan:
     start = since.seq if since is not None else 0
-    row = connection.exec_driver_sql(f"SELECT max(seq) FROM {TABLE_NAME} WHERE seq = CAST(seq AS INTEGER)").first()
+    row = connection.exec_driver_sql(f"SELECT max(seq) FROM {TABLE_NAME} WHERE seq = CAST(seq AS BIGINT)").first()
     max_seq = int(row[0]) if row is not None and row[0] is not None else 0
     span = max(max_seq - start, 0)
     parts = max(1, min(jobs, span // MIN_ROWS_PER_JOB + 1)) if jobs > 1 else 1
     bounds = [start + span * index // parts for index in range(parts + 1)]
     return _Plan(start, max_seq, [(bounds[index], bounds[index + 1]) for index in range(parts)])
+
+
+def _stored_row_head(connection: Connection, max_seq: int) -> ChainHead | None:
+    """The stored row at the highest seq, when it is readable (the report's head when no row is scanned)."""
+    if max_seq == 0:
+        return None
+    mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"
+    row = connection.exec_driver_sql(
+        f"SELECT seq, chain_hash, budget_id FROM {TABLE_NAME} WHERE seq = {mark}", (max_seq,)
+    ).first()
+    if row is None or type(row[0]) is not int or not isinstance(row[1], str) or not isinstance(row[2], str):
+        return None
+    return ChainHead(row[0], row[1], row[2])
 
 
 def _anchor(connection: Connection, low: int, since: Checkpoint | None) -> tuple[int, str]:
@@ -453,7 +468,7 @@ def _rederive_findings(row: tuple[Any, ...], derived: ComputeBudgetDecision) -> 
     seq, budget_id = row[0], row[1]
     stored = dict(zip(COLUMNS, row, strict=True))
     differences = [
-        f"{name} stored {stored[name]!r}, policy gives {getattr(derived, name)!r}"
+        f"{name} stored {_shown(stored[name])}, policy gives {_shown(getattr(derived, name))}"
         for name in _COMPARED
         if stored[name] != getattr(derived, name)
     ]
@@ -500,6 +515,11 @@ def _recompute_budget_id(row: tuple[Any, ...]) -> str | None:
     except (MalformedDecision, ValueError, TypeError):
         return None
     return compute_budget_id(decision) if isinstance(decision, ComputeBudgetDecision) else None
+
+
+def _shown(value: object) -> str:
+    """A value as a person reads it in a detail: strings (enum members too) quoted, numbers as they are."""
+    return repr(str.__str__(value)) if isinstance(value, str) else repr(value)
 
 
 def _clip(text: str, limit: int = 120) -> str:

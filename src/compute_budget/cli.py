@@ -7,6 +7,7 @@ line on stderr, so no input, however bad, ends in a traceback.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -121,15 +122,27 @@ def _gates_or_fail(items: Iterator[GateLine | BadLine], input_path: str) -> Iter
 @db_option
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def show_command(budget_id: str, db: str | None, output_format: str) -> int:
-    """Show the stored decision BUDGET_ID, its gate input and why (exit 1 when it is not stored)."""
+    """Show the stored decision BUDGET_ID (64 hex digits, or a unique prefix of 8 or more), its gate input and
+    why (exit 1 when it is not stored)."""
     from compute_budget.store import BudgetStore
 
+    wanted = budget_id.strip().lower()
+    if not re.fullmatch(r"[0-9a-f]{8,64}", wanted):
+        raise click.BadParameter(
+            f"{budget_id!r} is not a budget_id: give its 64 hex digits (or a unique prefix of at least 8)",
+            param_hint="BUDGET_ID",
+        )
     with BudgetStore.open(db, readonly=True) as store:
-        stored = store.get(budget_id.strip().lower())
+        found = store.find(wanted)
         where = store.location.display
-    if stored is None:
-        _say(f"no decision with budget_id {budget_id} in {where}")
+    if not found:
+        _say(f"no decision with budget_id {wanted} in {where}")
         return 1
+    if len(found) > 1:
+        raise click.BadParameter(
+            f"prefix {wanted} matches more than one decision: give more digits", param_hint="BUDGET_ID"
+        )
+    stored = found[0]
     if output_format == "json":
         sys.stdout.buffer.write(_json_bytes(stored.to_dict()))
         return 0
@@ -142,7 +155,7 @@ def show_command(budget_id: str, db: str | None, output_format: str) -> int:
 @cli.command("list")
 @db_option
 @click.option("--status", type=click.Choice([status.value for status in ComputeBudgetStatus]), help="Only this status.")
-@click.option("--limit", type=click.IntRange(min=0), default=None, help="Only the newest N decisions.")
+@click.option("--limit", type=click.IntRange(min=0, max=2**62), default=None, help="Only the newest N decisions.")
 @click.option("--format", "output_format", type=click.Choice(["table", "jsonl"]), default="table", show_default=True)
 def list_command(db: str | None, status: str | None, limit: int | None, output_format: str) -> int:
     """List stored decisions, oldest first and newest last."""
@@ -157,7 +170,7 @@ def list_command(db: str | None, status: str | None, limit: int | None, output_f
             return 0
         from compute_budget.report import print_table
 
-        print_table(rows)
+        print_table(rows, filtered=status is not None or limit is not None)
     return 0
 
 
@@ -227,6 +240,9 @@ def audit_command(
 
     checkpoint = load_checkpoint(checkpoint_path) if checkpoint_path else None
     since = load_checkpoint(since_path) if since_path else None
+    for option, path in (("--output", output_path), ("--save-checkpoint", save_path)):
+        if path:
+            _check_writable(option, path)  # before the audit: a nightly run must not fail only at its end
     with audit_progress(enabled=jobs == 1) as on_progress:
         report = audit(db, checkpoint=checkpoint, since=since, jobs=jobs, on_progress=on_progress)
     text = render(report, output_format)
@@ -240,6 +256,16 @@ def audit_command(
         else:
             _say(f"audit not clean: checkpoint {save_path} was not written")
     return 0 if report.clean else 1
+
+
+def _check_writable(option: str, path: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise click.BadParameter(f"{path} is a folder", param_hint=option)
+    if not os.path.isdir(folder):
+        raise click.BadParameter(f"folder {folder} does not exist", param_hint=option)
+    if not os.access(folder, os.W_OK):
+        raise click.BadParameter(f"folder {folder} is not writable", param_hint=option)
 
 
 def _write_atomically(path: str, text: str) -> None:
@@ -352,13 +378,19 @@ def _json_bytes(value: object) -> bytes:
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the command line with `argv` and return the exit status instead of exiting."""
+    args = list(argv) if argv is not None else sys.argv[1:]
+    if not args:
+        click.echo(cli.get_help(click.Context(cli, info_name=PROG)), err=True)
+        return 2
     try:
-        result = cli.main(args=list(argv) if argv is not None else None, prog_name=PROG, standalone_mode=False)
+        # make_context + invoke rather than main(): main() turns a broken pipe into exit 1 before we see it
+        with cli.make_context(PROG, args) as context:
+            result = cli.invoke(context)
     except click.exceptions.Exit as done:
         return int(done.exit_code)
     except click.UsageError as error:
         hint = f" (try '{error.ctx.command_path} --help')" if error.ctx is not None else ""
-        _say(f"{error.format_message()}{hint}")
+        _say(f"error: {error.format_message()}{hint}")
         return 2
     except click.ClickException as error:
         _say(error.format_message())
@@ -374,6 +406,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         return 2
     except OSError as error:
         _say(f"error: {error.strerror or error}" + (f": {error.filename}" if error.filename else ""))
+        return 2
+    except Exception as error:  # a bug of ours: still one line, never a traceback
+        _say(f"error: unexpected {type(error).__name__}: {error} (please report this)")
         return 2
     return result if isinstance(result, int) else 0
 

@@ -79,16 +79,16 @@ def create_store_engine(location: Location, *, readonly: bool) -> Engine:
             connect_args["options"] = "-c default_transaction_read_only=on"
         return create_engine(location.url, connect_args=connect_args)
     except (NoSuchModuleError, ModuleNotFoundError) as error:
-        raise StoreUnavailable(
-            f"no driver for {location.display}: for PostgreSQL install 'compute-budget[postgres]' ({error})"
-        ) from None
+        hint = "install 'compute-budget[postgres]'" if location.backend == "postgresql" else "use SQLite or PostgreSQL"
+        raise StoreUnavailable(f"no database driver for {location.display}: {hint} ({error})") from None
     except SQLAlchemyError as error:
         raise translate(error, location) from None
 
 
 def _sqlite_engine(path: Path, *, readonly: bool) -> Engine:
     if readonly:
-        url = f"sqlite:///file:{urllib.parse.quote(str(path))}?mode=ro&uri=true"
+        mode = "ro&immutable=1" if _on_read_only_filesystem(path) else "ro"
+        url = f"sqlite:///file:{urllib.parse.quote(str(path))}?mode={mode}&uri=true"
     else:
         url = str(URL.create("sqlite", database=str(path)))
     engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_SECONDS})
@@ -112,6 +112,22 @@ def _sqlite_engine(path: Path, *, readonly: bool) -> Engine:
     return engine
 
 
+def _on_read_only_filesystem(path: Path) -> bool:
+    """True when a WAL reader could not create its shared-memory file beside the database (a read-only folder
+    or filesystem, a backup mount). Such a file cannot change under us, so SQLite may read it as immutable,
+    unless a write-ahead log still holds transactions the file itself does not have yet.
+    """
+    if os.access(path.parent, os.W_OK) or path.with_name(path.name + "-shm").exists():
+        return False
+    wal = path.with_name(path.name + "-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        raise StoreUnavailable(
+            f"cannot read {path} where it is: its folder is read-only and its write-ahead log {wal.name} still "
+            "holds transactions; copy the database with its -wal file to a writable folder and read it there"
+        )
+    return True
+
+
 def translate(error: BaseException, location: Location) -> ComputeBudgetError:
     """Turn a driver or SQLAlchemy error into one clear compute-budget error about `location`."""
     where = location.display
@@ -122,6 +138,8 @@ def translate(error: BaseException, location: Location) -> ComputeBudgetError:
         folder = location.sqlite_path.parent if location.sqlite_path else None
         if folder is not None and not folder.is_dir():
             return StoreUnavailable(f"cannot open database {where}: folder {folder} does not exist")
+        if folder is not None and not os.access(folder, os.W_OK):
+            return StoreUnavailable(f"cannot write to {where}: its folder {folder} is read-only")
         return StoreUnavailable(f"cannot open database {where}: it does not exist or is not accessible")
     if "file is not a database" in lowered or "file is encrypted" in lowered:
         return NotABudgetStore(f"{where} is not a SQLite database (is --db pointing at the right file?)")
@@ -131,6 +149,8 @@ def translate(error: BaseException, location: Location) -> ComputeBudgetError:
         return StoreUnavailable(f"cannot write to {where}: {text} (nothing was written)")
     if "database is locked" in lowered:
         return StoreUnavailable(f"{where} stayed locked by another writer for {BUSY_TIMEOUT_SECONDS} s")
+    if 'database "' in lowered and "does not exist" in lowered:
+        return StoreUnavailable(f"cannot use {where}: the server has no such database (create it first)")
     if "password authentication failed" in lowered:
         return StoreUnavailable(f"PostgreSQL refused the password for {where}")
     if "connection refused" in lowered or "could not connect" in lowered or "connection failed" in lowered:

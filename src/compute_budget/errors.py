@@ -28,9 +28,14 @@ class InputNotJson(ComputeBudgetError, ValueError):
     `incomplete` is True when the text broke off mid-value, so more lines might complete it.
     """
 
-    def __init__(self, message: str, *, incomplete: bool = False) -> None:
+    def __init__(
+        self, message: str, *, incomplete: bool = False, reason: str | None = None, line: int = 1, column: int = 1
+    ) -> None:
         super().__init__(message)
         self.incomplete = incomplete
+        self.reason = reason or message
+        self.line = line
+        self.column = column
 
 
 class RefusalReason(StrEnum):
@@ -65,7 +70,8 @@ class GateConflict(ComputeBudgetError):
     def __init__(self, budget_id: str, stored_gate: str, new_gate: str, differing: tuple[str, ...] = ()) -> None:
         where = f" (they differ in {', '.join(differing)})" if differing else ""
         super().__init__(
-            f"conflict: budget_id {budget_id} is already stored with gate {_clip(stored_gate)}; "
+            f"conflict: budget_id {budget_id} is already recorded (in the store or earlier in this batch) with gate "
+            f"{_clip(stored_gate)}; "
             f"refusing the different gate {_clip(new_gate)}{where}; nothing was written"
         )
         self.differing = differing
@@ -92,6 +98,10 @@ class DestinationNotEmpty(ComputeBudgetError):
 
 class CopyVerificationFailed(ComputeBudgetError):
     """A source row failed verification during `copy`; nothing was written to the destination."""
+
+
+class StoreDamaged(ComputeBudgetError):
+    """A row the store itself needs (its chain head, a row to show) cannot be read: it was tampered with."""
 
 
 class ReadOnlyStore(ComputeBudgetError):

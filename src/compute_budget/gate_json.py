@@ -76,7 +76,13 @@ def _parse_exact(text: str) -> ParsedGate:
     except json.JSONDecodeError as error:
         incomplete = error.pos >= len(text.rstrip())
         where = f"column {error.colno}" if error.lineno == 1 else f"line {error.lineno}, column {error.colno}"
-        raise InputNotJson(f"not JSON: {error.msg} at {where}", incomplete=incomplete) from None
+        raise InputNotJson(
+            f"not JSON: {error.msg} at {where}",
+            incomplete=incomplete,
+            reason=error.msg,
+            line=error.lineno,
+            column=error.colno,
+        ) from None
     except RecursionError:
         return ParsedGate(None, "the JSON is nested too deeply to be a gate")
     except ValueError:  # an integer literal past Python's digit limit: valid JSON, never a valid gate field
@@ -118,6 +124,7 @@ def _members_at_most(value: Any) -> int:
     """Keys of the top-level object and of its evidence span objects: never more than the value holds.
 
     Exact for a gate; for other shapes it may count fewer, which only sends the text to the exact reader.
+    -1 when a span holds a float, so the exact reader reports what the literal really was.
     """
     if type(value) is not dict:
         return 0
@@ -126,6 +133,9 @@ def _members_at_most(value: Any) -> int:
     if type(spans) is list:
         for span in spans:
             if type(span) is dict:
+                for number in span.values():
+                    if type(number) is float:
+                        return -1  # orjson reads integers past 64 bits as floats: let the exact reader say
                 count += len(span)
     return count
 

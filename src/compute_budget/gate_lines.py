@@ -42,6 +42,7 @@ def read_gates(stream: Iterable[bytes]) -> Iterator[GateLine | BadLine]:
     pending: deque[tuple[int, bytes]] = deque()
     source = enumerate(stream, start=1)
     first = True
+    skipping = False  # after a broken multi-line value: pass over its remaining inner lines
 
     def next_line() -> tuple[int, bytes] | None:
         if pending:
@@ -50,6 +51,10 @@ def read_gates(stream: Iterable[bytes]) -> Iterator[GateLine | BadLine]:
 
     while (item := next_line()) is not None:
         number, raw = item
+        if skipping:
+            if _continues_a_value(raw):
+                continue
+            skipping = False
         if first:
             raw = raw.removeprefix(b"\xef\xbb\xbf")  # tolerate a UTF-8 byte order mark at the very start
             first = False
@@ -70,18 +75,31 @@ def read_gates(stream: Iterable[bytes]) -> Iterator[GateLine | BadLine]:
                 continue
             first_error = str(error)
         # The line opens a value that breaks off: read on until it closes into one JSON value.
-        completed, buffered = _complete_object(number, text, next_line)
+        completed, buffered, failure = _complete_object(number, text, next_line)
         if completed is not None:
             yield completed
-        else:
-            yield BadLine(number, first_error)
-            pending.extendleft(reversed(buffered))  # the lines after it are read again on their own
+            continue
+        # The broken value's own inner lines (indented, or only closing brackets) are not gates of their own;
+        # from the first line that starts a new value at the margin on, lines are read again as usual. When
+        # such a line follows, the opening line itself was the broken one (a cut-off JSON Lines record);
+        # otherwise the value is one pretty-printed object, broken where the parser says.
+        while buffered and _continues_a_value(buffered[0][1]):
+            buffered.pop(0)
+        skipping = not buffered
+        yield failure if failure is not None and skipping else BadLine(number, first_error)
+        pending.extendleft(reversed(buffered))
+
+
+def _continues_a_value(raw: bytes) -> bool:
+    stripped = raw.strip(b" \t\r\n")
+    return not stripped or raw[:1] in (b" ", b"\t") or not stripped.strip(b"]},")
 
 
 def _complete_object(
     number: int, text: str, next_line: Callable[[], tuple[int, bytes] | None]
-) -> tuple[GateLine | None, list[tuple[int, bytes]]]:
-    """Join the lines after an opening line until they form one JSON value; else hand them all back."""
+) -> tuple[GateLine | None, list[tuple[int, bytes]], BadLine | None]:
+    """Join the lines after an opening line until they form one JSON value; else hand them all back, with
+    the error where the value really breaks (None when it just never closes)."""
     buffered: list[tuple[int, bytes]] = []
     parts = [text]
     size = len(text)
@@ -104,6 +122,8 @@ def _complete_object(
         except InputNotJson as error:
             if error.incomplete:
                 continue
-            break
-        return GateLine(number, joined, parsed), buffered
-    return None, buffered
+            line = number + error.line - 1
+            message = f"not JSON: {error.reason} at column {error.column} (in the value opened on line {number})"
+            return None, buffered, BadLine(line, message)
+        return GateLine(number, joined, parsed), buffered, None
+    return None, buffered, BadLine(number, "not JSON: the value opened on this line is never closed")

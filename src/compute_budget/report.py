@@ -44,32 +44,38 @@ def describe_stored(stored: StoredDecision) -> str:
     return "\n".join(f"{label:<12} {value}" for label, value in lines)
 
 
-def print_table(rows: Iterable[StoredDecision]) -> int:
-    """Print decisions as a table on stdout; returns how many rows it printed."""
+def print_table(rows: Iterable[StoredDecision], *, filtered: bool = False) -> int:
+    """Print decisions as a table on stdout; returns how many rows it printed.
+
+    On a terminal narrower than a full row, budget_ids are cut to 16 hex digits (enough for `show`, which
+    takes a unique prefix) and the recording time is left out; piped output always has everything.
+    """
+    console = Console() if sys.stdout.isatty() else Console(width=240, no_color=True)
+    narrow = console.is_terminal and console.width < 200
     table = Table(show_edge=False, pad_edge=False)
-    table.add_column("seq", justify="right")
+    table.add_column("seq", justify="right", no_wrap=True)
     table.add_column("budget_id", no_wrap=True)
-    table.add_column("gate", overflow="fold")
-    table.add_column("status")
-    table.add_column("reason")
-    table.add_column("cand/depth/steps/par", justify="right")
-    table.add_column("recorded_at", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("reason", no_wrap=True)
+    table.add_column("limits c/d/s/p", justify="right", no_wrap=True)
+    table.add_column("gate", overflow="fold", min_width=10)
+    if not narrow:
+        table.add_column("recorded_at", no_wrap=True)
     count = 0
     for stored in rows:
         decision = stored.decision
-        table.add_row(
+        cells = [
             str(stored.seq),
-            decision.budget_id,
-            decision.gate_decision_id,
+            decision.budget_id[:16] + "…" if narrow else decision.budget_id,
             decision.status.value,
             decision.reason_code,
             f"{decision.max_candidates}/{decision.max_depth}/{decision.max_steps}/{decision.max_parallelism}",
-            stored.recorded_at,
-        )
+            decision.gate_decision_id,
+        ]
+        table.add_row(*cells, *([] if narrow else [stored.recorded_at]))
         count += 1
-    console = Console() if sys.stdout.isatty() else Console(width=240, no_color=True)
     if count:
         console.print(table)
     else:
-        console.print("no decisions stored")
+        console.print("no stored decision matches" if filtered else "no decisions stored")
     return count

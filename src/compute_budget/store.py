@@ -11,6 +11,7 @@ import datetime as dt
 import itertools
 import os
 import queue
+import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from compute_budget.errors import (
     NotABudgetStore,
     ReadOnlyStore,
     SchemaBehindHead,
+    StoreDamaged,
     StoreUnavailable,
 )
 from compute_budget.gate_record import PreparedGate, differing_keys, prepare_gate, same_gate
@@ -220,7 +222,19 @@ class BudgetStore:
             row = connection.exec_driver_sql(
                 f"{_SELECT} WHERE budget_id = {_placeholder(connection)}", (budget_id,)
             ).first()
-        return None if row is None else stored_from_row(tuple(row))
+        return None if row is None else _readable(tuple(row))
+
+    def find(self, prefix: str, *, limit: int = 2) -> list[StoredDecision]:
+        """Stored rows whose budget_id starts with `prefix` (lowercase hex), at most `limit` of them."""
+        if not re.fullmatch(r"[0-9a-f]{1,64}", prefix):
+            return []
+        with self._reading() as connection:
+            mark = _placeholder(connection)
+            rows = connection.exec_driver_sql(
+                f"{_SELECT} WHERE budget_id >= {mark} AND budget_id < {mark} ORDER BY budget_id LIMIT {int(limit)}",
+                (prefix, prefix + "g"),  # "g" sorts after every hex digit: the range is exactly the prefix
+            ).fetchall()
+        return [_readable(tuple(row)) for row in rows]
 
     def __iter__(self) -> Iterator[StoredDecision]:
         """Every stored row, in `seq` order, streamed."""
@@ -240,7 +254,7 @@ class BudgetStore:
                 query = f"{_SELECT}{where} ORDER BY seq"
             result = connection.execution_options(stream_results=True, yield_per=1000).exec_driver_sql(query, params)
             for row in result:
-                yield stored_from_row(tuple(row))
+                yield _readable(tuple(row))
 
     def iter_raw_rows(self) -> Iterator[tuple[Any, ...]]:
         """Every stored row as raw column values (`schema.COLUMNS` order), in `seq` order, streamed."""
@@ -418,7 +432,7 @@ def _check_file(location: Location, *, readonly: bool) -> None:
     if path.is_dir():
         raise StoreUnavailable(f"{path} is a folder, not a database file")
     if readonly and not path.exists():
-        raise StoreUnavailable(f"no database at {path} (record something first, or check --db)")
+        raise StoreUnavailable(f"no database at {path} (check the path, or record something first)")
     if not readonly and not path.parent.is_dir():
         raise StoreUnavailable(f"cannot create database {path}: folder {path.parent} does not exist")
 
@@ -451,10 +465,27 @@ def _lock_for_append(connection: Connection, *, readonly: bool) -> None:
 
 
 def _head(connection: Connection) -> ChainHead:
+    """The row with the highest integer seq; a head that cannot be read is refused, never guessed."""
     row = connection.exec_driver_sql(
-        f"SELECT seq, chain_hash, budget_id FROM {TABLE_NAME} ORDER BY seq DESC LIMIT 1"
+        f"SELECT seq, chain_hash, budget_id FROM {TABLE_NAME} WHERE seq = CAST(seq AS BIGINT) ORDER BY seq DESC LIMIT 1"
     ).first()
-    return EMPTY_HEAD if row is None else ChainHead(int(row[0]), str(row[1]), str(row[2]))
+    if row is None:
+        return EMPTY_HEAD
+    seq, chain, budget_id = row
+    if (
+        type(seq) is not int
+        or not isinstance(chain, str)
+        or not _HEX64.fullmatch(chain)
+        or not isinstance(budget_id, str)
+    ):
+        raise StoreDamaged(
+            f"the chain head (seq {seq!r}, budget_id {budget_id!r}) cannot be read: the store was changed "
+            "behind its back; run `compute-budget audit` for the details"
+        )
+    return ChainHead(seq, chain, budget_id)
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def _placeholder(connection: Connection) -> str:
@@ -504,6 +535,16 @@ def _row(seq: int, item: PreparedGate, recorded_at: str) -> tuple[Any, ...]:
 def spans_json(spans: tuple[SourceSpan, ...]) -> str:
     """Evidence spans as the stored JSON text (an array of span objects, gate order kept)."""
     return orjson.dumps([span.to_dict() for span in spans]).decode("utf-8")
+
+
+def _readable(row: tuple[Any, ...]) -> StoredDecision:
+    """A stored row for a viewer: one that cannot be read is reported with where it is, not skipped."""
+    try:
+        return stored_from_row(row)
+    except MalformedDecision as error:
+        raise StoreDamaged(
+            f"row seq {row[0]!r} (budget_id {row[1]!r}) cannot be read: {error}; run `compute-budget audit`"
+        ) from None
 
 
 def stored_from_row(row: tuple[Any, ...]) -> StoredDecision:
