@@ -182,13 +182,17 @@ class BudgetStore:
         if self.readonly:
             raise ReadOnlyStore(f"{self.location.display} was opened read-only; open it for writing to record")
         new = present = 0
+        # Decide the first chunk before taking the append lock: a single batch then holds the lock only to
+        # chain and insert, and concurrent writers wait less.
+        chunks = _prepared_chunks(gates, ahead=results is None)
+        first = next(chunks, None)
         try:
             with begin_write(self._engine) as connection:
                 _lock_for_append(connection, readonly=False)
                 head = _head(connection)
                 insert = _insert_sql(connection)
                 optimistic = True
-                for prepared in _prepared_chunks(gates, ahead=results is None):
+                for prepared in itertools.chain([first] if first is not None else [], chunks):
                     recorded_at = _utc_now()
                     plan: _ChunkPlan | None = None
                     if optimistic:
@@ -212,6 +216,8 @@ class BudgetStore:
                         on_progress(len(prepared))
         except SQLAlchemyError as error:
             raise translate(error, self.location) from None
+        finally:
+            chunks.close()  # stops the decide-ahead thread whatever happened
         return head, new, present
 
     # -- reading -------------------------------------------------------------------------------------------
@@ -383,7 +389,8 @@ def _prepared_chunks(gates: Iterable[object], *, ahead: bool) -> Iterator[list[P
             yield payload
     finally:
         stop.set()
-        helper.join()
+        if threading.current_thread() is not helper:
+            helper.join()
 
 
 @dataclass(frozen=True, slots=True)
