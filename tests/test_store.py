@@ -318,3 +318,15 @@ def test_reader_does_not_change_the_file(db_path: Path) -> None:
         store.head()
         store.checkpoint()
     assert db_path.read_bytes() == before
+
+
+def test_record_many_gives_the_garbage_collector_back(store_target: str) -> None:
+    """The collector paused for a bulk append is running again afterwards, after a failure too."""
+    import gc
+
+    with BudgetStore.open(store_target) as store:
+        store.record_many(gate_lines(10))
+        assert gc.isenabled()
+        with pytest.raises(InputNotJson):
+            store.record_many(["{broken"])
+        assert gc.isenabled()
