@@ -49,10 +49,9 @@ def parse_gate_json(text: str | bytes | bytearray) -> ParsedGate:
             text = bytes(text).decode("utf-8")
         except UnicodeDecodeError as error:
             raise InputNotJson(f"not valid UTF-8 (byte {error.start})") from None
-    if "\\" not in text:
-        fast = _parse_fast(text)
-        if fast is not None:
-            return fast
+    fast = _parse_fast(text)
+    if fast is not None:
+        return fast
     return _parse_exact(text)
 
 
@@ -96,8 +95,9 @@ def _parse_exact(text: str) -> ParsedGate:
     return ParsedGate(value, None)
 
 
-# A closing quote followed by a colon: in JSON text without backslashes, every object member ends its key
-# this way, and the pattern can match only more often than there are members, never less. So if some count
+# A closing quote followed by a colon: every object member ends its key this way (a key's closing quote is
+# never escaped), and the pattern can match only more often than there are members, never less (an escaped
+# quote inside a string can add matches, not hide one). So if some count
 # of parsed keys that never exceeds the true one equals the matches, the text repeated no key:
 #   counted keys <= parsed keys <= members in the text <= matches.
 _KEY_END = re.compile(r'"[ \t\n\r]*:')
@@ -106,8 +106,8 @@ _KEY_END = re.compile(r'"[ \t\n\r]*:')
 def _parse_fast(text: str) -> ParsedGate | None:
     """orjson's parse, when it provably agrees with the exact reader; None sends the text to the exact reader.
 
-    Only for text without backslashes (no escapes, so no lone surrogates and no quote inside a string).
-    orjson keeps the last of duplicate keys silently, so keys are counted against the text's key-colon pairs.
+    orjson refuses lone surrogates (the exact reader then reads them, for a malformed gate), and it keeps the
+    last of duplicate keys silently, so keys are counted against the text's key-colon pairs.
     """
     try:
         value = orjson.loads(text)
