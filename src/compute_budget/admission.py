@@ -6,22 +6,10 @@ from compute_budget.budget_id import compute_budget_id
 from compute_budget.errors import BudgetRefused, InputNotJson, RefusalReason
 from compute_budget.gate_json import decide_json
 from compute_budget.policy import POLICIES
-from compute_budget.types import ComputeBudgetDecision, ComputeBudgetStatus
+from compute_budget.types import DECISION_FIELDS, ComputeBudgetDecision, ComputeBudgetStatus
 
-_REDERIVED_FIELDS = (
-    "budget_id",
-    "policy_version",
-    "gate_decision_id",
-    "gate_policy_version",
-    "gate_input_digest",
-    "status",
-    "reason_code",
-    "max_candidates",
-    "max_depth",
-    "max_steps",
-    "max_parallelism",
-    "evidence_spans",
-)
+# Every field but the two never hashed nor compared on re-derivation.
+_REDERIVED_FIELDS = tuple(name for name in DECISION_FIELDS if name not in ("explanation", "max_wallclock_ms"))
 
 
 def admit(decision: ComputeBudgetDecision, *, gate: object = None) -> None:

@@ -29,7 +29,7 @@ from compute_budget.gate_json import parse_gate_json
 from compute_budget.policy import POLICIES
 from compute_budget.schema import COLUMNS, TABLE_NAME
 from compute_budget.store import BudgetStore, spans_json, stored_from_row
-from compute_budget.types import ComputeBudgetDecision
+from compute_budget.types import DECISION_FIELDS, ComputeBudgetDecision
 
 BATCH_ROWS = 2000
 MIN_ROWS_PER_JOB = 10_000  # below this a range is not worth a process of its own
@@ -346,17 +346,9 @@ def _batches(connection: Connection, query: str, params: tuple[Any, ...]) -> Ite
 
 
 _INTEGER_COLUMNS = ("seq", "max_candidates", "max_depth", "max_steps", "max_parallelism")
-_COMPARED = (
-    "policy_version",
-    "gate_decision_id",
-    "gate_policy_version",
-    "gate_input_digest",
-    "status",
-    "reason_code",
-    "max_candidates",
-    "max_depth",
-    "max_steps",
-    "max_parallelism",
+# The plain (non-span) fields re-derivation compares: every hashed field but budget_id and evidence_spans.
+_COMPARED = tuple(
+    name for name in DECISION_FIELDS if name not in ("budget_id", "max_wallclock_ms", "evidence_spans", "explanation")
 )
 
 

@@ -15,28 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from compute_budget.canonical import canonical_sha256
+from compute_budget.types import DECISION_FIELDS
 
 GENESIS_CHAIN_HASH = "0" * 64
 
-CHAINED_COLUMNS: tuple[str, ...] = (
-    "seq",
-    "budget_id",
-    "policy_version",
-    "gate_decision_id",
-    "gate_policy_version",
-    "gate_input_digest",
-    "status",
-    "reason_code",
-    "max_candidates",
-    "max_depth",
-    "max_steps",
-    "max_wallclock_ms",
-    "max_parallelism",
-    "evidence_spans",
-    "explanation",
-    "gate_input",
-    "recorded_at",
-)
+# Every stored column but chain_hash, in table order: seq, the decision's fields, gate_input, recorded_at.
+CHAINED_COLUMNS: tuple[str, ...] = ("seq", *DECISION_FIELDS, "gate_input", "recorded_at")
 
 
 def chain_hash(prev_chain_hash: str, row: Sequence[Any]) -> str:

@@ -17,24 +17,10 @@ from compute_budget.errors import GateNotSerializable, InputNotJson
 from compute_budget.gate_json import ParsedGate, parse_gate_json
 from compute_budget.gate_lines import GateLine
 from compute_budget.policy import V1, BudgetPolicy
-from compute_budget.types import ComputeBudgetDecision, SearchGateDecision, SourceSpan
+from compute_budget.types import DECISION_FIELDS, ComputeBudgetDecision, SearchGateDecision, SourceSpan
 from compute_budget.validation import is_valid_text
 
-_COMPARED = (
-    "budget_id",
-    "policy_version",
-    "gate_decision_id",
-    "gate_policy_version",
-    "gate_input_digest",
-    "status",
-    "reason_code",
-    "max_candidates",
-    "max_depth",
-    "max_steps",
-    "max_wallclock_ms",
-    "max_parallelism",
-    "evidence_spans",
-)
+_COMPARED = tuple(name for name in DECISION_FIELDS if name != "explanation")
 
 
 @dataclass(frozen=True, slots=True)
