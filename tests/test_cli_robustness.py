@@ -183,6 +183,7 @@ def test_conflicting_gates_inside_one_batch(run_cli: Run, db_path: Path, tmp_pat
     assert status == 2
     assert one_line(err)
     assert "already recorded" in err
+    assert "input line 2" in err
 
 
 @pytest.mark.postgres

@@ -67,13 +67,21 @@ class GateNotSerializable(ComputeBudgetError, ValueError):
 class GateConflict(ComputeBudgetError):
     """The same `budget_id` is already stored with a different gate; nothing was written."""
 
-    def __init__(self, budget_id: str, stored_gate: str, new_gate: str, differing: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        budget_id: str,
+        stored_gate: str,
+        new_gate: str,
+        differing: tuple[str, ...] = (),
+        line: int | None = None,
+    ) -> None:
         where = f" (they differ in {', '.join(differing)})" if differing else ""
+        at = f" on input line {line}" if line is not None else ""
         super().__init__(
             f"conflict: budget_id {budget_id} is already recorded (in the store or earlier in this batch) with gate "
-            f"{_clip(stored_gate)}; "
-            f"refusing the different gate {_clip(new_gate)}{where}; nothing was written"
+            f"{_clip(stored_gate)}; refusing the different gate{at} {_clip(new_gate)}{where}; nothing was written"
         )
+        self.line = line
         self.differing = differing
         self.budget_id = budget_id
         self.stored_gate = stored_gate

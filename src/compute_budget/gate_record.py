@@ -30,12 +30,14 @@ class PreparedGate:
     decision: ComputeBudgetDecision
     gate_input: str
     parsed: ParsedGate
+    line: int | None = None  # where the gate starts in its input, when it came from a stream of lines
 
 
 def prepare_gate(gate: object, policy: BudgetPolicy = V1) -> PreparedGate:
     """Decide `gate` (JSON text, a `GateLine`, a mapping or a `SearchGateDecision`) for storing."""
     if isinstance(gate, GateLine):
-        return PreparedGate(policy.decide(gate.parsed.value, defect=gate.parsed.defect), gate.text, gate.parsed)
+        decision = policy.decide(gate.parsed.value, defect=gate.parsed.defect)
+        return PreparedGate(decision, gate.text, gate.parsed, gate.line)
     if isinstance(gate, str | bytes | bytearray):
         parsed = parse_gate_json(gate)  # InputNotJson: unreadable input, nothing to store
         text = gate if isinstance(gate, str) else bytes(gate).decode("utf-8")

@@ -438,7 +438,9 @@ def _plan_chunk(
         existing = seen.get(budget_id)
         if existing is not None:
             if not same_gate(existing[1], item):
-                raise GateConflict(budget_id, existing[1], item.gate_input, differing_keys(existing[1], item))
+                raise GateConflict(
+                    budget_id, existing[1], item.gate_input, differing_keys(existing[1], item), item.line
+                )
             results.append((item.decision, False, existing[0]))
             continue
         seq += 1
