@@ -263,3 +263,18 @@ def test_checkpoint_round_trip(store: str) -> None:
     for bad in ("[]", "{}", '{"format": "compute_budget.checkpoint.v1", "seq": -1, "chain_hash": "00"}', "nope"):
         with pytest.raises(CheckpointError):
             Checkpoint.from_json(bad)
+
+
+def test_audit_takes_a_checkpoint_in_any_form_at_hand(store: str, tmp_path: Path) -> None:
+    """A Checkpoint, a chain head, the document as a dict or JSON text, or its file all prove the same."""
+    with BudgetStore.open(store, readonly=True) as opened:
+        checkpoint = opened.checkpoint()
+        head = opened.head()
+    path = tmp_path / "cp.json"
+    path.write_text(checkpoint.to_json())
+    forms: list[Any] = [checkpoint, head, checkpoint.to_dict(), checkpoint.to_json(), path, str(path)]
+    for form in forms:
+        assert audit(store, checkpoint=form).clean
+    tamper(store, f"DELETE FROM compute_budget_decisions WHERE seq = {ROWS}")
+    for form in forms:
+        assert [f.kind.value for f in audit(store, checkpoint=form).findings] == ["checkpoint_mismatch"]

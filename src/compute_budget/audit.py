@@ -8,10 +8,11 @@ the rows into `seq` ranges that give exactly the single-process report.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -129,8 +130,8 @@ def new_range_result() -> _RangeResult:
 def audit(
     target: str | os.PathLike[str] | None = None,
     *,
-    checkpoint: Checkpoint | None = None,
-    since: Checkpoint | None = None,
+    checkpoint: Checkpoint | ChainHead | Mapping[str, Any] | str | os.PathLike[str] | None = None,
+    since: Checkpoint | ChainHead | Mapping[str, Any] | str | os.PathLike[str] | None = None,
     jobs: int = 1,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> AuditReport:
@@ -141,6 +142,8 @@ def audit(
     Raises `StoreUnavailable` (and its subclasses) when the audit cannot run at all.
     """
     started = time.perf_counter()
+    checkpoint = as_checkpoint(checkpoint) if checkpoint is not None else None
+    since = as_checkpoint(since) if since is not None else None
     with BudgetStore.open(target, readonly=True) as store:
         try:
             with store.engine.connect() as connection:
@@ -516,6 +519,21 @@ def _shown(value: object) -> str:
 
 def _clip(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def as_checkpoint(value: Checkpoint | ChainHead | Mapping[str, Any] | str | os.PathLike[str]) -> Checkpoint:
+    """A checkpoint from what a caller has at hand: a `Checkpoint`, a chain head, the document (as a mapping
+    or as JSON text), or the path of a checkpoint file."""
+    if isinstance(value, Checkpoint):
+        return value
+    if isinstance(value, ChainHead):
+        return Checkpoint.from_head(value)
+    if isinstance(value, Mapping):
+        return Checkpoint.from_json(json.dumps(dict(value)))
+    text = os.fspath(value)
+    if text.lstrip().startswith("{"):
+        return Checkpoint.from_json(text)
+    return load_checkpoint(text)
 
 
 def load_checkpoint(path: str) -> Checkpoint:
