@@ -193,3 +193,15 @@ def test_every_command_is_documented_in_the_readme(run_cli: Run) -> None:
     readme = (REPO_ROOT / "README.md").read_text()
     for name in cli.commands:
         assert f"compute-budget {name}" in readme, name
+
+
+def test_python_dash_m_runs_the_command_line(tmp_path: Path) -> None:
+    """`python -m compute_budget` is the same program."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "compute_budget", "decide", EXAMPLES], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == 8
