@@ -47,7 +47,29 @@ def open_input(path: str) -> Iterator[BinaryIO]:
     except OSError as error:
         raise InputUnreadable(f"cannot read input file {path!r}: {error.strerror or error}") from None
     with stream:
-        yield stream
+        yield _ReadErrorsNamed(stream, path)  # type: ignore[misc]
+
+
+class _ReadErrorsNamed:
+    """Lines of an input stream, where a read that fails midway (an I/O error) names the input."""
+
+    def __init__(self, stream: BinaryIO, path: str) -> None:
+        self._stream = stream
+        self._path = path
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def __iter__(self) -> Iterator[bytes]:
+        lines = iter(self._stream)
+        while True:
+            try:
+                line = next(lines)
+            except StopIteration:
+                return
+            except OSError as error:
+                raise InputUnreadable(f"cannot read input file {self._path!r}: {error.strerror or error}") from None
+            yield line
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
