@@ -122,8 +122,8 @@ def record_command(input_path: str, db: str | None) -> int:
     from compute_budget.store import BudgetStore
 
     with open_input(input_path) as stream, BudgetStore.open(db) as store:
-        with progress_bar(stream, "recording") as (lines, advance):
-            result = store.record_many(_gates_or_fail(read_gates(lines), input_path), on_progress=advance)
+        with progress_bar(stream, "recording") as lines:
+            result = store.record_many(_gates_or_fail(read_gates(lines), input_path))
         total = result.new + result.present
         click.echo(
             f"recorded {total} gate{'s' if total != 1 else ''}: {result.new} new, {result.present} already present "
@@ -353,10 +353,10 @@ def copy_command(source: str, destination: str) -> int:
 
 
 @contextmanager
-def progress_bar(stream: BinaryIO, label: str) -> Iterator[tuple[Iterator[bytes], Callable[[int], None] | None]]:
+def progress_bar(stream: BinaryIO, label: str) -> Iterator[Iterator[bytes]]:
     """Lines of `stream`, with a progress bar on stderr by bytes read, only when stderr is a terminal."""
     if not sys.stderr.isatty():
-        yield iter(stream), None
+        yield iter(stream)
         return
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
@@ -379,10 +379,10 @@ def progress_bar(stream: BinaryIO, label: str) -> Iterator[tuple[Iterator[bytes]
 
         def lines() -> Iterator[bytes]:
             for line in stream:
-                progress.advance(task, len(line))
+                progress.advance(task, len(line))  # Rich's progress is thread-safe: gates are read ahead
                 yield line
 
-        yield lines(), None
+        yield lines()
 
 
 def _where(input_path: str) -> str:
