@@ -194,3 +194,89 @@ def test_a_missing_postgresql_database_is_named(run_cli: Run, pg_url: str) -> No
     assert status == 2
     assert "no such database" in err
     assert one_line(err)
+
+
+@pytest.mark.parametrize("option", ["--output", "--save-checkpoint"])
+def test_audit_never_writes_over_its_own_database(run_cli: Run, recorded: Path, option: str) -> None:
+    """Pointing a report or checkpoint at the audited database (or its WAL) is refused before anything runs."""
+    before = recorded.read_bytes()
+    for target in (recorded, recorded.with_name(recorded.name + "-wal")):
+        status, out, err = run_cli("audit", "--db", str(recorded), option, str(target))
+        assert (status, out) == (2, "")
+        assert "database being audited" in err
+    assert recorded.read_bytes() == before
+
+
+def test_damaged_head_stops_appends_and_checkpoints(run_cli: Run, recorded: Path, tmp_path: Path) -> None:
+    """A head row whose seq was turned into text: nothing is appended after it and no checkpoint is made up."""
+    tamper(recorded, "UPDATE compute_budget_decisions SET seq = 'abc' WHERE seq = 8")
+    source = tmp_path / "new.jsonl"
+    source.write_text(json.dumps(make_gate(decision_id="brand-new")) + "\n")
+    for argv in (["record", str(source)], ["record", EXAMPLES], ["checkpoint"]):
+        status, out, err = run_cli(*argv, "--db", str(recorded))
+        assert (status, out) == (2, "")
+        assert one_line(err)
+        assert "run `compute-budget audit`" in err
+    with BudgetStore.open(recorded, readonly=True) as store:
+        assert store.count() == 8
+
+
+def test_gate_text_cannot_drive_the_terminal(run_cli: Run, db_path: Path, tmp_path: Path) -> None:
+    """Escape sequences and line breaks in gate fields are shown quoted by show and list."""
+    nasty = "\u001b[2J\u001b[31mPWNED\u001b[0m\nFAKE: budget_allowed\r"
+    source = tmp_path / "nasty.jsonl"
+    source.write_text(json.dumps(make_gate(decision_id=nasty, input_digest=nasty)) + "\n")
+    assert run_cli("record", str(source), "--db", str(db_path))[0] == 0
+    with BudgetStore.open(db_path, readonly=True) as store:
+        budget_id = next(iter(store)).decision.budget_id
+    for argv in (["show", budget_id], ["list"]):
+        status, out, _ = run_cli(*argv, "--db", str(db_path))
+        assert status == 0
+        assert "\u001b" not in out
+        assert "\r" not in out
+        assert "\nFAKE" not in out
+
+
+def test_reports_get_ordinary_file_modes(run_cli: Run, recorded: Path, tmp_path: Path) -> None:
+    """New report and checkpoint files follow the umask; an existing file keeps its mode."""
+    import os
+
+    report, checkpoint = tmp_path / "report.txt", tmp_path / "cp.json"
+    checkpoint.write_text("old")
+    checkpoint.chmod(0o664)
+    old_umask = os.umask(0o022)
+    try:
+        assert (
+            run_cli("audit", "--db", str(recorded), "--output", str(report), "--save-checkpoint", str(checkpoint))[0]
+            == 0
+        )
+    finally:
+        os.umask(old_umask)
+    assert report.stat().st_mode & 0o777 == 0o644
+    assert checkpoint.stat().st_mode & 0o777 == 0o664
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("{}\x0b\n", "Extra data"), ("[" * 100_000 + "\n", "never closed"), ('{"a": "cut\n', "Unterminated string")],
+    ids=["vertical-tab", "deep-unclosed", "unterminated"],
+)
+def test_odd_non_json_is_reported_as_such(run_cli: Run, tmp_path: Path, text: str, message: str) -> None:
+    """Text that is not JSON is exit 2 with the parser's reason, however it fails."""
+    source = tmp_path / "odd.jsonl"
+    source.write_text(text)
+    status, out, err = run_cli("decide", str(source))
+    assert (status, out) == (2, "")
+    assert message in err
+    assert one_line(err)
+    assert " at at " not in err
+
+
+def test_unreadable_status_is_named_in_the_audit(run_cli: Run, recorded: Path) -> None:
+    """A status that is no ComputeBudgetStatus is reported as such, not blamed on another column."""
+    tamper(recorded, "UPDATE compute_budget_decisions SET status = 'BUDGET_ALLOWED' WHERE seq = 6")
+    status, out, _ = run_cli("audit", "--db", str(recorded), "--format", "json")
+    assert status == 1
+    malformed = [f["detail"] for f in json.loads(out)["findings"] if f["kind"] == "malformed_row"]
+    assert malformed
+    assert all("status" in detail and "evidence_spans" not in detail for detail in malformed)

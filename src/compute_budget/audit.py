@@ -474,9 +474,9 @@ def _rederive_findings(row: tuple[Any, ...], derived: ComputeBudgetDecision) -> 
         )
     findings = [Finding(FindingKind.REDERIVE_MISMATCH, budget_id, seq, "; ".join(differences))]
     recomputed = _recompute_budget_id(row)
-    if recomputed is None:
+    if isinstance(recomputed, MalformedDecision):
         findings.append(
-            Finding(FindingKind.MALFORMED_ROW, budget_id, seq, "evidence_spans is not a JSON array of spans")
+            Finding(FindingKind.MALFORMED_ROW, budget_id, seq, f"the stored decision cannot be read: {recomputed}")
         )
     elif recomputed != budget_id:
         findings.append(
@@ -504,12 +504,14 @@ def _wrong_types(row: tuple[Any, ...]) -> str:
     return ", ".join(wrong)
 
 
-def _recompute_budget_id(row: tuple[Any, ...]) -> str | None:
+def _recompute_budget_id(row: tuple[Any, ...]) -> str | MalformedDecision:
+    """The budget_id the stored fields hash to, or why the stored fields cannot be read as a decision."""
     try:
-        decision = stored_from_row(row).decision
-    except (MalformedDecision, ValueError, TypeError):
-        return None
-    return compute_budget_id(decision) if isinstance(decision, ComputeBudgetDecision) else None
+        return compute_budget_id(stored_from_row(row).decision)
+    except MalformedDecision as error:
+        return error
+    except (ValueError, TypeError) as error:
+        return MalformedDecision(str(error))
 
 
 def _shown(value: object) -> str:

@@ -6,6 +6,7 @@ import json
 from xml.etree import ElementTree
 
 from compute_budget.audit import AuditReport, Finding, FindingKind
+from compute_budget.report import shown
 
 MAX_TEXT_FINDINGS_PER_KIND = 50
 
@@ -51,7 +52,7 @@ def render_text(report: AuditReport) -> str:
 
 def _where(finding: Finding) -> str:
     seq = "seq ?" if finding.seq is None else f"seq {finding.seq}"
-    return f"{seq} budget_id {finding.budget_id or '?'}"
+    return f"{seq} budget_id {shown(finding.budget_id) if finding.budget_id else '?'}"
 
 
 def render_junit(report: AuditReport) -> str:

@@ -151,7 +151,7 @@ def show_command(budget_id: str, db: str | None, output_format: str) -> int:
     wanted = budget_id.strip().lower()
     if not re.fullmatch(r"[0-9a-f]{8,64}", wanted):
         raise click.BadParameter(
-            f"{budget_id!r} is not a budget_id: give its 64 hex digits (or a unique prefix of at least 8)",
+            f"{_clip(budget_id)!r} is not a budget_id: give its 64 hex digits (or a unique prefix of at least 8)",
             param_hint="BUDGET_ID",
         )
     with BudgetStore.open(db, readonly=True) as store:
@@ -162,7 +162,8 @@ def show_command(budget_id: str, db: str | None, output_format: str) -> int:
         return 1
     if len(found) > 1:
         raise click.BadParameter(
-            f"prefix {wanted} matches more than one decision: give more digits", param_hint="BUDGET_ID"
+            f"prefix {wanted} is ambiguous: it matches more than one decision; give more digits",
+            param_hint="BUDGET_ID",
         )
     stored = found[0]
     if output_format == "json":
@@ -264,7 +265,7 @@ def audit_command(
     since = load_checkpoint(since_path) if since_path else None
     for option, path in (("--output", output_path), ("--save-checkpoint", save_path)):
         if path:
-            _check_writable(option, path)  # before the audit: a nightly run must not fail only at its end
+            _check_writable(option, path, db)  # before the audit: a nightly run must not fail only at its end
     with audit_progress(enabled=jobs == 1) as on_progress:
         report = audit(db, checkpoint=checkpoint, since=since, jobs=jobs, on_progress=on_progress)
     text = render(report, output_format)
@@ -280,7 +281,19 @@ def audit_command(
     return 0 if report.clean else 1
 
 
-def _check_writable(option: str, path: str) -> None:
+def _check_writable(option: str, path: str, db: str | None) -> None:
+    from compute_budget.engine import locate
+
+    database = locate(db).sqlite_path
+    if database is not None:
+        target = os.path.realpath(path)
+        for guarded in (
+            database,
+            database.with_name(database.name + "-wal"),
+            database.with_name(database.name + "-shm"),
+        ):
+            if target == os.path.realpath(guarded):
+                raise click.BadParameter(f"{path} is the database being audited (or its journal)", param_hint=option)
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise click.BadParameter(f"{path} is a folder", param_hint=option)
@@ -299,6 +312,13 @@ def _write_atomically(path: str, text: str) -> None:
         handle, temporary = tempfile.mkstemp(dir=folder, prefix=".compute-budget-", suffix=".tmp")
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
+        try:  # mkstemp makes 0600: keep an existing file's mode, else what the umask gives a new file
+            mode = os.stat(path).st_mode & 0o777
+        except FileNotFoundError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(temporary, mode)
         os.replace(temporary, path)
     except OSError as error:
         raise InputUnreadable(f"cannot write {path}: {error.strerror or error}") from None
@@ -383,6 +403,10 @@ def progress_bar(stream: BinaryIO, label: str) -> Iterator[Iterator[bytes]]:
                 yield line
 
         yield lines()
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _where(input_path: str) -> str:

@@ -142,7 +142,7 @@ def translate(error: BaseException, location: Location) -> ComputeBudgetError:
             return StoreUnavailable(f"cannot write to {where}: its folder {folder} is read-only")
         return StoreUnavailable(f"cannot open database {where}: it does not exist or is not accessible")
     if "file is not a database" in lowered or "file is encrypted" in lowered:
-        return NotABudgetStore(f"{where} is not a SQLite database (is --db pointing at the right file?)")
+        return NotABudgetStore(f"{where} is not a SQLite database (is that the right file?)")
     if "readonly database" in lowered or ("read-only" in lowered and "transaction" not in lowered):
         return StoreUnavailable(f"cannot write to {where}: the file or its folder is read-only")
     if "disk is full" in lowered or "no space left" in lowered or "disk i/o error" in lowered:

@@ -42,6 +42,11 @@ def _parse_integer(literal: str) -> int | _HugeInteger:
         return _HUGE
 
 
+def located(message: str, where: str) -> str:
+    """A parser message with its place: "Expecting value (column 3)", "Unterminated string starting at column 7"."""
+    return f"{message} {where}" if message.endswith(" at") else f"{message} ({where})"
+
+
 def parse_gate_json(text: str | bytes | bytearray) -> ParsedGate:
     """Parse gate text strictly; raises `InputNotJson` when it is not JSON (or not UTF-8) at all."""
     if isinstance(text, bytes | bytearray):
@@ -73,16 +78,18 @@ def _parse_exact(text: str) -> ParsedGate:
     try:
         value = json.loads(text, object_pairs_hook=unique_pairs, parse_constant=_reject_constant)
     except json.JSONDecodeError as error:
-        incomplete = error.pos >= len(text.rstrip())
+        incomplete = error.pos >= len(text.rstrip(" \t\r\n"))  # only JSON's whitespace may end a value
         where = f"column {error.colno}" if error.lineno == 1 else f"line {error.lineno}, column {error.colno}"
         raise InputNotJson(
-            f"not JSON: {error.msg} at {where}",
+            f"not JSON: {located(error.msg, where)}",
             incomplete=incomplete,
             reason=error.msg,
             line=error.lineno,
             column=error.colno,
         ) from None
     except RecursionError:
+        if text.rstrip(" \t\r\n")[-1:] not in ("]", "}"):  # a value this deep that never closes is not JSON
+            raise InputNotJson("not JSON: the value is never closed", incomplete=True) from None
         return ParsedGate(None, "the JSON is nested too deeply to be a gate")
     except ValueError:  # an integer literal past Python's digit limit: valid JSON, never a valid gate field
         duplicates.clear()

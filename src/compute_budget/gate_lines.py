@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from compute_budget.errors import InputNotJson
-from compute_budget.gate_json import ParsedGate, parse_gate_json
+from compute_budget.gate_json import ParsedGate, located, parse_gate_json
 
 # A pretty-printed gate spans a few dozen lines; past these bounds a broken line is reported, not buffered.
 MAX_OBJECT_LINES = 100_000
@@ -123,7 +123,8 @@ def _complete_object(
             if error.incomplete:
                 continue
             line = number + error.line - 1
-            message = f"not JSON: {error.reason} at column {error.column} (in the value opened on line {number})"
+            where = f"column {error.column}, in the value opened on line {number}"
+            message = f"not JSON: {located(error.reason, where)}"
             return None, buffered, BadLine(line, message)
         return GateLine(number, joined, parsed), buffered, None
     return None, buffered, BadLine(number, "not JSON: the value opened on this line is never closed")

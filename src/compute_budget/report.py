@@ -12,6 +12,12 @@ from rich.table import Table
 from compute_budget.store import StoredDecision
 
 
+def shown(text: str) -> str:
+    """Gate-supplied text as it may reach a terminal: as is when printable, JSON-quoted otherwise, so no
+    escape sequence, line break or carriage return from a gate can clear, forge or overwrite a line."""
+    return text if text.isprintable() else json.dumps(text)
+
+
 def describe_stored(stored: StoredDecision) -> str:
     """A stored decision, its gate input and why, as aligned lines of text."""
     decision = stored.decision
@@ -29,8 +35,9 @@ def describe_stored(stored: StoredDecision) -> str:
         ),
         (
             "gate",
-            f"{decision.gate_decision_id or '(none)'} (policy {decision.gate_policy_version or '(none)'}, "
-            f"input digest {decision.gate_input_digest or '(none)'})",
+            f"{shown(decision.gate_decision_id) or '(none)'} "
+            f"(policy {shown(decision.gate_policy_version) or '(none)'}, "
+            f"input digest {shown(decision.gate_input_digest) or '(none)'})",
         ),
     ]
     for index, span in enumerate(decision.evidence_spans):
@@ -55,10 +62,10 @@ def print_table(rows: Iterable[StoredDecision], *, filtered: bool = False) -> in
     table = Table(show_edge=False, pad_edge=False)
     table.add_column("seq", justify="right", no_wrap=True)
     table.add_column("budget_id", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("reason", no_wrap=True)
-    table.add_column("limits c/d/s/p", justify="right", no_wrap=True)
-    table.add_column("gate", overflow="fold", min_width=10)
+    table.add_column("status", overflow="fold")
+    table.add_column("reason", overflow="fold")
+    table.add_column("limits c/d/s/p", justify="right", overflow="fold")
+    table.add_column("gate", overflow="fold", min_width=8)
     if not narrow:
         table.add_column("recorded_at", no_wrap=True)
     count = 0
@@ -66,11 +73,11 @@ def print_table(rows: Iterable[StoredDecision], *, filtered: bool = False) -> in
         decision = stored.decision
         cells = [
             str(stored.seq),
-            decision.budget_id[:16] + "…" if narrow else decision.budget_id,
+            decision.budget_id[: 12 if console.width < 120 else 16] + "…" if narrow else decision.budget_id,
             decision.status.value,
             decision.reason_code,
             f"{decision.max_candidates}/{decision.max_depth}/{decision.max_steps}/{decision.max_parallelism}",
-            decision.gate_decision_id,
+            shown(decision.gate_decision_id),
         ]
         table.add_row(*cells, *([] if narrow else [stored.recorded_at]))
         count += 1

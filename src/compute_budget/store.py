@@ -493,9 +493,13 @@ def _lock_for_append(connection: Connection, *, readonly: bool) -> None:
 
 
 def _head(connection: Connection) -> ChainHead:
-    """The row with the highest integer seq; a head that cannot be read is refused, never guessed."""
+    """The row with the highest seq; a head that cannot be read is refused, never guessed.
+
+    SQLite sorts text after every number, so a seq tampered into text (anywhere) comes first here and is
+    caught; a tampered number in the middle of the chain is the auditor's to find.
+    """
     row = connection.exec_driver_sql(
-        f"SELECT seq, chain_hash, budget_id FROM {TABLE_NAME} WHERE seq = CAST(seq AS BIGINT) ORDER BY seq DESC LIMIT 1"
+        f"SELECT seq, chain_hash, budget_id FROM {TABLE_NAME} ORDER BY seq DESC LIMIT 1"
     ).first()
     if row is None:
         return EMPTY_HEAD
@@ -533,7 +537,14 @@ def _stored_gates(connection: Connection, budget_ids: set[str]) -> dict[str, tup
     rows = connection.exec_driver_sql(
         f"SELECT budget_id, seq, gate_input FROM {TABLE_NAME} WHERE budget_id IN ({marks})", tuple(budget_ids)
     )
-    return {str(row[0]): (int(row[1]), str(row[2])) for row in rows}
+    stored: dict[str, tuple[int, str]] = {}
+    for budget_id, seq, gate_input in rows:
+        if type(seq) is not int or not isinstance(gate_input, str):
+            raise StoreDamaged(
+                f"stored row {budget_id} (seq {seq!r}) cannot be read; run `compute-budget audit` for the details"
+            )
+        stored[str(budget_id)] = (seq, gate_input)
+    return stored
 
 
 def _row(seq: int, item: PreparedGate, recorded_at: str) -> tuple[Any, ...]:
