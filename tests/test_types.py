@@ -23,23 +23,7 @@ from compute_budget import (
 )
 from tests import strategies
 from tests.conftest import make_gate
-
-DECISION_KEYS = [
-    "budget_id",
-    "policy_version",
-    "gate_decision_id",
-    "gate_policy_version",
-    "gate_input_digest",
-    "status",
-    "reason_code",
-    "max_candidates",
-    "max_depth",
-    "max_steps",
-    "max_wallclock_ms",
-    "max_parallelism",
-    "evidence_spans",
-    "explanation",
-]
+from tests.contract import DECISION_KEYS
 
 
 def test_search_gate_status_values() -> None:
@@ -90,7 +74,7 @@ def test_decision_instance_cannot_be_mutated() -> None:
 
 def test_decision_fields_are_in_record_order() -> None:
     """ComputeBudgetDecision's fields come in the record's order (spec section 2)."""
-    assert [field.name for field in dataclasses.fields(ComputeBudgetDecision)] == DECISION_KEYS
+    assert [field.name for field in dataclasses.fields(ComputeBudgetDecision)] == list(DECISION_KEYS)
 
 
 def test_span_to_dict_has_the_four_keys() -> None:
@@ -190,7 +174,7 @@ def test_gate_from_dict_rejects_a_non_mapping() -> None:
 def test_decision_to_dict_keys_and_order() -> None:
     """A decision's JSON form has the fourteen keys in record order, null max_wallclock_ms and a plain status."""
     as_dict = decide(make_gate()).to_dict()
-    assert list(as_dict) == DECISION_KEYS
+    assert list(as_dict) == list(DECISION_KEYS)
     assert as_dict["max_wallclock_ms"] is None
     assert type(as_dict["status"]) is str
     assert as_dict["evidence_spans"] == make_gate()["evidence_spans"]

@@ -11,23 +11,11 @@ import pytest
 import rfc8785
 
 from compute_budget import ComputeBudgetDecision, compute_budget_id, decide_json
+from tests.contract import HASHED_FIELDS
 
 VECTORS_FILE = Path(__file__).parent / "vectors" / "decide_v1.json"
 DOCUMENT: dict[str, Any] = json.loads(VECTORS_FILE.read_text(encoding="utf-8"))
 VECTORS: list[dict[str, Any]] = DOCUMENT["vectors"]
-HASHED = (
-    "policy_version",
-    "gate_decision_id",
-    "gate_policy_version",
-    "gate_input_digest",
-    "status",
-    "reason_code",
-    "max_candidates",
-    "max_depth",
-    "max_steps",
-    "max_parallelism",
-    "evidence_spans",
-)
 
 
 def by_name(name: str) -> dict[str, Any]:
@@ -45,7 +33,7 @@ def test_vector_decides_exactly(vector: dict[str, Any]) -> None:
 def test_vector_budget_id_is_independent_of_the_package(vector: dict[str, Any]) -> None:
     """The recorded budget_id is SHA-256 of rfc8785 (and of the stdlib sorted form) of the eleven recorded fields."""
     decision = vector["decision"]
-    payload = {key: decision[key] for key in HASHED}
+    payload = {key: decision[key] for key in HASHED_FIELDS}
     stdlib = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     assert stdlib == rfc8785.dumps(payload)
     assert hashlib.sha256(stdlib).hexdigest() == decision["budget_id"]

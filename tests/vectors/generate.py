@@ -21,21 +21,11 @@ import rfc8785
 
 from compute_budget import decide_json
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: make `tests` importable
+from tests.contract import HASHED_FIELDS
+
 HERE = Path(__file__).resolve().parent
 VECTORS_FILE = HERE / "decide_v1.json"
-HASHED = (
-    "policy_version",
-    "gate_decision_id",
-    "gate_policy_version",
-    "gate_input_digest",
-    "status",
-    "reason_code",
-    "max_candidates",
-    "max_depth",
-    "max_steps",
-    "max_parallelism",
-    "evidence_spans",
-)
 SPAN_A = {"text": "the courier left", "start": 0, "end": 16, "sentence_index": 0}
 SPAN_B = {"text": "before noon", "start": 17, "end": 28, "sentence_index": 0}
 
@@ -264,7 +254,7 @@ def build() -> dict[str, Any]:
         assert name not in names, name
         names.add(name)
         decision = decide_json(gate_text).to_dict()
-        payload = {key: decision[key] for key in HASHED}
+        payload = {key: decision[key] for key in HASHED_FIELDS}
         stdlib = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         assert stdlib == rfc8785.dumps(payload), name
         assert hashlib.sha256(stdlib).hexdigest() == decision["budget_id"], name

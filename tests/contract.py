@@ -1,0 +1,37 @@
+"""Names of the v1 contract, transcribed from the spec (sections 2 and 3.3) rather than imported from the code,
+so the tests check the code against the spec and not against itself."""
+
+from __future__ import annotations
+
+# ComputeBudgetDecision's fields and JSON keys, in the record's order (spec section 2).
+DECISION_KEYS: tuple[str, ...] = (
+    "budget_id",
+    "policy_version",
+    "gate_decision_id",
+    "gate_policy_version",
+    "gate_input_digest",
+    "status",
+    "reason_code",
+    "max_candidates",
+    "max_depth",
+    "max_steps",
+    "max_wallclock_ms",
+    "max_parallelism",
+    "evidence_spans",
+    "explanation",
+)
+
+# The eleven keys hashed into budget_id (spec 3.3).
+HASHED_FIELDS: tuple[str, ...] = (
+    "policy_version",
+    "gate_decision_id",
+    "gate_policy_version",
+    "gate_input_digest",
+    "status",
+    "reason_code",
+    "max_candidates",
+    "max_depth",
+    "max_steps",
+    "max_parallelism",
+    "evidence_spans",
+)
