@@ -35,7 +35,7 @@ from pathlib import Path
 
 from bench_record import build_store, db_bytes, print_profile
 
-from compute_budget.audit import audit
+from compute_budget.auditor.scan import audit
 
 TABLE = "compute_budget_decisions"
 COLUMNS = (
@@ -52,7 +52,7 @@ SMALL = 10_000
 # Runs in a fresh interpreter: the audit alone, then its own peak resident set (and its workers', if any).
 _CHILD = """
 import json, resource, sys, time
-from compute_budget.audit import audit
+from compute_budget.auditor.scan import audit
 
 def vmhwm_kb():
     with open("/proc/self/status") as status:

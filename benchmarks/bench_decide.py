@@ -26,10 +26,10 @@ from importlib.metadata import version
 from typing import Any
 
 from compute_budget import COMPUTE_BUDGET_POLICY_VERSION, decide
-from compute_budget.budget_id import budget_payload
-from compute_budget.canonical import canonical_sha256
-from compute_budget.policy import V1
-from compute_budget.validation import check_gate
+from compute_budget.core.canonical import canonical_sha256
+from compute_budget.core.gate import check_gate
+from compute_budget.core.hashing import budget_payload
+from compute_budget.core.policy import V1
 
 STATUSES = ("eligible",) * 7 + ("ineligible", "blocked", "unassessable")
 REASONS = (*V1.table, *V1.table, "eligible_please_search_forever", "Eligible_Missing_Role", "no_residual")

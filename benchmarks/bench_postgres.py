@@ -47,7 +47,7 @@ if str(REPO_ROOT) not in sys.path:  # `tests.pg_cluster` and `tests.conftest` li
 from sqlalchemy import create_engine  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
-from compute_budget.audit import audit  # noqa: E402
+from compute_budget.auditor.scan import audit  # noqa: E402
 from compute_budget.store import BudgetStore  # noqa: E402
 
 TABLE = "compute_budget_decisions"

@@ -12,8 +12,8 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from compute_budget.guard import POSTGRESQL_GUARD, POSTGRESQL_UNGUARD, SQLITE_GUARD, SQLITE_UNGUARD
-from compute_budget.schema import COLUMNS
+from compute_budget.store.table import COLUMNS
+from compute_budget.store.triggers import POSTGRESQL_GUARD, POSTGRESQL_UNGUARD, SQLITE_GUARD, SQLITE_UNGUARD
 
 Statement = str | tuple[str, Mapping[str, Any]]
 

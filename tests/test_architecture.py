@@ -1,39 +1,57 @@
-"""The functional core stays pure: it imports nothing from storage, the CLI, the clock or the environment."""
+"""The architecture is kept by import-linter's contracts (pyproject.toml); these tests run them and prove they bite."""
 
 from __future__ import annotations
 
-import ast
+import shutil
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from tests.conftest import REPO_ROOT
 
-CORE = ["types", "errors", "validation", "canonical", "budget_id", "policy", "gate_json", "admission", "chain",
-        "checkpoint"]
-FORBIDDEN = {"os", "time", "random", "datetime", "sqlalchemy", "alembic", "click", "rich", "uuid", "secrets",
-             "socket", "platform"}
-FORBIDDEN_OWN = {"store", "engine", "schema", "migration", "audit", "cli", "gate_record", "report", "guard"}
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
-def _imports(module: str) -> set[str]:
-    tree = ast.parse((REPO_ROOT / "src" / "compute_budget" / f"{module}.py").read_text())
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-    return names
+def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(root / "src"), "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
 
 
-def test_core_modules_import_nothing_impure() -> None:
-    """No core module imports os, time, random, SQLAlchemy, the store or the CLI."""
-    for module in CORE:
-        for name in _imports(module):
-            top = name.split(".")[0]
-            assert top not in FORBIDDEN, f"{module} imports {name}"
-            if top == "compute_budget":
-                assert name.split(".")[-1] not in FORBIDDEN_OWN, f"{module} imports {name}"
+def test_the_layers_and_the_pure_core_hold() -> None:
+    """cli > auditor > store > core > errors, and the core imports no I/O, clock or database library."""
+    done = _lint_imports(REPO_ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 kept, 0 broken" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("module", "line", "contract"),
+    [
+        ("core/canonical.py", "import sqlalchemy", "The core is pure"),
+        ("core/policy.py", "import os", "The core is pure"),
+        ("core/hashing.py", "import compute_budget.store.facade", "Layers"),
+        ("store/append.py", "import compute_budget.auditor.scan", "Layers"),
+    ],
+)
+def test_a_forbidden_import_breaks_a_contract(tmp_path: Path, module: str, line: str, contract: str) -> None:
+    """The contracts can fail: a copy of the source with one forbidden import is reported broken."""
+    shutil.copytree(REPO_ROOT / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    target = tmp_path / "src" / "compute_budget" / module
+    target.write_text(target.read_text() + f"\n{line}  # noqa\n")
+    done = _lint_imports(tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert contract in done.stdout
+    assert "BROKEN" in done.stdout
 
 
 def test_importing_the_package_loads_no_database_code() -> None:

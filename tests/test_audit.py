@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from compute_budget import BudgetStore, decide
-from compute_budget.audit import AuditReport, FindingKind, audit
-from compute_budget.chain import chain_hash
-from compute_budget.checkpoint import Checkpoint
-from compute_budget.store import spans_json
+from compute_budget.auditor.scan import AuditReport, FindingKind, audit
+from compute_budget.core.chain import chain_hash
+from compute_budget.core.checkpoint import Checkpoint
+from compute_budget.core.hashing import spans_json
 from tests.backends import insert_sql, rows, tamper
 from tests.conftest import gate_lines, make_gate
 
@@ -234,7 +234,7 @@ def test_rows_outside_the_seq_range_are_reported(store: str) -> None:
 
 def test_parallel_audit_reports_exactly_what_one_process_does(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """--jobs 2 over seq ranges gives the single-process findings, counts and head."""
-    import compute_budget.audit as audit_module
+    import compute_budget.auditor.scan as audit_module
 
     monkeypatch.setattr(audit_module, "MIN_ROWS_PER_JOB", 5)
     tamper(
@@ -260,7 +260,7 @@ def test_checkpoint_round_trip(store: str) -> None:
     with BudgetStore.open(store, readonly=True) as opened:
         checkpoint = opened.checkpoint()
     assert Checkpoint.from_json(checkpoint.to_json()) == checkpoint
-    for bad in ("[]", "{}", '{"format": "compute_budget.checkpoint.v1", "seq": -1, "chain_hash": "00"}', "nope"):
+    for bad in ("[]", "{}", '{"format": "compute_budget.core.checkpoint.v1", "seq": -1, "chain_hash": "00"}', "nope"):
         with pytest.raises(CheckpointError):
             Checkpoint.from_json(bad)
 

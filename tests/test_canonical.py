@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compute_budget import canonical_json
-from compute_budget.canonical import canonical_sha256, json_line
+from compute_budget.core.canonical import canonical_sha256, json_line
 from tests import strategies
 
 

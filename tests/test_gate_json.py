@@ -12,7 +12,7 @@ import pytest
 from hypothesis import assume, given, settings
 
 from compute_budget import InputNotJson, decide, decide_json, parse_gate_json
-from compute_budget.policy import BudgetPolicy, Limits
+from compute_budget.core.policy import BudgetPolicy, Limits
 from tests import strategies
 from tests.conftest import make_gate
 

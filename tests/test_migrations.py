@@ -19,9 +19,9 @@ from pytest_alembic.tests import (  # the built-in tests, imported explicitly (s
 from sqlalchemy import Engine
 
 from compute_budget import BudgetStore
-from compute_budget.audit import audit
-from compute_budget.engine import create_store_engine, locate
-from compute_budget.migration import head_revision, migrations_path
+from compute_budget.auditor.scan import audit
+from compute_budget.store.backend import create_store_engine, locate
+from compute_budget.store.migrations import head_revision, migrations_path
 from tests.conftest import REPO_ROOT, gate_lines
 
 __all__ = [
@@ -116,3 +116,43 @@ def test_alembic_takes_the_database_from_the_environment(tmp_path: Path) -> None
     )
     assert done.returncode == 0, done.stderr
     assert _triggers(path) == GUARD
+
+
+@pytest.mark.parametrize(
+    ("database", "guard_lines"),
+    [
+        ("sqlite_file.db", ["CREATE TRIGGER compute_budget_decisions_no_update", "decisions_no_replace"]),
+        (
+            "postgresql+psycopg://reviewer@localhost/never_connected",
+            ["CREATE OR REPLACE FUNCTION compute_budget_decisions_append_only()",
+             "CREATE TRIGGER compute_budget_decisions_no_truncate"],
+        ),
+    ],
+)
+def test_offline_sql_prints_the_ddl_with_the_guard(tmp_path: Path, database: str, guard_lines: list[str]) -> None:
+    """`alembic upgrade head --sql` (a DBA's review) prints every revision's DDL, triggers included, and
+    connects to nothing: the revisions carry their own frozen DDL."""
+    alembic = Path(sys.executable).with_name("alembic")
+    target = str(tmp_path / database) if "://" not in database else database
+    done = subprocess.run(
+        [str(alembic), "-x", f"db={target}", "upgrade", "head", "--sql"], cwd=REPO_ROOT, capture_output=True,
+        text=True, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "CREATE TABLE compute_budget_decisions" in done.stdout
+    for line in guard_lines:
+        assert line in done.stdout
+    assert "Running upgrade 0001 -> 0002" in done.stdout
+    assert "ck_compute_budget_decisions_seq_positive" in done.stdout
+    assert not (tmp_path / database).exists()  # offline: nothing was opened or created
+
+
+def test_revisions_import_no_live_code() -> None:
+    """A revision never imports compute_budget: its meaning must not change when the live guard does."""
+    versions = REPO_ROOT / "src" / "compute_budget" / "store" / "alembic" / "versions"
+    revisions = sorted(versions.glob("*.py"))
+    assert len(revisions) >= 2
+    for revision in revisions:
+        assert "compute_budget." not in revision.read_text(encoding="utf-8").replace(
+            "compute_budget.v1", ""
+        ), revision.name

@@ -23,7 +23,7 @@ from compute_budget import (
     decide,
     policy_for,
 )
-from compute_budget.policy import V1
+from compute_budget.core.policy import V1
 from tests import strategies
 from tests.conftest import make_gate
 

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from compute_budget import BudgetStore
-from compute_budget.audit import audit
+from compute_budget.auditor.scan import audit
 from tests.backends import rows, tamper
 from tests.conftest import gate_lines
 from tests.test_store_processes import _writer

@@ -22,8 +22,8 @@ from compute_budget import (
     StoreUnavailable,
     decide,
 )
-from compute_budget.chain import CHAINED_COLUMNS, GENESIS_CHAIN_HASH, chain_hash
-from compute_budget.schema import COLUMNS
+from compute_budget.core.chain import CHAINED_COLUMNS, GENESIS_CHAIN_HASH, chain_hash
+from compute_budget.store.table import COLUMNS
 from tests.conftest import REPO_ROOT, gate_lines, make_gate
 
 

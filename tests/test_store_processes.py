@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from compute_budget import BudgetStore
-from compute_budget.audit import audit
+from compute_budget.auditor.scan import audit
 from tests.conftest import REPO_ROOT, gate_lines
 
 WRITER = """

@@ -8,9 +8,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from compute_budget.admission import admit
-from compute_budget.budget_id import budget_payload, compute_budget_id
-from compute_budget.canonical import canonical_json
+from compute_budget.core.admission import admit
+from compute_budget.core.canonical import canonical_json
+from compute_budget.core.hashing import budget_payload, compute_budget_id
+from compute_budget.core.parse import decide_json, parse_gate_json
+from compute_budget.core.policy import (
+    COMPUTE_BUDGET_POLICY_VERSION,
+    POLICIES,
+    BudgetPolicy,
+    Limits,
+    decide,
+    policy_for,
+)
+from compute_budget.core.types import (
+    ComputeBudgetDecision,
+    ComputeBudgetStatus,
+    SearchGateDecision,
+    SearchGateStatus,
+    SourceSpan,
+)
 from compute_budget.errors import (
     BudgetRefused,
     CheckpointError,
@@ -26,22 +42,6 @@ from compute_budget.errors import (
     SchemaBehindHead,
     StoreUnavailable,
     UnsupportedPolicyVersion,
-)
-from compute_budget.gate_json import decide_json, parse_gate_json
-from compute_budget.policy import (
-    COMPUTE_BUDGET_POLICY_VERSION,
-    POLICIES,
-    BudgetPolicy,
-    Limits,
-    decide,
-    policy_for,
-)
-from compute_budget.types import (
-    ComputeBudgetDecision,
-    ComputeBudgetStatus,
-    SearchGateDecision,
-    SearchGateStatus,
-    SourceSpan,
 )
 
 if TYPE_CHECKING:  # pragma: no cover  (the store and auditor arrive with their own modules)
@@ -89,9 +89,9 @@ __all__ = [
 _LAZY = {
     "BudgetStore": "compute_budget.store",
     "RecordResult": "compute_budget.store",
-    "audit": "compute_budget.audit",
-    "AuditReport": "compute_budget.audit",
-    "Finding": "compute_budget.audit",
+    "audit": "compute_budget.auditor.scan",
+    "AuditReport": "compute_budget.auditor.scan",
+    "Finding": "compute_budget.auditor.scan",
 }
 
 

@@ -79,7 +79,7 @@ class GateConflict(ComputeBudgetError):
         at = f" on input line {line}" if line is not None else ""
         super().__init__(
             f"conflict: budget_id {budget_id} is already recorded (in the store or earlier in this batch) with gate "
-            f"{_clip(stored_gate)}; refusing the different gate{at} {_clip(new_gate)}{where}; nothing was written"
+            f"{clip(stored_gate)}; refusing the different gate{at} {clip(new_gate)}{where}; nothing was written"
         )
         self.line = line
         self.differing = differing
@@ -120,7 +120,7 @@ class CheckpointError(ComputeBudgetError, ValueError):
     """A checkpoint document cannot be read or is not a compute-budget checkpoint."""
 
 
-def _clip(text: str, limit: int = 160) -> str:
-    """Keep conflict messages one readable line even for huge gates."""
+def clip(text: str, limit: int = 160) -> str:
+    """`text` on one line and at most `limit` characters, for messages and finding details about huge values."""
     flat = text.replace("\n", " ")
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from compute_budget.schema import TABLE_NAME
+from compute_budget.store.table import TABLE_NAME
 
 SQLITE_GUARD: tuple[str, ...] = (
     f"""CREATE TRIGGER {TABLE_NAME}_no_update BEFORE UPDATE ON {TABLE_NAME}

@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from compute_budget.canonical import canonical_sha256
-from compute_budget.errors import MalformedGate, UnsupportedPolicyVersion
-from compute_budget.types import (
+from compute_budget.core.canonical import canonical_sha256
+from compute_budget.core.gate import CheckedGate, check_gate, is_valid_text
+from compute_budget.core.types import (
     DECISION_FIELDS,
     ComputeBudgetDecision,
     ComputeBudgetStatus,
@@ -18,7 +18,7 @@ from compute_budget.types import (
     SearchGateStatus,
     SourceSpan,
 )
-from compute_budget.validation import CheckedGate, check_gate, is_valid_text
+from compute_budget.errors import MalformedGate, UnsupportedPolicyVersion
 
 COMPUTE_BUDGET_POLICY_VERSION = "compute_budget.v1"
 

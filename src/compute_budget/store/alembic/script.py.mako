@@ -5,7 +5,7 @@ Revises: ${down_revision | comma,n}
 Create Date: ${create_date}
 
 Every migration that rebuilds the table (SQLite batch mode drops triggers) must put the append-only guard
-back before it ends: call `compute_budget.guard.create_guard(op.get_bind())`.
+back before it ends: call `compute_budget.store.triggers.create_guard(op.get_bind())`.
 """
 
 from collections.abc import Sequence

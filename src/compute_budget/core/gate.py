@@ -1,12 +1,94 @@
-"""Well-formedness of a gate (spec section 3.1): each check raises `MalformedGate` naming its rule."""
+"""The input of spec section 2 (a search gate's decision and its evidence spans) and its well-formedness
+(spec section 3.1): each check raises `MalformedGate` naming its rule."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, NamedTuple
 
 from compute_budget.errors import MalformedGate
-from compute_budget.types import GATE_KEYS, SPAN_KEYS, SearchGateDecision, SearchGateStatus, SourceSpan
+
+
+class SearchGateStatus(StrEnum):
+    """Status of the upstream search gate (the input)."""
+
+    ELIGIBLE = "eligible"
+    INELIGIBLE = "ineligible"
+    BLOCKED = "blocked"
+    UNASSESSABLE = "unassessable"
+
+
+GATE_KEYS: frozenset[str] = frozenset(
+    {
+        "decision_id",
+        "policy_version",
+        "input_digest",
+        "status",
+        "reason_code",
+        "residual_ids",
+        "candidate_organ",
+        "evidence_spans",
+    }
+)
+SPAN_KEYS: frozenset[str] = frozenset({"text", "start", "end", "sentence_index"})
+@dataclass(frozen=True, slots=True)
+class SourceSpan:
+    """A span of source text that the gate cites as evidence."""
+
+    text: str
+    start: int
+    end: int
+    sentence_index: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The span's JSON form."""
+        return {
+            "text": self.text,
+            "start": self.start,
+            "end": self.end,
+            "sentence_index": self.sentence_index,
+        }
+
+    @classmethod
+    def from_dict(cls, value: object) -> SourceSpan:
+        """Read a span's JSON form; raises `MalformedGate` naming the rule it breaks (spec 3.1.5)."""
+        return validate_span(value, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchGateDecision:
+    """The input: one decision of the search gate. Constructing one does not validate it; `decide` does."""
+
+    decision_id: str
+    policy_version: str
+    input_digest: str
+    status: SearchGateStatus
+    reason_code: str
+    residual_ids: tuple[str, ...]
+    candidate_organ: str | None
+    evidence_spans: tuple[SourceSpan, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The gate's JSON form (exactly the eight keys of spec section 2)."""
+        return {
+            "decision_id": self.decision_id,
+            "policy_version": self.policy_version,
+            "input_digest": self.input_digest,
+            "status": str(self.status),
+            "reason_code": self.reason_code,
+            "residual_ids": list(self.residual_ids),
+            "candidate_organ": self.candidate_organ,
+            "evidence_spans": [span.to_dict() for span in self.evidence_spans],
+        }
+
+    @classmethod
+    def from_dict(cls, value: object) -> SearchGateDecision:
+        """Read a gate's JSON form; raises `MalformedGate` naming the rule of spec 3.1 it breaks."""
+        return validate_gate(value)
+
+
 
 MAX_SAFE_INTEGER = 2**53 - 1
 _STATUS_BY_VALUE: dict[str, SearchGateStatus] = {status.value: status for status in SearchGateStatus}

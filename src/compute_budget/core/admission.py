@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from compute_budget.budget_id import compute_budget_id
+from compute_budget.core.hashing import compute_budget_id
+from compute_budget.core.parse import decide_json
+from compute_budget.core.policy import POLICIES
+from compute_budget.core.types import DECISION_FIELDS, ComputeBudgetDecision, ComputeBudgetStatus
 from compute_budget.errors import BudgetRefused, InputNotJson, RefusalReason
-from compute_budget.gate_json import decide_json
-from compute_budget.policy import POLICIES
-from compute_budget.types import DECISION_FIELDS, ComputeBudgetDecision, ComputeBudgetStatus
 
 # Every field but the two never hashed nor compared on re-derivation.
 _REDERIVED_FIELDS = tuple(name for name in DECISION_FIELDS if name not in ("explanation", "max_wallclock_ms"))

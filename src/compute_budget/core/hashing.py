@@ -1,19 +1,25 @@
-"""The `budget_id` of spec section 3.3: SHA-256 over the canonical form of eleven decision fields."""
+"""The `budget_id` of spec section 3.3 (SHA-256 over the canonical form of eleven decision fields), and the one
+serialisation of evidence spans that hashing and storage share."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from compute_budget.canonical import canonical_sha256
-from compute_budget.types import ComputeBudgetDecision, SourceSpan
+import orjson
+
+from compute_budget.core.canonical import canonical_sha256
+from compute_budget.core.types import ComputeBudgetDecision, SourceSpan
 
 
 def span_payload(spans: tuple[SourceSpan, ...]) -> list[dict[str, Any]]:
-    """Evidence spans as the hashed array of objects (gate order kept)."""
-    return [
-        {"end": span.end, "sentence_index": span.sentence_index, "start": span.start, "text": span.text}
-        for span in spans
-    ]
+    """Evidence spans as an array of span objects, gate order kept: hashed (keys sorted by the canonical form)
+    and stored (`spans_json`) alike."""
+    return [span.to_dict() for span in spans]
+
+
+def spans_json(spans: tuple[SourceSpan, ...]) -> str:
+    """Evidence spans as the stored JSON text (the `evidence_spans` column)."""
+    return orjson.dumps(span_payload(spans)).decode("utf-8")
 
 
 def budget_payload(decision: ComputeBudgetDecision) -> dict[str, Any]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from xml.etree import ElementTree
 
-from compute_budget.audit import AuditReport, Finding, FindingKind
-from compute_budget.report import shown
+from compute_budget.auditor.scan import AuditReport, Finding, FindingKind
+from compute_budget.cli.render import shown
 
 MAX_TEXT_FINDINGS_PER_KIND = 50
 
@@ -74,7 +74,7 @@ def render_junit(report: AuditReport) -> str:
     ):
         ElementTree.SubElement(properties, "property", name=name, value=value)
     for kind in FindingKind:
-        case = ElementTree.SubElement(suite, "testcase", classname="compute_budget.audit", name=kind.value)
+        case = ElementTree.SubElement(suite, "testcase", classname="compute_budget.auditor.scan", name=kind.value)
         found = [finding for finding in report.findings if finding.kind is kind]
         if found:
             failure = ElementTree.SubElement(

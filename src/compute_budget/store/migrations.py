@@ -16,17 +16,14 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect
 
-from compute_budget.schema import TABLE_NAME
+from compute_budget.store.table import TABLE_NAME
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def migrations_path() -> Path:
-    """The migrations folder: the checkout's `migrations/` in development, else the copy inside the wheel."""
-    checkout = _PACKAGE_DIR.parent.parent / "migrations"
-    if (checkout / "env.py").is_file() and (checkout.parent / "alembic.ini").is_file():
-        return checkout
-    return _PACKAGE_DIR / "_migrations"
+    """The Alembic environment and revisions, shipped inside the package (`store/alembic`)."""
+    return _PACKAGE_DIR / "alembic"
 
 
 def alembic_config(connection: Connection | None = None) -> Config:

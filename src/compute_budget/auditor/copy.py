@@ -11,8 +11,8 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from compute_budget.audit import check_row, new_range_result
-from compute_budget.chain import GENESIS_CHAIN_HASH, ChainHead
+from compute_budget.core.chain import GENESIS_CHAIN_HASH, ChainHead
+from compute_budget.core.verify import RangeResult, check_row
 from compute_budget.errors import CopyVerificationFailed, StoreUnavailable
 from compute_budget.store import BudgetStore
 
@@ -46,7 +46,7 @@ def copy_store(
 def _verified(rows: Iterator[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
     prev_seq, prev_chain = 0, GENESIS_CHAIN_HASH
     for row in rows:
-        result = new_range_result()
+        result = RangeResult()
         prev_seq, prev_chain = check_row(row, prev_seq, prev_chain, result)
         if result.findings:
             finding = result.findings[0]

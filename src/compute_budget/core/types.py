@@ -1,4 +1,5 @@
-"""The domain types of spec section 2 and their JSON forms."""
+"""The output type of spec section 2 (`ComputeBudgetDecision`) and its JSON form; the input types live in
+`core.gate` beside their well-formedness rules and are re-exported here."""
 
 from __future__ import annotations
 
@@ -7,16 +8,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from compute_budget.core.gate import GATE_KEYS, SPAN_KEYS, SearchGateDecision, SearchGateStatus, SourceSpan
 from compute_budget.errors import MalformedDecision
-
-
-class SearchGateStatus(StrEnum):
-    """Status of the upstream search gate (the input)."""
-
-    ELIGIBLE = "eligible"
-    INELIGIBLE = "ineligible"
-    BLOCKED = "blocked"
-    UNASSESSABLE = "unassessable"
 
 
 class ComputeBudgetStatus(StrEnum):
@@ -28,19 +21,6 @@ class ComputeBudgetStatus(StrEnum):
     BUDGET_UNASSESSABLE = "budget_unassessable"
 
 
-GATE_KEYS: frozenset[str] = frozenset(
-    {
-        "decision_id",
-        "policy_version",
-        "input_digest",
-        "status",
-        "reason_code",
-        "residual_ids",
-        "candidate_organ",
-        "evidence_spans",
-    }
-)
-SPAN_KEYS: frozenset[str] = frozenset({"text", "start", "end", "sentence_index"})
 DECISION_FIELDS: tuple[str, ...] = (
     "budget_id",
     "policy_version",
@@ -57,66 +37,6 @@ DECISION_FIELDS: tuple[str, ...] = (
     "evidence_spans",
     "explanation",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class SourceSpan:
-    """A span of source text that the gate cites as evidence."""
-
-    text: str
-    start: int
-    end: int
-    sentence_index: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """The span's JSON form."""
-        return {
-            "text": self.text,
-            "start": self.start,
-            "end": self.end,
-            "sentence_index": self.sentence_index,
-        }
-
-    @classmethod
-    def from_dict(cls, value: object) -> SourceSpan:
-        """Read a span's JSON form; raises `MalformedGate` naming the rule it breaks (spec 3.1.5)."""
-        from compute_budget.validation import validate_span  # validation builds these types: import late
-
-        return validate_span(value, 0)
-
-
-@dataclass(frozen=True, slots=True)
-class SearchGateDecision:
-    """The input: one decision of the search gate. Constructing one does not validate it; `decide` does."""
-
-    decision_id: str
-    policy_version: str
-    input_digest: str
-    status: SearchGateStatus
-    reason_code: str
-    residual_ids: tuple[str, ...]
-    candidate_organ: str | None
-    evidence_spans: tuple[SourceSpan, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        """The gate's JSON form (exactly the eight keys of spec section 2)."""
-        return {
-            "decision_id": self.decision_id,
-            "policy_version": self.policy_version,
-            "input_digest": self.input_digest,
-            "status": str(self.status),
-            "reason_code": self.reason_code,
-            "residual_ids": list(self.residual_ids),
-            "candidate_organ": self.candidate_organ,
-            "evidence_spans": [span.to_dict() for span in self.evidence_spans],
-        }
-
-    @classmethod
-    def from_dict(cls, value: object) -> SearchGateDecision:
-        """Read a gate's JSON form; raises `MalformedGate` naming the rule of spec 3.1 it breaks."""
-        from compute_budget.validation import validate_gate  # validation builds these types: import late
-
-        return validate_gate(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,3 +132,15 @@ def _decision_int(value: Mapping[Any, Any], key: str) -> int:
     if isinstance(item, bool) or not isinstance(item, int):
         raise MalformedDecision(f"{key} must be an integer, not {type(item).__name__}")
     return int(item)
+
+
+__all__ = [
+    "DECISION_FIELDS",
+    "GATE_KEYS",
+    "SPAN_KEYS",
+    "ComputeBudgetDecision",
+    "ComputeBudgetStatus",
+    "SearchGateDecision",
+    "SearchGateStatus",
+    "SourceSpan",
+]

@@ -15,11 +15,11 @@ from typing import BinaryIO
 
 import click
 
+from compute_budget.core.gate import is_valid_text
+from compute_budget.core.lines import BadLine, GateLine, read_gates
+from compute_budget.core.policy import V1
+from compute_budget.core.types import ComputeBudgetStatus
 from compute_budget.errors import ComputeBudgetError
-from compute_budget.gate_lines import BadLine, GateLine, read_gates
-from compute_budget.policy import V1
-from compute_budget.types import ComputeBudgetStatus
-from compute_budget.validation import is_valid_text
 
 PROG = "compute-budget"
 
@@ -169,7 +169,7 @@ def show_command(budget_id: str, db: str | None, output_format: str) -> int:
     if output_format == "json":
         sys.stdout.buffer.write(_json_bytes(stored.to_dict()))
         return 0
-    from compute_budget.report import describe_stored
+    from compute_budget.cli.render import describe_stored
 
     click.echo(describe_stored(stored))
     return 0
@@ -191,7 +191,7 @@ def list_command(db: str | None, status: str | None, limit: int | None, output_f
             for stored in rows:
                 out.write(_json_bytes(stored.to_dict()))
             return 0
-        from compute_budget.report import print_table
+        from compute_budget.cli.render import print_table
 
         print_table(rows, filtered=status is not None or limit is not None)
     return 0
@@ -257,9 +257,9 @@ def audit_command(
     jobs: int,
 ) -> int:
     """Replay-audit the store read-only: exit 0 clean, 1 findings, 2 cannot run."""
-    from compute_budget.audit import audit, load_checkpoint
-    from compute_budget.audit_report import render
-    from compute_budget.checkpoint import Checkpoint
+    from compute_budget.auditor.scan import audit, load_checkpoint
+    from compute_budget.cli.render_audit import render
+    from compute_budget.core.checkpoint import Checkpoint
 
     checkpoint = load_checkpoint(checkpoint_path) if checkpoint_path else None
     since = load_checkpoint(since_path) if since_path else None
@@ -282,7 +282,7 @@ def audit_command(
 
 
 def _check_writable(option: str, path: str, db: str | None) -> None:
-    from compute_budget.engine import locate
+    from compute_budget.store.backend import locate
 
     database = locate(db).sqlite_path
     if database is not None:
@@ -359,8 +359,8 @@ def copy_command(source: str, destination: str) -> int:
 
     Exit 0 copied; 1 a source row failed verification (nothing copied); 2 cannot run.
     """
+    from compute_budget.auditor.copy import copy_store
     from compute_budget.errors import CopyVerificationFailed
-    from compute_budget.transfer import copy_store
 
     try:
         with audit_progress(enabled=True) as on_progress:

@@ -10,8 +10,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from compute_budget.core.parse import ParsedGate, located, parse_gate_json
 from compute_budget.errors import InputNotJson
-from compute_budget.gate_json import ParsedGate, located, parse_gate_json
 
 # A pretty-printed gate spans a few dozen lines; past these bounds a broken line is reported, not buffered.
 MAX_OBJECT_LINES = 100_000

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compute_budget.canonical import canonical_sha256
-from compute_budget.types import DECISION_FIELDS
+from compute_budget.core.canonical import canonical_sha256
+from compute_budget.core.types import DECISION_FIELDS
 
 GENESIS_CHAIN_HASH = "0" * 64
 

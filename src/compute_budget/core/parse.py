@@ -12,9 +12,9 @@ from typing import Any, NamedTuple, NoReturn
 
 import orjson
 
+from compute_budget.core.policy import V1, BudgetPolicy
+from compute_budget.core.types import ComputeBudgetDecision
 from compute_budget.errors import InputNotJson
-from compute_budget.policy import V1, BudgetPolicy
-from compute_budget.types import ComputeBudgetDecision
 
 
 class ParsedGate(NamedTuple):

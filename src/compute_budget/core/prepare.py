@@ -13,12 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
+from compute_budget.core.gate import is_valid_text
+from compute_budget.core.lines import GateLine
+from compute_budget.core.parse import ParsedGate, parse_gate_json
+from compute_budget.core.policy import V1, BudgetPolicy
+from compute_budget.core.types import DECISION_FIELDS, ComputeBudgetDecision, SearchGateDecision, SourceSpan
 from compute_budget.errors import GateNotSerializable, InputNotJson
-from compute_budget.gate_json import ParsedGate, parse_gate_json
-from compute_budget.gate_lines import GateLine
-from compute_budget.policy import V1, BudgetPolicy
-from compute_budget.types import DECISION_FIELDS, ComputeBudgetDecision, SearchGateDecision, SourceSpan
-from compute_budget.validation import is_valid_text
 
 _COMPARED = tuple(name for name in DECISION_FIELDS if name != "explanation")
 

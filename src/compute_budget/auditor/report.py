@@ -1,0 +1,61 @@
+"""The audit report: what an audit found, with its counts and the head it reached."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from compute_budget.core.chain import ChainHead
+from compute_budget.core.checkpoint import Checkpoint
+from compute_budget.core.verify import Finding, FindingKind
+
+
+@dataclass(frozen=True, slots=True)
+class AuditReport:
+    """What an audit found: `clean` iff no findings."""
+
+    database: str
+    rows_checked: int
+    findings: tuple[Finding, ...]
+    head: ChainHead
+    status_counts: dict[str, int]
+    reason_counts: dict[str, int]
+    elapsed_seconds: float
+    checkpoint: Checkpoint | None = None
+    since: Checkpoint | None = None
+    jobs: int = 1
+
+    @property
+    def clean(self) -> bool:
+        """True when the audit found nothing."""
+        return not self.findings
+
+    @property
+    def rows_per_second(self) -> float:
+        """Audit throughput."""
+        return self.rows_checked / self.elapsed_seconds if self.elapsed_seconds > 0 else 0.0
+
+    def findings_by_kind(self) -> dict[str, int]:
+        """How many findings of each kind, in the spec's order of kinds."""
+        counts = Counter(finding.kind for finding in self.findings)
+        return {kind.value: counts[kind] for kind in FindingKind if counts[kind]}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as JSON (spec section 7: `clean`, `rows_checked`, `findings`, and more)."""
+        return {
+            "clean": self.clean,
+            "rows_checked": self.rows_checked,
+            "findings": [finding.to_dict() for finding in self.findings],
+            "findings_by_kind": self.findings_by_kind(),
+            "database": self.database,
+            "head": {"seq": self.head.seq, "chain_hash": self.head.chain_hash, "budget_id": self.head.budget_id},
+            "status_counts": dict(sorted(self.status_counts.items())),
+            "reason_counts": dict(sorted(self.reason_counts.items())),
+            "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,
+            "since": self.since.to_dict() if self.since else None,
+            "mode": "incremental" if self.since else "full",
+            "jobs": self.jobs,
+            "elapsed_seconds": round(self.elapsed_seconds, 3),
+            "rows_per_second": round(self.rows_per_second, 1),
+        }

@@ -1,0 +1,229 @@
+"""The pure check of stored rows (spec sections 6 and 8): re-derive, re-hash and re-link each row.
+
+The auditor streams rows through `check_row`; `copy` verifies each row it carries with the same function.
+It reads no database: a row is a tuple of values in `row.ROW_COLUMNS` order.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from compute_budget.core.chain import GENESIS_CHAIN_HASH, chain_hash
+from compute_budget.core.hashing import compute_budget_id, spans_json
+from compute_budget.core.parse import parse_gate_json
+from compute_budget.core.policy import POLICIES
+from compute_budget.core.row import ROW_COLUMNS, stored_from_row
+from compute_budget.core.types import DECISION_FIELDS, ComputeBudgetDecision
+from compute_budget.errors import InputNotJson, MalformedDecision, clip
+
+
+class FindingKind(StrEnum):
+    """The kinds of finding of spec section 6."""
+
+    BUDGET_ID_MISMATCH = "budget_id_mismatch"
+    REDERIVE_MISMATCH = "rederive_mismatch"
+    CHAIN_BREAK = "chain_break"
+    UNSUPPORTED_POLICY_VERSION = "unsupported_policy_version"
+    MALFORMED_ROW = "malformed_row"
+    CHECKPOINT_MISMATCH = "checkpoint_mismatch"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One problem with one row (or with the chain as a whole, where `seq` may be None)."""
+
+    kind: FindingKind
+    budget_id: str | None
+    seq: int | None
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The finding's JSON form."""
+        return {"kind": self.kind.value, "budget_id": self.budget_id, "seq": self.seq, "detail": self.detail}
+
+
+@dataclass(slots=True)
+class RangeResult:
+    """What checking a run of rows found: counts, findings and the last link it left."""
+
+    rows: int = 0
+    findings: list[Finding] = field(default_factory=list)
+    status_counts: Counter[str] = field(default_factory=Counter)
+    reason_counts: Counter[str] = field(default_factory=Counter)
+    last_seq: int = 0
+    last_chain_hash: str = GENESIS_CHAIN_HASH
+    last_budget_id: str | None = None
+
+
+_INTEGER_COLUMNS = ("seq", "max_candidates", "max_depth", "max_steps", "max_parallelism")
+# The plain (non-span) fields re-derivation compares: every hashed field but budget_id and evidence_spans.
+_COMPARED = tuple(
+    name for name in DECISION_FIELDS if name not in ("budget_id", "max_wallclock_ms", "evidence_spans", "explanation")
+)
+
+
+_NONE = type(None)
+# The column types of a readable row, in `schema.COLUMNS` order (max_wallclock_ms: null in v1, or an integer).
+_ROW_TYPES = (int, str, str, str, str, str, str, str, int, int, int, _NONE, int, str, str, str, str, str)
+_ROW_TYPES_WITH_WALLCLOCK = (*_ROW_TYPES[:11], int, *_ROW_TYPES[12:])
+
+
+def check_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result: RangeResult) -> tuple[int, str]:
+    """Check one stored row (values in `schema.COLUMNS` order); returns the (seq, chain_hash) it leaves.
+
+    The common, clean row takes the fast path: one type check, one chain hash, one re-derivation and one
+    tuple comparison; findings are worked out in detail only for rows that fail.
+    """
+    result.rows += 1
+    types = tuple(map(type, row))
+    if types != _ROW_TYPES and types != _ROW_TYPES_WITH_WALLCLOCK:
+        return _unreadable_row(row, prev_seq, prev_chain, result)
+    seq, budget_id, policy_version, status, reason_code = row[0], row[1], row[2], row[6], row[7]
+    stored_chain = row[17]
+    findings = result.findings
+    result.status_counts[status] += 1
+    result.reason_counts[reason_code] += 1
+    result.last_seq, result.last_chain_hash, result.last_budget_id = seq, stored_chain, budget_id
+
+    # The chain: this row must link to the stored row before it.
+    if seq != prev_seq + 1 or chain_hash(prev_chain, row[:17]) != stored_chain:
+        findings.append(_chain_break(row, prev_seq, prev_chain))
+
+    policy = POLICIES.get(policy_version)
+    if policy is None:
+        findings.append(
+            Finding(
+                FindingKind.UNSUPPORTED_POLICY_VERSION,
+                budget_id,
+                seq,
+                f"policy_version {policy_version!r} has no registered policy "
+                f"(known: {', '.join(POLICIES)}); its decision cannot be re-derived",
+            )
+        )
+        return seq, stored_chain
+    try:
+        parsed = parse_gate_json(row[15])
+    except InputNotJson as error:
+        findings.append(Finding(FindingKind.MALFORMED_ROW, budget_id, seq, f"gate_input is {error}"))
+        return seq, stored_chain
+    derived = policy.decide(parsed.value, defect=parsed.defect)
+    same = (
+        derived.policy_version,
+        derived.gate_decision_id,
+        derived.gate_policy_version,
+        derived.gate_input_digest,
+        derived.status,
+        derived.reason_code,
+        derived.max_candidates,
+        derived.max_depth,
+        derived.max_steps,
+    ) == row[2:11] and derived.max_parallelism == row[12]
+    if same and spans_json(derived.evidence_spans) == row[13]:
+        # Every hashed field equals the re-derived decision's, so its budget_id is the recomputed one.
+        if derived.budget_id != budget_id:
+            findings.append(
+                Finding(
+                    FindingKind.BUDGET_ID_MISMATCH,
+                    budget_id,
+                    seq,
+                    f"the stored fields hash to {derived.budget_id}, not to the stored budget_id",
+                )
+            )
+        return seq, stored_chain
+    findings.extend(_rederive_findings(row, derived))
+    return seq, stored_chain
+
+
+def _chain_break(row: tuple[Any, ...], prev_seq: int, prev_chain: str) -> Finding:
+    seq = row[0]
+    problems = []
+    if seq != prev_seq + 1:
+        problems.append(
+            f"seq jumps from {prev_seq} to {seq}: {seq - prev_seq - 1} row(s) missing"
+            if seq > prev_seq + 1
+            else f"seq {seq} follows seq {prev_seq}: rows reordered or duplicated"
+        )
+    if chain_hash(prev_chain, row[:17]) != row[17]:
+        problems.append(
+            f"chain_hash does not follow from row {prev_seq} and this row's columns: "
+            "a row here was edited, inserted, deleted or reordered"
+        )
+    return Finding(FindingKind.CHAIN_BREAK, row[1], seq, "; ".join(problems))
+
+
+def _unreadable_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result: RangeResult) -> tuple[int, str]:
+    seq, budget_id, stored_chain = row[0], row[1], row[17]
+    result.findings.append(
+        Finding(
+            FindingKind.MALFORMED_ROW,
+            budget_id if isinstance(budget_id, str) else None,
+            seq if type(seq) is int else None,
+            f"cannot read the row: {_wrong_types(row)}",
+        )
+    )
+    next_seq = seq if type(seq) is int else prev_seq + 1
+    return next_seq, stored_chain if isinstance(stored_chain, str) else prev_chain
+
+
+def _rederive_findings(row: tuple[Any, ...], derived: ComputeBudgetDecision) -> list[Finding]:
+    """Field-by-field differences between a stored row and its re-derived decision, and its hash check."""
+    seq, budget_id = row[0], row[1]
+    stored = dict(zip(ROW_COLUMNS, row, strict=True))
+    differences = [
+        f"{name} stored {_shown(stored[name])}, policy gives {_shown(getattr(derived, name))}"
+        for name in _COMPARED
+        if stored[name] != getattr(derived, name)
+    ]
+    derived_spans = spans_json(derived.evidence_spans)
+    if stored["evidence_spans"] != derived_spans:
+        differences.append(
+            f"evidence_spans stored {clip(stored['evidence_spans'], 120)}, policy gives {clip(derived_spans, 120)}"
+        )
+    findings = [Finding(FindingKind.REDERIVE_MISMATCH, budget_id, seq, "; ".join(differences))]
+    recomputed = _recompute_budget_id(row)
+    if isinstance(recomputed, MalformedDecision):
+        findings.append(
+            Finding(FindingKind.MALFORMED_ROW, budget_id, seq, f"the stored decision cannot be read: {recomputed}")
+        )
+    elif recomputed != budget_id:
+        findings.append(
+            Finding(
+                FindingKind.BUDGET_ID_MISMATCH,
+                budget_id,
+                seq,
+                f"the stored fields hash to {recomputed}, not to the stored budget_id",
+            )
+        )
+    return findings
+
+
+def _wrong_types(row: tuple[Any, ...]) -> str:
+    wrong = []
+    for name, value in zip(ROW_COLUMNS, row, strict=True):
+        if name in _INTEGER_COLUMNS:
+            ok = type(value) is int
+        elif name == "max_wallclock_ms":
+            ok = value is None or type(value) is int
+        else:
+            ok = type(value) is str
+        if not ok:
+            wrong.append(f"{name} is {type(value).__name__}")
+    return ", ".join(wrong)
+
+
+def _recompute_budget_id(row: tuple[Any, ...]) -> str | MalformedDecision:
+    """The budget_id the stored fields hash to, or why the stored fields cannot be read as a decision."""
+    try:
+        return compute_budget_id(stored_from_row(row).decision)
+    except MalformedDecision as error:
+        return error
+    except (ValueError, TypeError) as error:
+        return MalformedDecision(str(error))
+
+
+def _shown(value: object) -> str:
+    """A value as a person reads it in a detail: strings (enum members too) quoted, numbers as they are."""
+    return repr(str.__str__(value)) if isinstance(value, str) else repr(value)

@@ -1,0 +1,125 @@
+"""Appending: gates decided in chunks (the next one ahead, in a helper thread), numbered and chained after the
+head. Pure planning (`plan_chunk`) is kept apart from the SQL the facade runs, so the chain is computed in one
+place for every backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import itertools
+import queue
+import threading
+from collections.abc import Generator, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from compute_budget.core.chain import ChainHead, chain_hash
+from compute_budget.core.prepare import PreparedGate, differing_keys, prepare_gate, same_gate
+from compute_budget.core.row import chained_row
+from compute_budget.core.types import ComputeBudgetDecision
+from compute_budget.errors import GateConflict
+
+CHUNK_SIZE = 500  # gates decided, looked up and inserted per round trip
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for a bulk append (about 10% faster in the benchmarks).
+
+    A batch allocates millions of short-lived, acyclic objects that reference counting frees at once; the
+    collector would only keep re-walking every long-lived object of the process (the caller's own data too).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def prepared_chunks(gates: Iterable[object], *, ahead: bool) -> Generator[list[PreparedGate], None, None]:
+    """The gates in decided chunks. With `ahead`, a helper thread reads and decides the next chunk while the
+    caller inserts this one: SQLite and psycopg release the GIL while the database works, so the two overlap.
+    Whatever the helper raises (a bad line, a gate JSON cannot hold) is raised here, in the caller.
+    """
+    source = iter(gates)
+    if not ahead:
+        while chunk := list(itertools.islice(source, CHUNK_SIZE)):
+            yield [prepare_gate(gate) for gate in chunk]
+        return
+    handoff: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=2)
+    stop = threading.Event()
+
+    def offer(item: tuple[str, Any]) -> None:
+        while not stop.is_set():
+            try:
+                handoff.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def work() -> None:
+        try:
+            while not stop.is_set() and (chunk := list(itertools.islice(source, CHUNK_SIZE))):
+                offer(("chunk", [prepare_gate(gate) for gate in chunk]))
+            offer(("end", None))
+        except BaseException as error:  # handed to the caller, who decides what it means
+            offer(("error", error))
+
+    helper = threading.Thread(target=work, name="compute-budget-decide", daemon=True)
+    helper.start()
+    try:
+        while True:
+            kind, payload = handoff.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise payload
+            yield payload
+    finally:
+        stop.set()
+        if threading.current_thread() is not helper:
+            helper.join()
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkPlan:
+    """What appending one chunk does: the rows to insert, the head after them, each gate's outcome."""
+
+    rows: list[tuple[Any, ...]]
+    head: ChainHead
+    results: list[tuple[ComputeBudgetDecision, bool, int]]
+
+
+def plan_chunk(
+    prepared: list[PreparedGate], stored: dict[str, tuple[int, str]], head: ChainHead, recorded_at: str
+) -> ChunkPlan:
+    """Number and chain the new gates of a chunk after `head`; raises `GateConflict` for a changed gate.
+
+    `stored` maps the budget_ids already in the database to their (seq, gate_input); gates repeated within
+    the chunk are matched against their first occurrence.
+    """
+    seq, prev, last_id = head.seq, head.chain_hash, head.budget_id
+    seen = dict(stored)
+    rows: list[tuple[Any, ...]] = []
+    results: list[tuple[ComputeBudgetDecision, bool, int]] = []
+    for item in prepared:
+        budget_id = item.decision.budget_id
+        existing = seen.get(budget_id)
+        if existing is not None:
+            if not same_gate(existing[1], item):
+                raise GateConflict(
+                    budget_id, existing[1], item.gate_input, differing_keys(existing[1], item), item.line
+                )
+            results.append((item.decision, False, existing[0]))
+            continue
+        seq += 1
+        row = chained_row(seq, item.decision, item.gate_input, recorded_at)
+        prev = chain_hash(prev, row)
+        rows.append((*row, prev))
+        seen[budget_id] = (seq, item.gate_input)
+        last_id = budget_id
+        results.append((item.decision, True, seq))
+    return ChunkPlan(rows, ChainHead(seq, prev, last_id), results)

@@ -1,0 +1,68 @@
+"""Every SQL statement the store runs, built once per backend (the only place that knows `?` from `%s`).
+
+The hot paths (append, scan, lookups) are raw SQL because the benchmarks show SQLAlchemy's compiled Core
+costs a visible share there; the statements are plain strings built here once, never per call.
+"""
+
+from __future__ import annotations
+
+from compute_budget.core.row import ROW_COLUMNS
+from compute_budget.store.table import TABLE_NAME
+
+# A transaction-scoped PostgreSQL advisory lock that every compute-budget writer takes before it reads the
+# chain head: the key is fixed, so writers of any version queue on it (even before the table exists).
+APPEND_LOCK_KEY = 7227022700
+
+
+class Statements:
+    """The store's SQL for one backend; `mark` is its parameter placeholder."""
+
+    def __init__(self, backend: str, mark: str) -> None:
+        self.backend = backend
+        self.mark = mark
+        table, columns = TABLE_NAME, ", ".join(ROW_COLUMNS)
+        self.select = f"SELECT {columns} FROM {table}"
+        self.insert = f"INSERT INTO {table} ({columns}) VALUES ({', '.join([mark] * len(ROW_COLUMNS))})"
+        self.by_budget_id = f"{self.select} WHERE budget_id = {mark}"
+        self.head = f"SELECT seq, chain_hash, budget_id FROM {table} ORDER BY seq DESC LIMIT 1"
+        self.count = f"SELECT count(*) FROM {table}"
+        # The highest seq that is an integer: a seq tampered into text or a real is not counted.
+        self.max_integer_seq = f"SELECT max(seq) FROM {table} WHERE seq = CAST(seq AS BIGINT)"
+        self.link_at = f"SELECT seq, chain_hash, budget_id FROM {table} WHERE seq = {mark}"
+        self.link_at_or_before = f"SELECT seq, chain_hash FROM {table} WHERE seq <= {mark} ORDER BY seq DESC LIMIT 1"
+        # Rows no seq range covers: seq missing, not a positive integer, or beyond the head.
+        self.misplaced = (
+            f"SELECT budget_id, seq FROM {table} WHERE seq IS NULL OR seq < 1 OR seq > {mark} "
+            "OR seq <> CAST(seq AS BIGINT)"
+        )
+        self.seq_range = f"{self.select} WHERE seq > {mark} AND seq <= {mark} ORDER BY seq"
+        # What a writer runs first to queue behind other writers (SQLite: BEGIN IMMEDIATE already does).
+        self.append_lock = f"SELECT pg_advisory_xact_lock({APPEND_LOCK_KEY})" if backend == "postgresql" else None
+
+    def by_prefix(self, limit: int) -> str:
+        """Rows whose budget_id lies in [low, high), at most `limit`."""
+        between = f"budget_id >= {self.mark} AND budget_id < {self.mark}"
+        return f"{self.select} WHERE {between} ORDER BY budget_id LIMIT {int(limit)}"
+
+    def listing(self, *, status: bool, limit: int | None) -> str:
+        """Rows in seq order, optionally of one status, optionally only the newest `limit`."""
+        where = f" WHERE status = {self.mark}" if status else ""
+        if limit is None:
+            return f"{self.select}{where} ORDER BY seq"
+        return f"SELECT * FROM ({self.select}{where} ORDER BY seq DESC LIMIT {int(limit)}) AS newest ORDER BY seq"
+
+    def stored_gates(self, how_many: int) -> str:
+        """seq and gate_input of up to `how_many` budget_ids."""
+        marks = ", ".join([self.mark] * how_many)
+        return f"SELECT budget_id, seq, gate_input FROM {TABLE_NAME} WHERE budget_id IN ({marks})"
+
+
+_BY_BACKEND = {"sqlite": Statements("sqlite", "?"), "postgresql": Statements("postgresql", "%s")}
+
+
+def statements_for(backend: str) -> Statements:
+    """The statements for a backend name (``sqlite`` or ``postgresql``)."""
+    try:
+        return _BY_BACKEND[backend]
+    except KeyError:
+        raise NotImplementedError(f"compute-budget has no SQL written for the {backend} backend") from None
