@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from compute_budget.core.admission import admit
 from compute_budget.core.canonical import canonical_json
+from compute_budget.core.chain import ChainHead
+from compute_budget.core.checkpoint import Checkpoint
 from compute_budget.core.hashing import budget_payload, compute_budget_id
 from compute_budget.core.parse import decide_json, parse_gate_json
 from compute_budget.core.policy import (
@@ -28,11 +30,13 @@ from compute_budget.core.types import (
     SourceSpan,
 )
 from compute_budget.errors import (
+    AuditError,
     BudgetRefused,
     CheckpointError,
     ComputeBudgetError,
     GateConflict,
     GateNotSerializable,
+    InputError,
     InputNotJson,
     MalformedDecision,
     MalformedGate,
@@ -40,27 +44,38 @@ from compute_budget.errors import (
     ReadOnlyStore,
     RefusalReason,
     SchemaBehindHead,
+    StoreDamaged,
+    StoreError,
     StoreUnavailable,
     UnsupportedPolicyVersion,
 )
 
-if TYPE_CHECKING:  # pragma: no cover  (the store and auditor arrive with their own modules)
-    pass
+if TYPE_CHECKING:  # what the lazy names below really are, for a client's type checker
+    from compute_budget.auditor.report import AuditReport
+    from compute_budget.auditor.scan import audit
+    from compute_budget.core.verify import Finding, FindingKind
+    from compute_budget.store import BatchResult, BudgetStore, RecordResult, StoredDecision
 
 __all__ = [
     "COMPUTE_BUDGET_POLICY_VERSION",
     "POLICIES",
+    "AuditError",
     "AuditReport",
+    "BatchResult",
     "BudgetPolicy",
     "BudgetRefused",
     "BudgetStore",
+    "ChainHead",
+    "Checkpoint",
     "CheckpointError",
     "ComputeBudgetDecision",
     "ComputeBudgetError",
     "ComputeBudgetStatus",
     "Finding",
+    "FindingKind",
     "GateConflict",
     "GateNotSerializable",
+    "InputError",
     "InputNotJson",
     "Limits",
     "MalformedDecision",
@@ -73,7 +88,10 @@ __all__ = [
     "SearchGateDecision",
     "SearchGateStatus",
     "SourceSpan",
+    "StoreDamaged",
+    "StoreError",
     "StoreUnavailable",
+    "StoredDecision",
     "UnsupportedPolicyVersion",
     "admit",
     "audit",
@@ -89,9 +107,12 @@ __all__ = [
 _LAZY = {
     "BudgetStore": "compute_budget.store",
     "RecordResult": "compute_budget.store",
+    "BatchResult": "compute_budget.store",
+    "StoredDecision": "compute_budget.store",
     "audit": "compute_budget.auditor.scan",
-    "AuditReport": "compute_budget.auditor.scan",
-    "Finding": "compute_budget.auditor.scan",
+    "AuditReport": "compute_budget.auditor.report",
+    "Finding": "compute_budget.core.verify",
+    "FindingKind": "compute_budget.core.verify",
 }
 
 

@@ -9,7 +9,19 @@ class ComputeBudgetError(Exception):
     """Root of every compute-budget error; the CLI catches this once and prints its message."""
 
 
-class MalformedGate(ComputeBudgetError, ValueError):
+class InputError(ComputeBudgetError):
+    """What a caller handed over cannot be used: a gate, a decision, an input or output file."""
+
+
+class StoreError(ComputeBudgetError):
+    """The store cannot be used as asked: unavailable, damaged, read-only, or a conflicting gate."""
+
+
+class AuditError(ComputeBudgetError):
+    """An audit, a checkpoint or a copy cannot be carried out as asked."""
+
+
+class MalformedGate(InputError, ValueError):
     """A gate breaks a well-formedness rule of spec section 3.1; `rule` names it (for example ``"3.1.5"``)."""
 
     def __init__(self, rule: str, message: str) -> None:
@@ -18,11 +30,11 @@ class MalformedGate(ComputeBudgetError, ValueError):
         self.message = message
 
 
-class MalformedDecision(ComputeBudgetError, ValueError):
+class MalformedDecision(InputError, ValueError):
     """A stored or supplied `ComputeBudgetDecision` JSON form has missing keys or wrong types."""
 
 
-class InputNotJson(ComputeBudgetError, ValueError):
+class InputNotJson(InputError, ValueError):
     """Gate text that is not JSON at all (an input error, unlike JSON that is not a gate).
 
     `incomplete` is True when the text broke off mid-value, so more lines might complete it.
@@ -60,11 +72,11 @@ class UnsupportedPolicyVersion(ComputeBudgetError, LookupError):
     """No policy is registered under the requested version."""
 
 
-class GateNotSerializable(ComputeBudgetError, ValueError):
+class GateNotSerializable(InputError, ValueError):
     """A Python gate that cannot be stored as JSON faithfully enough to re-derive its decision."""
 
 
-class GateConflict(ComputeBudgetError):
+class GateConflict(StoreError):
     """The same `budget_id` is already stored with a different gate; nothing was written."""
 
     def __init__(
@@ -88,7 +100,7 @@ class GateConflict(ComputeBudgetError):
         self.new_gate = new_gate
 
 
-class StoreUnavailable(ComputeBudgetError):
+class StoreUnavailable(StoreError):
     """The database cannot be opened or used (missing, not SQLite, read-only, server down, disk full ...)."""
 
 
@@ -100,24 +112,32 @@ class SchemaBehindHead(StoreUnavailable):
     """The store's schema is older than this release; `compute-budget migrate` brings it to head."""
 
 
-class DestinationNotEmpty(ComputeBudgetError):
+class DestinationNotEmpty(StoreError):
     """`copy` writes a history only into an empty store."""
 
 
-class CopyVerificationFailed(ComputeBudgetError):
+class CopyVerificationFailed(AuditError):
     """A source row failed verification during `copy`; nothing was written to the destination."""
 
 
-class StoreDamaged(ComputeBudgetError):
+class StoreDamaged(StoreError):
     """A row the store itself needs (its chain head, a row to show) cannot be read: it was tampered with."""
 
 
-class ReadOnlyStore(ComputeBudgetError):
+class ReadOnlyStore(StoreError):
     """A write was attempted through a store opened with ``readonly=True``."""
 
 
-class CheckpointError(ComputeBudgetError, ValueError):
+class CheckpointError(AuditError, ValueError):
     """A checkpoint document cannot be read or is not a compute-budget checkpoint."""
+
+
+class InputUnreadable(InputError):
+    """An INPUT path is missing, a folder, or cannot be read."""
+
+
+class OutputUnwritable(InputError):
+    """A report or checkpoint file cannot be written where it was asked for (nothing was left half-written)."""
 
 
 def clip(text: str, limit: int = 160) -> str:

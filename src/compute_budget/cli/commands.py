@@ -1,86 +1,40 @@
-"""The `compute-budget` command: a thin Click shell over the core, the store and the auditor.
+"""The `compute-budget` commands: a thin Click shell over the core, the store and the auditor.
 
-Every command returns its exit status; `run` turns any `ComputeBudgetError` (and I/O trouble) into one
-line on stderr, so no input, however bad, ends in a traceback.
+Results that need a person's eye exit 1 through `ctx.exit(1)`; everything that stops a command from running is
+an error the group (`cli.app.BudgetGroup`) turns into one line on stderr and exit 2.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from typing import BinaryIO
+from collections.abc import Iterator, Sequence
 
 import click
 
+from compute_budget.cli.app import PROG, BudgetGroup, say
+from compute_budget.cli.app import run as run_group
+from compute_budget.cli.io import check_writable, open_input, write_atomically
+from compute_budget.cli.progress import audit_progress, progress_bar
 from compute_budget.core.gate import is_valid_text
 from compute_budget.core.lines import BadLine, GateLine, read_gates
 from compute_budget.core.policy import V1
 from compute_budget.core.types import ComputeBudgetStatus
-from compute_budget.errors import ComputeBudgetError
-
-PROG = "compute-budget"
+from compute_budget.errors import InputUnreadable
 
 
-class InputUnreadable(ComputeBudgetError):
-    """The INPUT path is missing, a folder, or cannot be read."""
-
-
-def _say(message: str) -> None:
-    click.echo(f"{PROG}: {message}", err=True)
-
-
-@contextmanager
-def open_input(path: str) -> Iterator[BinaryIO]:
-    """Open INPUT (`-` is stdin) for binary reading, with one clear error for each way it can fail."""
-    if path == "-":
-        yield sys.stdin.buffer
-        return
-    if os.path.isdir(path):
-        raise InputUnreadable(f"input {path!r} is a folder, not a file of gates")
-    try:
-        stream = open(path, "rb")  # noqa: SIM115  (closed below; a with-block cannot yield the error we want)
-    except FileNotFoundError:
-        raise InputUnreadable(f"input file {path!r} does not exist") from None
-    except OSError as error:
-        raise InputUnreadable(f"cannot read input file {path!r}: {error.strerror or error}") from None
-    with stream:
-        yield _ReadErrorsNamed(stream, path)  # type: ignore[misc]
-
-
-class _ReadErrorsNamed:
-    """Lines of an input stream, where a read that fails midway (an I/O error) names the input."""
-
-    def __init__(self, stream: BinaryIO, path: str) -> None:
-        self._stream = stream
-        self._path = path
-
-    def fileno(self) -> int:
-        return self._stream.fileno()
-
-    def __iter__(self) -> Iterator[bytes]:
-        lines = iter(self._stream)
-        while True:
-            try:
-                line = next(lines)
-            except StopIteration:
-                return
-            except OSError as error:
-                raise InputUnreadable(f"cannot read input file {self._path!r}: {error.strerror or error}") from None
-            yield line
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=BudgetGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="compute-budget", prog_name=PROG)
-def cli() -> None:
+@click.option("--debug", is_flag=True, help="Show the traceback of an unexpected error (for a bug report).")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
     """Deterministic compute budgets for search-gate decisions, kept in an append-only, hash-chained store."""
+    ctx.meta["compute_budget.debug"] = debug
 
 
 @cli.command("decide")
 @click.argument("input_path", metavar="[INPUT]", default="-")
-def decide_command(input_path: str) -> int:
+def decide_command(input_path: str) -> None:
     """Print one decision (a JSON line) per gate of INPUT (JSON Lines; '-' or nothing is stdin).
 
     A line that is not JSON is reported on stderr with its number; the other gates are still decided and the
@@ -93,12 +47,13 @@ def decide_command(input_path: str) -> int:
             if isinstance(item, BadLine):
                 bad_lines += 1
                 out.flush()  # keep stdout and stderr in input order when both go to one terminal
-                _say(f"{_where(input_path)} line {item.line}: {item.message}")
+                say(f"{_where(input_path)} line {item.line}: {item.message}")
                 continue
             decision = V1.decide(item.parsed.value, defect=item.parsed.defect)
             out.write(_json_bytes(decision.to_dict()))
     out.flush()
-    return 2 if bad_lines else 0
+    if bad_lines:
+        click.get_current_context().exit(2)
 
 
 db_option = click.option(
@@ -113,7 +68,7 @@ db_option = click.option(
 @cli.command("record")
 @click.argument("input_path", metavar="[INPUT]", default="-")
 @db_option
-def record_command(input_path: str, db: str | None) -> int:
+def record_command(input_path: str, db: str | None) -> None:
     """Decide every gate of INPUT and append them all to the store, atomically (all or nothing).
 
     Re-recording a stored gate is a no-op; the same budget_id with a different gate is a conflict (exit 2,
@@ -129,7 +84,6 @@ def record_command(input_path: str, db: str | None) -> int:
             f"recorded {total} gate{'s' if total != 1 else ''}: {result.new} new, {result.present} already present "
             f"(head seq {result.head.seq}) in {store.location.display}"
         )
-    return 0
 
 
 def _gates_or_fail(items: Iterator[GateLine | BadLine], input_path: str) -> Iterator[GateLine]:
@@ -143,7 +97,7 @@ def _gates_or_fail(items: Iterator[GateLine | BadLine], input_path: str) -> Iter
 @click.argument("budget_id")
 @db_option
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def show_command(budget_id: str, db: str | None, output_format: str) -> int:
+def show_command(budget_id: str, db: str | None, output_format: str) -> None:
     """Show the stored decision BUDGET_ID (64 hex digits, or a unique prefix of 8 or more), its gate input and
     why (exit 1 when it is not stored)."""
     from compute_budget.store import BudgetStore
@@ -158,8 +112,8 @@ def show_command(budget_id: str, db: str | None, output_format: str) -> int:
         found = store.find(wanted)
         where = store.location.display
     if not found:
-        _say(f"no decision with budget_id {wanted} in {where}")
-        return 1
+        say(f"no decision with budget_id {wanted} in {where}")
+        click.get_current_context().exit(1)
     if len(found) > 1:
         raise click.BadParameter(
             f"prefix {wanted} is ambiguous: it matches more than one decision; give more digits",
@@ -168,11 +122,10 @@ def show_command(budget_id: str, db: str | None, output_format: str) -> int:
     stored = found[0]
     if output_format == "json":
         sys.stdout.buffer.write(_json_bytes(stored.to_dict()))
-        return 0
+        return
     from compute_budget.cli.render import describe_stored
 
     click.echo(describe_stored(stored))
-    return 0
 
 
 @cli.command("list")
@@ -180,7 +133,7 @@ def show_command(budget_id: str, db: str | None, output_format: str) -> int:
 @click.option("--status", type=click.Choice([status.value for status in ComputeBudgetStatus]), help="Only this status.")
 @click.option("--limit", type=click.IntRange(min=0, max=2**62), default=None, help="Only the newest N decisions.")
 @click.option("--format", "output_format", type=click.Choice(["table", "jsonl"]), default="table", show_default=True)
-def list_command(db: str | None, status: str | None, limit: int | None, output_format: str) -> int:
+def list_command(db: str | None, status: str | None, limit: int | None, output_format: str) -> None:
     """List stored decisions, oldest first and newest last."""
     from compute_budget.store import BudgetStore
 
@@ -190,16 +143,15 @@ def list_command(db: str | None, status: str | None, limit: int | None, output_f
             out = sys.stdout.buffer
             for stored in rows:
                 out.write(_json_bytes(stored.to_dict()))
-            return 0
+            return
         from compute_budget.cli.render import print_table
 
         print_table(rows, filtered=status is not None or limit is not None)
-    return 0
 
 
 @cli.command("migrate")
 @db_option
-def migrate_command(db: str | None) -> int:
+def migrate_command(db: str | None) -> None:
     """Bring the database schema to this release's head (creating it when the database is empty)."""
     from compute_budget.store import BudgetStore
 
@@ -208,18 +160,16 @@ def migrate_command(db: str | None) -> int:
         click.echo(f"schema already at head revision {after}")
     else:
         click.echo(f"schema migrated from {before or 'nothing'} to head revision {after}")
-    return 0
 
 
 @cli.command("checkpoint")
 @db_option
-def checkpoint_command(db: str | None) -> int:
+def checkpoint_command(db: str | None) -> None:
     """Print a checkpoint of the chain head (keep it outside the database for the next audit)."""
     from compute_budget.store import BudgetStore
 
     with BudgetStore.open(db, readonly=True) as store:
         click.echo(store.checkpoint().to_json())
-    return 0
 
 
 @cli.command("audit")
@@ -255,7 +205,7 @@ def audit_command(
     output_format: str,
     output_path: str | None,
     jobs: int,
-) -> int:
+) -> None:
     """Replay-audit the store read-only: exit 0 clean, 1 findings, 2 cannot run."""
     from compute_budget.auditor.scan import audit, load_checkpoint
     from compute_budget.cli.render_audit import render
@@ -265,96 +215,27 @@ def audit_command(
     since = load_checkpoint(since_path) if since_path else None
     for option, path in (("--output", output_path), ("--save-checkpoint", save_path)):
         if path:
-            _check_writable(option, path, db)  # before the audit: a nightly run must not fail only at its end
+            check_writable(option, path, db)  # before the audit: a nightly run must not fail only at its end
     with audit_progress(enabled=jobs == 1) as on_progress:
         report = audit(db, checkpoint=checkpoint, since=since, jobs=jobs, on_progress=on_progress)
     text = render(report, output_format)
     if output_path:
-        _write_atomically(output_path, text + "\n")
+        write_atomically(output_path, text + "\n")
     else:
         click.echo(text)
     if save_path:
         if report.clean:
-            _write_atomically(save_path, Checkpoint.from_head(report.head).to_json() + "\n")
+            write_atomically(save_path, Checkpoint.from_head(report.head).to_json() + "\n")
         else:
-            _say(f"audit not clean: checkpoint {save_path} was not written")
-    return 0 if report.clean else 1
-
-
-def _check_writable(option: str, path: str, db: str | None) -> None:
-    from compute_budget.store.backend import locate
-
-    database = locate(db).sqlite_path
-    if database is not None:
-        target = os.path.realpath(path)
-        for guarded in (
-            database,
-            database.with_name(database.name + "-wal"),
-            database.with_name(database.name + "-shm"),
-        ):
-            if target == os.path.realpath(guarded):
-                raise click.BadParameter(f"{path} is the database being audited (or its journal)", param_hint=option)
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise click.BadParameter(f"{path} is a folder", param_hint=option)
-    if not os.path.isdir(folder):
-        raise click.BadParameter(f"folder {folder} does not exist", param_hint=option)
-    if not os.access(folder, os.W_OK):
-        raise click.BadParameter(f"folder {folder} is not writable", param_hint=option)
-
-
-def _write_atomically(path: str, text: str) -> None:
-    """Write a whole file or nothing: a half-written checkpoint would fail tomorrow's audit."""
-    import tempfile
-
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        handle, temporary = tempfile.mkstemp(dir=folder, prefix=".compute-budget-", suffix=".tmp")
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        try:  # mkstemp makes 0600: keep an existing file's mode, else what the umask gives a new file
-            mode = os.stat(path).st_mode & 0o777
-        except FileNotFoundError:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except OSError as error:
-        raise InputUnreadable(f"cannot write {path}: {error.strerror or error}") from None
-
-
-@contextmanager
-def audit_progress(*, enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
-    """A progress bar with rows/s and ETA on stderr, only when stderr is a terminal."""
-    if not (enabled and sys.stderr.isatty()):
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    with Progress(
-        TextColumn("[bold]auditing"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]} rows/s"),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as progress:
-        task = progress.add_task("audit", total=None, rate="-")
-
-        def update(done: int, total: int) -> None:
-            speed = progress.tasks[0].speed
-            progress.update(task, completed=done, total=total or None, rate=f"{speed:,.0f}" if speed else "-")
-
-        yield update
+            say(f"audit not clean: checkpoint {save_path} was not written")
+    if not report.clean:
+        click.get_current_context().exit(1)
 
 
 @cli.command("copy")
 @click.argument("source", metavar="SRC")
 @click.argument("destination", metavar="DST")
-def copy_command(source: str, destination: str) -> int:
+def copy_command(source: str, destination: str) -> None:
     """Copy the whole history of store SRC into the empty store DST (paths or URLs), verifying every row.
 
     Exit 0 copied; 1 a source row failed verification (nothing copied); 2 cannot run.
@@ -366,43 +247,9 @@ def copy_command(source: str, destination: str) -> int:
         with audit_progress(enabled=True) as on_progress:
             head = copy_store(source, destination, on_progress=on_progress)
     except CopyVerificationFailed as failed:
-        _say(f"error: {failed}")
-        return 1
+        say(f"error: {failed}")
+        click.get_current_context().exit(1)
     click.echo(f"copied {head.seq} rows; head seq {head.seq}, chain_hash {head.chain_hash}")
-    return 0
-
-
-@contextmanager
-def progress_bar(stream: BinaryIO, label: str) -> Iterator[Iterator[bytes]]:
-    """Lines of `stream`, with a progress bar on stderr by bytes read, only when stderr is a terminal."""
-    if not sys.stderr.isatty():
-        yield iter(stream)
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
-
-    total: int | None = None
-    try:
-        total = os.fstat(stream.fileno()).st_size or None
-    except (OSError, ValueError, AttributeError):
-        total = None
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as progress:
-        task = progress.add_task(label, total=total)
-
-        def lines() -> Iterator[bytes]:
-            for line in stream:
-                progress.advance(task, len(line))  # Rich's progress is thread-safe: gates are read ahead
-                yield line
-
-        yield lines()
 
 
 def _clip(text: str, limit: int = 80) -> str:
@@ -422,51 +269,13 @@ def _json_bytes(value: object) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_APPEND_NEWLINE)
 
 
+
+
 def run(argv: Sequence[str] | None = None) -> int:
-    """Run the command line with `argv` and return the exit status instead of exiting."""
-    args = list(argv) if argv is not None else sys.argv[1:]
-    if not args:
-        click.echo(cli.get_help(click.Context(cli, info_name=PROG)), err=True)
-        return 2
-    try:
-        # make_context + invoke rather than main(): main() turns a broken pipe into exit 1 before we see it
-        with cli.make_context(PROG, args) as context:
-            result = cli.invoke(context)
-    except click.exceptions.Exit as done:
-        return int(done.exit_code)
-    except click.UsageError as error:
-        hint = f" (try '{error.ctx.command_path} --help')" if error.ctx is not None else ""
-        _say(f"error: {error.format_message()}{hint}")
-        return 2
-    except click.ClickException as error:
-        _say(error.format_message())
-        return error.exit_code if error.exit_code else 2
-    except (click.Abort, KeyboardInterrupt):
-        _say("interrupted")
-        return 130
-    except BrokenPipeError:
-        _silence_stdout()  # the reader went away (`| head`): not an error worth a traceback
-        return 0
-    except ComputeBudgetError as error:
-        _say(f"error: {error}")
-        return 2
-    except OSError as error:
-        _say(f"error: {error.strerror or error}" + (f": {error.filename}" if error.filename else ""))
-        return 2
-    except Exception as error:  # a bug of ours: still one line, never a traceback
-        _say(f"error: unexpected {type(error).__name__}: {error} (please report this)")
-        return 2
-    return result if isinstance(result, int) else 0
-
-
-def _silence_stdout() -> None:
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except OSError:
-        pass
+    """Run the command line with `argv` and return the exit status instead of exiting (as the console script)."""
+    return run_group(cli, argv)
 
 
 def main() -> None:
     """Console-script entry point."""
-    sys.exit(run())
+    cli.main(prog_name=PROG)

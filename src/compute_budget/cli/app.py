@@ -1,0 +1,124 @@
+"""The Click group every command hangs from, and how failures become exit statuses, Click's own way.
+
+Exit statuses: 0 done; 1 a result a person must look at (findings, not found, an invalid proof); 2 the command
+could not run (bad arguments, unreadable input, a database it cannot use). A `ComputeBudgetError` becomes
+`CannotRun`, a `ClickException` with exit code 2, so Click's standalone mode prints it and exits, and
+`CliRunner` sees exactly what the installed command does. Results exit 1 through `ctx.exit(1)`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import IO, Any, NoReturn
+
+import click
+
+from compute_budget.errors import ComputeBudgetError
+
+PROG = "compute-budget"
+CANNOT_RUN = 2
+FINDINGS = 1
+
+
+def say(message: str) -> None:
+    """One line on stderr, prefixed with the program's name."""
+    click.echo(f"{PROG}: {message}", err=True)
+
+
+class CannotRun(click.ClickException):
+    """The command could not run (exit 2); its message is one line saying what is wrong and where."""
+
+    exit_code = CANNOT_RUN
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        """Print `compute-budget: error: …` on stderr."""
+        say(f"error: {self.format_message()}")
+
+
+class BudgetGroup(click.Group):
+    """A group whose commands fail with one line and a documented exit status, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; turn our errors and I/O trouble into `CannotRun`, a closed pipe into exit 0."""
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except BrokenPipeError:
+            _silence_stdout()  # the reader went away (`| head`): not an error worth a message
+            ctx.exit(0)
+        except ComputeBudgetError as error:
+            raise CannotRun(str(error)) from error
+        except OSError as error:
+            where = f": {error.filename}" if error.filename else ""
+            raise CannotRun(f"{error.strerror or error}{where}") from error
+        except Exception as error:
+            if ctx.meta.get("compute_budget.debug"):
+                raise
+            raise CannotRun(
+                f"unexpected {type(error).__name__}: {error} (please report this; --debug shows the traceback)"
+            ) from error
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Click's main, with usage errors as one line (exit 2) and Ctrl-C as exit 130."""
+        argv = list(args) if args is not None else sys.argv[1:]
+        if not standalone_mode:
+            return super().main(argv, prog_name or PROG, complete_var, standalone_mode=False, **extra)
+        if not argv:
+            click.echo(self.get_help(click.Context(self, info_name=prog_name or PROG)), err=True)
+            sys.exit(CANNOT_RUN)
+        try:
+            # Not standalone, so that usage errors and Ctrl-C are ours to word; `ctx.exit(n)` comes back as n.
+            code = super().main(argv, prog_name or PROG, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.Exit as done:
+            sys.exit(done.exit_code)
+        except click.UsageError as error:
+            hint = f" (try '{error.ctx.command_path} --help')" if error.ctx is not None else ""
+            say(f"error: {error.format_message()}{hint}")
+            sys.exit(CANNOT_RUN)
+        except click.ClickException as error:
+            error.show()
+            sys.exit(error.exit_code)
+        except (click.Abort, KeyboardInterrupt, EOFError):
+            say("interrupted")
+            sys.exit(130)
+        _exit_quietly_on_closed_stdout()
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _exit_quietly_on_closed_stdout() -> None:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def run(command: BudgetGroup, argv: Sequence[str] | None = None) -> int:
+    """Run `command` as the installed program would and return its exit status instead of exiting."""
+    try:
+        command.main(list(argv) if argv is not None else None, prog_name=PROG)
+    except SystemExit as done:
+        return done.code if isinstance(done.code, int) else (0 if done.code is None else CANNOT_RUN)
+    return 0  # pragma: no cover  (standalone main always exits)
+
+
+def fail(message: str) -> NoReturn:
+    """Stop the command: it cannot run (exit 2), for the reason given."""
+    raise CannotRun(message)

@@ -1,0 +1,70 @@
+"""Progress on a terminal: Rich bars on stderr, only when stderr is a terminal (pipes and files stay clean)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import BinaryIO
+
+
+@contextmanager
+def audit_progress(*, enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar with rows/s and ETA on stderr, only when stderr is a terminal."""
+    if not (enabled and sys.stderr.isatty()):
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(
+        TextColumn("[bold]auditing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]} rows/s"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as progress:
+        task = progress.add_task("audit", total=None, rate="-")
+
+        def update(done: int, total: int) -> None:
+            speed = progress.tasks[0].speed
+            progress.update(task, completed=done, total=total or None, rate=f"{speed:,.0f}" if speed else "-")
+
+        yield update
+
+
+
+@contextmanager
+def progress_bar(stream: BinaryIO, label: str) -> Iterator[Iterator[bytes]]:
+    """Lines of `stream`, with a progress bar on stderr by bytes read, only when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        yield iter(stream)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+    total: int | None = None
+    try:
+        total = os.fstat(stream.fileno()).st_size or None
+    except (OSError, ValueError, AttributeError):
+        total = None
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as progress:
+        task = progress.add_task(label, total=total)
+
+        def lines() -> Iterator[bytes]:
+            for line in stream:
+                progress.advance(task, len(line))  # Rich's progress is thread-safe: gates are read ahead
+                yield line
+
+        yield lines()

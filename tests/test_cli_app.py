@@ -1,0 +1,100 @@
+"""The command line behaves the same under Click's CliRunner and as the installed console script."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from compute_budget.cli import cli
+from tests.conftest import REPO_ROOT
+
+SCRIPT = Path(sys.executable).with_name("compute-budget")
+
+
+def _error_paths(tmp_path: Path) -> list[tuple[str, ...]]:
+    """One failing call per command and kind of failure, each with its known exit status."""
+    missing = str(tmp_path / "missing.db")
+    not_json = tmp_path / "bad.jsonl"
+    not_json.write_text('{"decision_id": \nnot json at all\n', encoding="utf-8")
+    folder = str(tmp_path)
+    return [
+        ("decide", str(not_json)),
+        ("decide", str(tmp_path / "no-such-input.jsonl")),
+        ("record", str(not_json), "--db", str(tmp_path / "r.db")),
+        ("record", folder, "--db", str(tmp_path / "r2.db")),
+        ("audit", "--db", missing),
+        ("audit", "--db", folder),
+        ("audit", "--db", missing, "--format", "yaml"),
+        ("checkpoint", "--db", missing),
+        ("show", "nothex", "--db", missing),
+        ("show", "a" * 64, "--db", missing),
+        ("list", "--db", missing),
+        ("list", "--db", missing, "--limit", "-1"),
+        ("migrate", "--db", folder),
+        ("copy", missing, str(tmp_path / "dst.db")),
+        ("no-such-command",),
+    ]
+
+
+EXPECTED_STATUS = [2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2]
+
+
+@pytest.mark.slow
+def test_clirunner_and_the_console_script_agree(tmp_path: Path) -> None:
+    """Exit status and stderr are identical both ways, for every command's error paths."""
+    assert SCRIPT.exists(), "the console script is installed with the package"
+    runner = CliRunner()
+    for argv, expected in zip(_error_paths(tmp_path), EXPECTED_STATUS, strict=True):
+        in_process = runner.invoke(cli, list(argv), prog_name="compute-budget")
+        installed = subprocess.run(
+            [str(SCRIPT), *argv], capture_output=True, text=True, check=False, cwd=tmp_path,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        assert (in_process.exit_code, installed.returncode) == (expected, expected), (argv, in_process.stderr)
+        assert in_process.stderr == installed.stderr, argv
+        assert installed.stderr.startswith("compute-budget: "), argv
+        assert "Traceback" not in installed.stderr, argv
+
+
+def test_findings_exit_1_under_clirunner(tmp_path: Path) -> None:
+    """A result that needs a person (a tampered row) exits 1 through Click, not only through our own runner."""
+    db = tmp_path / "store.db"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["record", str(REPO_ROOT / "examples" / "gates.jsonl"), "--db", str(db)]).exit_code == 0
+    import sqlite3
+
+    with sqlite3.connect(db) as connection:
+        connection.execute("DROP TRIGGER compute_budget_decisions_no_update")
+        connection.execute("UPDATE compute_budget_decisions SET max_steps = 100 WHERE seq = 1")
+    done = runner.invoke(cli, ["audit", "--db", str(db)])
+    assert done.exit_code == 1
+    assert "rederive_mismatch" in done.stdout
+    assert runner.invoke(cli, ["show", "f" * 64, "--db", str(db)]).exit_code == 1
+
+
+def test_debug_shows_the_traceback_of_an_unexpected_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A bug of ours is one line by default and a full traceback with --debug."""
+    from compute_budget.core import policy
+
+    def broken(*_args: object, **_kwargs: object) -> object:
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(policy.BudgetPolicy, "decide", broken)
+    gates = tmp_path / "gates.jsonl"
+    shutil.copy(REPO_ROOT / "examples" / "gates.jsonl", gates)
+    runner = CliRunner()
+    quiet = runner.invoke(cli, ["decide", str(gates)])
+    assert quiet.exit_code == 2
+    assert quiet.stderr == (
+        "compute-budget: error: unexpected RuntimeError: simulated bug "
+        "(please report this; --debug shows the traceback)\n"
+    )
+    loud = runner.invoke(cli, ["--debug", "decide", str(gates)])
+    assert isinstance(loud.exception, RuntimeError)
+    assert loud.exit_code == 1
