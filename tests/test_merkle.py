@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 from collections.abc import Callable, Sequence
@@ -13,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compute_budget.core import merkle
 from compute_budget.core.merkle import (
     EMPTY_ROOT,
     CompactRange,
@@ -420,15 +418,3 @@ def test_verifiers_reject_wrong_types_around_a_valid_proof() -> None:
 
 
 # --- purity -----------------------------------------------------------------------------------------------------
-
-
-def test_merkle_module_imports_only_the_standard_library_it_needs() -> None:
-    """core/merkle.py is pure: it imports hashlib and typing helpers, nothing from the project, os or time."""
-    tree = ast.parse(Path(merkle.__file__).read_text())
-    imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            imported.add(node.module or "")
-    assert imported <= {"__future__", "hashlib", "collections.abc", "dataclasses", "typing"}

@@ -140,6 +140,14 @@ class OutputUnwritable(InputError):
     """A report or checkpoint file cannot be written where it was asked for (nothing was left half-written)."""
 
 
+class MerkleError(AuditError, ValueError):
+    """A tree request that cannot be answered: an index or sizes out of range, a missing node, a bad saved state."""
+
+
+class NoteError(InputError, ValueError):
+    """A key, signed note or checkpoint that is malformed or cannot be used; the message says which and why."""
+
+
 def clip(text: str, limit: int = 160) -> str:
     """`text` on one line and at most `limit` characters, for messages and finding details about huge values."""
     flat = text.replace("\n", " ")

@@ -19,12 +19,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from compute_budget.errors import MerkleError
+
 HASH_SIZE = 32
 EMPTY_ROOT: bytes = hashlib.sha256(b"").digest()
-
-
-class MerkleError(ValueError):
-    """A tree request that cannot be answered: an index or sizes out of range, a missing node, a bad saved state."""
 
 
 def leaf_hash(leaf_input: bytes) -> bytes:

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from compute_budget.errors import NoteError
+
 ALGORITHM_ED25519 = 0x01
 ED25519_KEY_SIZE = 32
 ED25519_SIGNATURE_SIZE = 64
@@ -37,10 +39,6 @@ _KEY_HASH = re.compile(r"[0-9a-f]{8}")
 _TREE_SIZE = re.compile(r"0|[1-9][0-9]{0,19}")
 _CHAIN_LINE = re.compile(r"chain ([0-9a-f]{64})")
 _CHAIN_HASH = re.compile(r"[0-9a-f]{64}")
-
-
-class NoteError(ValueError):
-    """A key, signed note or checkpoint that is malformed or cannot be used; the message says which and why."""
 
 
 def _shown(value: str, limit: int = 60) -> str:
