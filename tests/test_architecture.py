@@ -25,6 +25,7 @@ def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_the_layers_and_the_pure_core_hold() -> None:
     """cli > auditor > store > core > errors, and the core imports no I/O, clock or database library."""
     done = _lint_imports(REPO_ROOT)
@@ -54,6 +55,7 @@ def test_a_forbidden_import_breaks_a_contract(tmp_path: Path, module: str, line:
     assert "BROKEN" in done.stdout
 
 
+@pytest.mark.slow
 def test_importing_the_package_loads_no_database_code() -> None:
     """`import compute_budget` and a decision load neither SQLAlchemy nor the store."""
     code = (

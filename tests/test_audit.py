@@ -45,6 +45,7 @@ def test_clean_store_audits_clean(store: str) -> None:
     assert report.to_dict()["findings"] == []
 
 
+@pytest.mark.slow
 @sqlite_only
 def test_audit_never_changes_the_file(store: str) -> None:
     """The audit is read-only: the database file is byte-identical before and after."""
@@ -232,6 +233,7 @@ def test_rows_outside_the_seq_range_are_reported(store: str) -> None:
     assert [f.kind.value for f in report.findings] == ["malformed_row"]
 
 
+@pytest.mark.slow
 def test_parallel_audit_reports_exactly_what_one_process_does(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """--jobs 2 over seq ranges gives the single-process findings, counts and head."""
     import compute_budget.auditor.scan as audit_module

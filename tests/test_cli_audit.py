@@ -103,6 +103,7 @@ def test_incremental_audit_since_a_checkpoint(run_cli: Run, recorded: Path, tmp_
     assert json.loads(out)["rows_checked"] == 5
 
 
+@pytest.mark.slow
 def test_jobs_gives_the_same_report(run_cli: Run, recorded: Path) -> None:
     """--jobs 2 findings equal --jobs 1 findings."""
     tamper(recorded, "UPDATE compute_budget_decisions SET max_steps = 1 WHERE seq = 4")

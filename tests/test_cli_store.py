@@ -195,6 +195,7 @@ def test_every_command_is_documented_in_the_readme(run_cli: Run) -> None:
         assert f"compute-budget {name}" in readme, name
 
 
+@pytest.mark.slow
 def test_python_dash_m_runs_the_command_line(tmp_path: Path) -> None:
     """`python -m compute_budget` is the same program."""
     import subprocess

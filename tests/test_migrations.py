@@ -92,6 +92,7 @@ def test_migrate_twice_is_a_no_op(db_path: Path) -> None:
     assert BudgetStore.migrate(db_path) == (head_revision(), head_revision())
 
 
+@pytest.mark.slow
 def test_alembic_command_line_from_the_repo_root(tmp_path: Path) -> None:
     """`alembic -x db=PATH upgrade head` from the repo root builds a store the code accepts."""
     path = tmp_path / "cli.db"
@@ -106,6 +107,7 @@ def test_alembic_command_line_from_the_repo_root(tmp_path: Path) -> None:
         assert store.record_many(gate_lines(2)).new == 2
 
 
+@pytest.mark.slow
 def test_alembic_takes_the_database_from_the_environment(tmp_path: Path) -> None:
     """Without -x db, alembic uses $COMPUTE_BUDGET_DB like the compute-budget command."""
     path = tmp_path / "env.db"
@@ -118,6 +120,7 @@ def test_alembic_takes_the_database_from_the_environment(tmp_path: Path) -> None
     assert _triggers(path) == GUARD
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("database", "guard_lines"),
     [

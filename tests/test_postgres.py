@@ -33,6 +33,7 @@ def _psql(url: str, statement: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "statement",
     [

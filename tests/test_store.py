@@ -257,6 +257,7 @@ def test_schema_behind_head_is_refused_until_migrated(tmp_path: Path) -> None:
     assert [row.seq for row in rows] == list(range(1, 10))
 
 
+@pytest.mark.slow
 def test_read_only_file_gives_a_clear_error(db_path: Path) -> None:
     """A store file nobody may write: the reader works, the writer gets one clear line and exit 2."""
     import os

@@ -5,11 +5,10 @@ from __future__ import annotations
 from compute_budget.core.hashing import compute_budget_id
 from compute_budget.core.parse import decide_json
 from compute_budget.core.policy import POLICIES
-from compute_budget.core.types import DECISION_FIELDS, ComputeBudgetDecision, ComputeBudgetStatus
+from compute_budget.core.types import REDERIVED_FIELDS, ComputeBudgetDecision, ComputeBudgetStatus
 from compute_budget.errors import BudgetRefused, InputNotJson, RefusalReason
 
 # Every field but the two never hashed nor compared on re-derivation.
-_REDERIVED_FIELDS = tuple(name for name in DECISION_FIELDS if name not in ("explanation", "max_wallclock_ms"))
 
 
 def admit(decision: ComputeBudgetDecision, *, gate: object = None) -> None:
@@ -51,7 +50,7 @@ def admit(decision: ComputeBudgetDecision, *, gate: object = None) -> None:
                 raise BudgetRefused(RefusalReason.GATE_REDERIVE_MISMATCH, f"the given gate text is {error}") from None
         else:
             rederived = policy.decide(gate)
-        differing = [name for name in _REDERIVED_FIELDS if getattr(rederived, name) != getattr(decision, name)]
+        differing = [name for name in REDERIVED_FIELDS if getattr(rederived, name) != getattr(decision, name)]
         if differing:
             raise BudgetRefused(
                 RefusalReason.GATE_REDERIVE_MISMATCH,

@@ -22,21 +22,51 @@ def spans_json(spans: tuple[SourceSpan, ...]) -> str:
     return orjson.dumps(span_payload(spans)).decode("utf-8")
 
 
-def budget_payload(decision: ComputeBudgetDecision) -> dict[str, Any]:
-    """The eleven hashed fields; never `explanation`, `max_wallclock_ms`, clocks or the environment."""
+def hashed_payload(
+    policy_version: str,
+    gate_decision_id: str,
+    gate_policy_version: str,
+    gate_input_digest: str,
+    status: str,
+    reason_code: str,
+    max_candidates: int,
+    max_depth: int,
+    max_steps: int,
+    max_parallelism: int,
+    evidence_spans: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The eleven hashed fields of spec 3.3 as one object; never `explanation`, `max_wallclock_ms`, clocks or the
+    environment. The one place the payload is built: `decide` hashes it before a decision exists."""
     return {
-        "evidence_spans": span_payload(decision.evidence_spans),
-        "gate_decision_id": decision.gate_decision_id,
-        "gate_input_digest": decision.gate_input_digest,
-        "gate_policy_version": decision.gate_policy_version,
-        "max_candidates": decision.max_candidates,
-        "max_depth": decision.max_depth,
-        "max_parallelism": decision.max_parallelism,
-        "max_steps": decision.max_steps,
-        "policy_version": decision.policy_version,
-        "reason_code": decision.reason_code,
-        "status": str(decision.status),
+        "evidence_spans": evidence_spans,
+        "gate_decision_id": gate_decision_id,
+        "gate_input_digest": gate_input_digest,
+        "gate_policy_version": gate_policy_version,
+        "max_candidates": max_candidates,
+        "max_depth": max_depth,
+        "max_parallelism": max_parallelism,
+        "max_steps": max_steps,
+        "policy_version": policy_version,
+        "reason_code": reason_code,
+        "status": status,
     }
+
+
+def budget_payload(decision: ComputeBudgetDecision) -> dict[str, Any]:
+    """A decision's hashed payload (spec 3.3)."""
+    return hashed_payload(
+        decision.policy_version,
+        decision.gate_decision_id,
+        decision.gate_policy_version,
+        decision.gate_input_digest,
+        str(decision.status),
+        decision.reason_code,
+        decision.max_candidates,
+        decision.max_depth,
+        decision.max_steps,
+        decision.max_parallelism,
+        span_payload(decision.evidence_spans),
+    )
 
 
 def compute_budget_id(decision: ComputeBudgetDecision) -> str:

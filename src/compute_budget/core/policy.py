@@ -10,6 +10,7 @@ from typing import Any
 
 from compute_budget.core.canonical import canonical_sha256
 from compute_budget.core.gate import CheckedGate, check_gate, is_valid_text
+from compute_budget.core.hashing import hashed_payload
 from compute_budget.core.types import (
     DECISION_FIELDS,
     ComputeBudgetDecision,
@@ -124,19 +125,19 @@ class BudgetPolicy:
         span_payload: list[dict[str, Any]],
         explanation: str,
     ) -> ComputeBudgetDecision:
-        payload = {
-            "evidence_spans": span_payload,
-            "gate_decision_id": gate_decision_id,
-            "gate_input_digest": gate_input_digest,
-            "gate_policy_version": gate_policy_version,
-            "max_candidates": limits.max_candidates,
-            "max_depth": limits.max_depth,
-            "max_parallelism": limits.max_parallelism,
-            "max_steps": limits.max_steps,
-            "policy_version": self.version,
-            "reason_code": reason_code,
-            "status": status.value,
-        }
+        payload = hashed_payload(
+            self.version,
+            gate_decision_id,
+            gate_policy_version,
+            gate_input_digest,
+            status.value,
+            reason_code,
+            limits.max_candidates,
+            limits.max_depth,
+            limits.max_steps,
+            limits.max_parallelism,
+            span_payload,
+        )
         return _new_decision(
             (
                 canonical_sha256(payload),

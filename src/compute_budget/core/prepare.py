@@ -17,10 +17,8 @@ from compute_budget.core.gate import is_valid_text
 from compute_budget.core.lines import GateLine
 from compute_budget.core.parse import ParsedGate, parse_gate_json
 from compute_budget.core.policy import V1, BudgetPolicy
-from compute_budget.core.types import DECISION_FIELDS, ComputeBudgetDecision, SearchGateDecision, SourceSpan
+from compute_budget.core.types import REDERIVED_FIELDS, ComputeBudgetDecision, SearchGateDecision, SourceSpan
 from compute_budget.errors import GateNotSerializable, InputNotJson
-
-_COMPARED = tuple(name for name in DECISION_FIELDS if name != "explanation")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +44,7 @@ def prepare_gate(gate: object, policy: BudgetPolicy = V1) -> PreparedGate:
     parsed = parse_gate_json(text)
     decision = policy.decide(parsed.value, defect=parsed.defect)
     direct = policy.decide(gate)
-    differing = [name for name in _COMPARED if getattr(direct, name) != getattr(decision, name)]
+    differing = [name for name in REDERIVED_FIELDS if getattr(direct, name) != getattr(decision, name)]
     if differing:
         raise GateNotSerializable(
             f"gate {decision.gate_decision_id or '(no decision_id)'} does not survive JSON: deciding its JSON "

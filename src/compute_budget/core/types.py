@@ -37,6 +37,11 @@ DECISION_FIELDS: tuple[str, ...] = (
     "evidence_spans",
     "explanation",
 )
+# What re-derivation compares (audit, admission, proofs, storing a Python gate): every field but the
+# explanation (wording may change between releases) and max_wallclock_ms (always null in v1).
+REDERIVED_FIELDS: tuple[str, ...] = tuple(
+    name for name in DECISION_FIELDS if name not in ("explanation", "max_wallclock_ms")
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +142,7 @@ def _decision_int(value: Mapping[Any, Any], key: str) -> int:
 __all__ = [
     "DECISION_FIELDS",
     "GATE_KEYS",
+    "REDERIVED_FIELDS",
     "SPAN_KEYS",
     "ComputeBudgetDecision",
     "ComputeBudgetStatus",

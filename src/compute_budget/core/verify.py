@@ -16,7 +16,7 @@ from compute_budget.core.hashing import compute_budget_id, spans_json
 from compute_budget.core.parse import parse_gate_json
 from compute_budget.core.policy import POLICIES
 from compute_budget.core.row import ROW_COLUMNS, stored_from_row
-from compute_budget.core.types import DECISION_FIELDS, ComputeBudgetDecision
+from compute_budget.core.types import REDERIVED_FIELDS, ComputeBudgetDecision
 from compute_budget.errors import InputNotJson, MalformedDecision, clip
 
 
@@ -60,9 +60,7 @@ class RangeResult:
 
 _INTEGER_COLUMNS = ("seq", "max_candidates", "max_depth", "max_steps", "max_parallelism")
 # The plain (non-span) fields re-derivation compares: every hashed field but budget_id and evidence_spans.
-_COMPARED = tuple(
-    name for name in DECISION_FIELDS if name not in ("budget_id", "max_wallclock_ms", "evidence_spans", "explanation")
-)
+_COMPARED = tuple(name for name in REDERIVED_FIELDS if name not in ("budget_id", "evidence_spans"))
 
 
 _NONE = type(None)
