@@ -20,7 +20,7 @@ from compute_budget.core.gate import is_valid_text
 from compute_budget.core.lines import BadLine, GateLine, read_gates
 from compute_budget.core.policy import V1
 from compute_budget.core.types import ComputeBudgetStatus
-from compute_budget.errors import InputUnreadable
+from compute_budget.errors import InputUnreadable, clip
 
 
 @click.group(cls=BudgetGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -105,7 +105,7 @@ def show_command(budget_id: str, db: str | None, output_format: str) -> None:
     wanted = budget_id.strip().lower()
     if not re.fullmatch(r"[0-9a-f]{8,64}", wanted):
         raise click.BadParameter(
-            f"{_clip(budget_id)!r} is not a budget_id: give its 64 hex digits (or a unique prefix of at least 8)",
+            f"{clip(budget_id, 80)!r} is not a budget_id: give its 64 hex digits (or a unique prefix of at least 8)",
             param_hint="BUDGET_ID",
         )
     with BudgetStore.open(db, readonly=True) as store:
@@ -250,10 +250,6 @@ def copy_command(source: str, destination: str) -> None:
         say(f"error: {failed}")
         click.get_current_context().exit(1)
     click.echo(f"copied {head.seq} rows; head seq {head.seq}, chain_hash {head.chain_hash}")
-
-
-def _clip(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _where(input_path: str) -> str:
