@@ -262,7 +262,7 @@ def test_checkpoint_round_trip(store: str) -> None:
     with BudgetStore.open(store, readonly=True) as opened:
         checkpoint = opened.checkpoint()
     assert Checkpoint.from_json(checkpoint.to_json()) == checkpoint
-    for bad in ("[]", "{}", '{"format": "compute_budget.core.checkpoint.v1", "seq": -1, "chain_hash": "00"}', "nope"):
+    for bad in ("[]", "{}", '{"format": "compute_budget.checkpoint.v1", "seq": -1, "chain_hash": "00"}', "nope"):
         with pytest.raises(CheckpointError):
             Checkpoint.from_json(bad)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
@@ -58,7 +59,7 @@ def audit(
         tasks = [(low, high, anchor) for (low, high), anchor in zip(plan.ranges, anchors, strict=True)]
         processes = len(tasks) if jobs > 1 and len(tasks) > 1 else 1
         if processes > 1:
-            results = _run_parallel(str(store.location.url.render_as_string(hide_password=False)), tasks, jobs)
+            results = _run_parallel(store.location.target, tasks, jobs)
         else:
             total = sum(high - low for low, high in plan.ranges)
             results = [_audit_range(store, low, high, anchor, on_progress, total) for low, high, anchor in tasks]
@@ -219,16 +220,34 @@ def as_checkpoint(value: Checkpoint | ChainHead | Mapping[str, Any] | str | os.P
 
 
 def load_checkpoint(path: str) -> Checkpoint:
-    """Read a checkpoint file; raises `CheckpointError` when it is missing or not a checkpoint."""
+    """Read a checkpoint file; raises `CheckpointError` when it is missing, not a regular file, or not a
+    checkpoint. A FIFO or device is refused without blocking on it."""
     try:
-        with open(path, "rb") as handle:
-            return Checkpoint.from_json(handle.read(), source=f"checkpoint {path}")
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint file {path} does not exist") from None
     except IsADirectoryError:
         raise CheckpointError(f"checkpoint {path} is a folder, not a file") from None
     except OSError as error:
         raise CheckpointError(f"cannot read checkpoint {path}: {error.strerror or error}") from None
+    try:
+        info = os.fstat(descriptor)
+        if stat.S_ISDIR(info.st_mode):
+            raise CheckpointError(f"checkpoint {path} is a folder, not a file")
+        if not stat.S_ISREG(info.st_mode):
+            raise CheckpointError(f"checkpoint {path} is not a regular file (a device, pipe or socket)")
+        with os.fdopen(descriptor, "rb", closefd=False) as handle:
+            text = handle.read(_MAX_CHECKPOINT_BYTES + 1)
+    except OSError as error:
+        raise CheckpointError(f"cannot read checkpoint {path}: {error.strerror or error}") from None
+    finally:
+        os.close(descriptor)
+    if len(text) > _MAX_CHECKPOINT_BYTES:
+        raise CheckpointError(f"checkpoint {path} is larger than any checkpoint ({_MAX_CHECKPOINT_BYTES} bytes)")
+    return Checkpoint.from_json(text, source=f"checkpoint {path}")
+
+
+_MAX_CHECKPOINT_BYTES = 1 << 20
 
 
 __all__ = ["AuditReport", "Finding", "FindingKind", "audit", "load_checkpoint"]

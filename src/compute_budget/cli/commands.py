@@ -215,7 +215,10 @@ def audit_command(
     since = load_checkpoint(since_path) if since_path else None
     for option, path in (("--output", output_path), ("--save-checkpoint", save_path)):
         if path:
-            check_writable(option, path, db)  # before the audit: a nightly run must not fail only at its end
+            # Before the audit: a nightly run must not fail only at its end.
+            check_writable(
+                option, path, db=db, keep=[("--checkpoint", checkpoint_path or ""), ("--since", since_path or "")]
+            )
     with audit_progress(enabled=jobs == 1) as on_progress:
         report = audit(db, checkpoint=checkpoint, since=since, jobs=jobs, on_progress=on_progress)
     text = render(report, output_format)

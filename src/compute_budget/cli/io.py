@@ -6,9 +6,10 @@ on, and a failed write leaves nothing half-written behind.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import BinaryIO
 
@@ -59,20 +60,33 @@ class _ReadErrorsNamed:
 
 
 
-def check_writable(option: str, path: str, db: str | None) -> None:
+def check_writable(option: str, path: str, *, db: str | None, keep: Sequence[tuple[str, str]] = ()) -> None:
+    """Refuse an output path that would destroy what the command reads or be no file at all.
+
+    Guarded: the database and its `-wal`, `-shm` and `-journal` files, every input given to the same command
+    (`keep`: (option, path) pairs such as the checkpoint being read or a key file), and anything that is not a
+    regular file (a device, FIFO or socket, `/dev/null` and `/dev/stdout` included, or a link to one): writing
+    atomically replaces the path, which would turn a device name into an ordinary file.
+    """
+    target = os.path.realpath(path)
     database = locate(db).sqlite_path
     if database is not None:
-        target = os.path.realpath(path)
-        for guarded in (
-            database,
-            database.with_name(database.name + "-wal"),
-            database.with_name(database.name + "-shm"),
-        ):
-            if target == os.path.realpath(guarded):
-                raise click.BadParameter(f"{path} is the database being audited (or its journal)", param_hint=option)
-    folder = os.path.dirname(os.path.abspath(path))
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            if target == os.path.realpath(database.with_name(database.name + suffix)):
+                raise click.BadParameter(
+                    f"{path} is the database being audited{' (its ' + suffix[1:] + ' file)' if suffix else ''}",
+                    param_hint=option,
+                )
+    for other_option, other_path in keep:
+        if other_path and target == os.path.realpath(other_path):
+            raise click.BadParameter(f"{path} is also given to {other_option}; it would be replaced", param_hint=option)
     if os.path.isdir(path):
         raise click.BadParameter(f"{path} is a folder", param_hint=option)
+    if target.startswith(("/dev/", "/proc/")) or (os.path.lexists(path) and not os.path.isfile(path)):
+        raise click.BadParameter(
+            f"{path} is not a regular file (a device, pipe, socket or broken link); name a file", param_hint=option
+        )
+    folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise click.BadParameter(f"folder {folder} does not exist", param_hint=option)
     if not os.access(folder, os.W_OK):
@@ -83,7 +97,9 @@ def write_atomically(path: str, text: str) -> None:
     """Write a whole file or nothing: a half-written checkpoint would fail tomorrow's audit."""
     import tempfile
 
-    folder = os.path.dirname(os.path.abspath(path))
+    path = os.path.realpath(path)  # a link is followed: its target is replaced, never the link itself
+    folder = os.path.dirname(path)
+    temporary: str | None = None
     try:
         handle, temporary = tempfile.mkstemp(dir=folder, prefix=".compute-budget-", suffix=".tmp")
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
@@ -96,5 +112,10 @@ def write_atomically(path: str, text: str) -> None:
             mode = 0o666 & ~umask
         os.chmod(temporary, mode)
         os.replace(temporary, path)
-    except OSError as error:
-        raise OutputUnwritable(f"cannot write {path}: {error.strerror or error}") from None
+    except BaseException as error:
+        if temporary is not None:  # a full disk (or anything else) must not leave .compute-budget-*.tmp behind
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+        if isinstance(error, OSError):
+            raise OutputUnwritable(f"cannot write {path}: {error.strerror or error}") from None
+        raise

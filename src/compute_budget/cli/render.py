@@ -8,8 +8,23 @@ from collections.abc import Iterable
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from compute_budget.store import StoredDecision
+
+
+def escaped(text: str) -> str:
+    """Free text (a detail, an explanation, a line of gate input) safe for a terminal: every character that is
+    not printable (C0 and C1 controls, ESC, CR, U+0085, U+2028, bidirectional overrides such as U+202E …) is
+    written as its escape, so stored text can neither drive the terminal nor forge or reorder a line."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else _escape(char) for char in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def shown(text: str) -> str:
@@ -25,9 +40,9 @@ def describe_stored(stored: StoredDecision) -> str:
     lines = [
         ("budget_id", decision.budget_id),
         ("seq", str(stored.seq)),
-        ("recorded_at", stored.recorded_at),
-        ("policy", decision.policy_version),
-        ("status", f"{decision.status.value} ({decision.reason_code})"),
+        ("recorded_at", escaped(stored.recorded_at)),
+        ("policy", escaped(decision.policy_version)),
+        ("status", f"{decision.status.value} ({escaped(decision.reason_code)})"),
         (
             "limits",
             f"candidates {decision.max_candidates}, depth {decision.max_depth}, steps {decision.max_steps}, "
@@ -47,8 +62,15 @@ def describe_stored(stored: StoredDecision) -> str:
                 f"{json.dumps(span.text)} [{span.start}, {span.end}) sentence {span.sentence_index}",
             )
         )
-    lines += [("why", decision.explanation), ("gate_input", stored.gate_input), ("chain_hash", stored.chain_hash)]
+    lines += [("why", escaped(decision.explanation))]
+    lines += [("gate_input" if index == 0 else "", escaped(line)) for index, line in enumerate(gate_lines(stored))]
+    lines += [("chain_hash", escaped(stored.chain_hash))]
     return "\n".join(f"{label:<12} {value}" for label, value in lines)
+
+
+def gate_lines(stored: StoredDecision) -> list[str]:
+    """The stored gate input as lines (a pretty-printed gate keeps its layout; each line is escaped apart)."""
+    return stored.gate_input.split("\n") or [""]
 
 
 def print_table(rows: Iterable[StoredDecision], *, filtered: bool = False) -> int:
@@ -75,11 +97,12 @@ def print_table(rows: Iterable[StoredDecision], *, filtered: bool = False) -> in
             str(stored.seq),
             decision.budget_id[: 12 if console.width < 120 else 16] + "…" if narrow else decision.budget_id,
             decision.status.value,
-            decision.reason_code,
+            escaped(decision.reason_code),
             f"{decision.max_candidates}/{decision.max_depth}/{decision.max_steps}/{decision.max_parallelism}",
             shown(decision.gate_decision_id),
         ]
-        table.add_row(*cells, *([] if narrow else [stored.recorded_at]))
+        # Text, not markup: a stored "[red]" or "[link=…]" is shown as typed, never interpreted by Rich.
+        table.add_row(*(Text(cell) for cell in cells), *([] if narrow else [Text(escaped(stored.recorded_at))]))
         count += 1
     if count:
         console.print(table)

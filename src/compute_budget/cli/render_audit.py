@@ -6,7 +6,7 @@ import json
 from xml.etree import ElementTree
 
 from compute_budget.auditor.scan import AuditReport, Finding, FindingKind
-from compute_budget.cli.render import shown
+from compute_budget.cli.render import escaped, shown
 
 MAX_TEXT_FINDINGS_PER_KIND = 50
 
@@ -25,34 +25,32 @@ def render_text(report: AuditReport) -> str:
     verdict = "CLEAN" if report.clean else f"{len(report.findings)} FINDING{'S' if len(report.findings) != 1 else ''}"
     mode = f"incremental after seq {report.since.seq}" if report.since else "full"
     lines = [
-        f"compute-budget audit of {report.database}: {verdict}",
+        f"compute-budget audit of {escaped(report.database)}: {verdict}",
         f"  rows checked  {report.rows_checked} ({mode}, {report.jobs} job{'s' if report.jobs != 1 else ''}) "
         f"in {report.elapsed_seconds:.2f} s, {report.rows_per_second:,.0f} rows/s",
-        f"  head          seq {report.head.seq}, chain_hash {report.head.chain_hash}",
+        f"  head          seq {report.head.seq}, chain_hash {escaped(report.head.chain_hash)}",
     ]
     if report.checkpoint is not None:
         held = not any(finding.kind is FindingKind.CHECKPOINT_MISMATCH for finding in report.findings)
         lines.append(f"  checkpoint    seq {report.checkpoint.seq}: {'holds' if held else 'DOES NOT HOLD'}")
     if report.status_counts:
-        lines.append(
-            "  statuses      " + ", ".join(f"{key} {value}" for key, value in sorted(report.status_counts.items()))
-        )
+        counts = sorted(report.status_counts.items())
+        lines.append("  statuses      " + ", ".join(f"{escaped(key)} {value}" for key, value in counts))
     if report.reason_counts:
-        lines.append(
-            "  reasons       " + ", ".join(f"{key} {value}" for key, value in sorted(report.reason_counts.items()))
-        )
+        counts = sorted(report.reason_counts.items())
+        lines.append("  reasons       " + ", ".join(f"{escaped(key)} {value}" for key, value in counts))
     for kind, count in report.findings_by_kind().items():
         lines.append(f"  {kind} ({count})")
-        shown = [finding for finding in report.findings if finding.kind == kind][:MAX_TEXT_FINDINGS_PER_KIND]
-        lines.extend(f"    {_where(finding)}: {finding.detail}" for finding in shown)
-        if count > len(shown):
-            lines.append(f"    ... and {count - len(shown)} more (use --format json for all)")
+        listed = [finding for finding in report.findings if finding.kind == kind][:MAX_TEXT_FINDINGS_PER_KIND]
+        lines.extend(f"    {_where(finding)}: {escaped(finding.detail)}" for finding in listed)
+        if count > len(listed):
+            lines.append(f"    ... and {count - len(listed)} more (use --format json for all)")
     return "\n".join(lines)
 
 
 def _where(finding: Finding) -> str:
     seq = "seq ?" if finding.seq is None else f"seq {finding.seq}"
-    return f"{seq} budget_id {shown(finding.budget_id) if finding.budget_id else '?'}"
+    return f"{seq} budget_id {escaped(shown(finding.budget_id)) if finding.budget_id else '?'}"
 
 
 def render_junit(report: AuditReport) -> str:
@@ -72,15 +70,19 @@ def render_junit(report: AuditReport) -> str:
         ("head_seq", str(report.head.seq)),
         ("head_chain_hash", report.head.chain_hash),
     ):
-        ElementTree.SubElement(properties, "property", name=name, value=value)
+        ElementTree.SubElement(properties, "property", name=name, value=escaped(value))
     for kind in FindingKind:
-        case = ElementTree.SubElement(suite, "testcase", classname="compute_budget.auditor.scan", name=kind.value)
+        case = ElementTree.SubElement(suite, "testcase", classname="compute_budget.audit", name=kind.value)
         found = [finding for finding in report.findings if finding.kind is kind]
         if found:
+            # Escaped: a tampered row may hold any character, and XML 1.0 cannot carry most controls at all.
             failure = ElementTree.SubElement(
-                case, "failure", type=kind.value, message=f"{len(found)} row(s): {_where(found[0])}: {found[0].detail}"
+                case,
+                "failure",
+                type=kind.value,
+                message=f"{len(found)} row(s): {_where(found[0])}: {escaped(found[0].detail)}",
             )
-            failure.text = "\n".join(f"{_where(finding)}: {finding.detail}" for finding in found)
+            failure.text = "\n".join(f"{_where(finding)}: {escaped(finding.detail)}" for finding in found)
     testsuites = ElementTree.Element("testsuites")
     testsuites.append(suite)
     ElementTree.indent(testsuites)

@@ -14,7 +14,7 @@ from typing import Any
 from compute_budget.core.chain import ChainHead
 from compute_budget.errors import CheckpointError
 
-CHECKPOINT_FORMAT = "compute_budget.core.checkpoint.v1"
+CHECKPOINT_FORMAT = "compute_budget.checkpoint.v1"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 

@@ -38,6 +38,13 @@ class Location:
         """The SQLAlchemy backend name: ``sqlite`` or ``postgresql``."""
         return self.url.get_backend_name()
 
+    @property
+    def target(self) -> str:
+        """What `locate` turns back into this location (another process reopens the store with it)."""
+        if self.sqlite_path is not None:
+            return str(self.sqlite_path)
+        return self.url.render_as_string(hide_password=False)
+
 
 def default_target() -> str:
     """`$COMPUTE_BUDGET_DB`, else `compute_budget.db` in the current folder."""
@@ -59,6 +66,12 @@ def locate(target: str | os.PathLike[str] | None) -> Location:
     if url.get_backend_name() == "sqlite":
         if not url.database or url.database == ":memory:":
             raise StoreUnavailable("an in-memory SQLite database cannot hold an audit trail: give a file")
+        if url.query:
+            # Silently dropping `?mode=ro` would let `record` write to a file the user meant to protect.
+            raise StoreUnavailable(
+                f"{raw!r}: query parameters ({', '.join(sorted(url.query))}) are not supported on a SQLite URL; "
+                "give the file's path (readers already open it read-only)"
+            )
         path = Path(url.database).expanduser().absolute()
         return Location(URL.create("sqlite", database=str(path)), path, str(path))
     return Location(url, None, url.render_as_string(hide_password=True))
@@ -86,12 +99,22 @@ def create_store_engine(location: Location, *, readonly: bool) -> Engine:
 
 
 def _sqlite_engine(path: Path, *, readonly: bool) -> Engine:
+    # The connection is made here, not from a URL string: a path is a path, every character literal. A URL
+    # would cut `s?v=2.db` at the `?`, drop what follows `#` and decode `%41`, and a reader would then open
+    # (and create!) some other file.
     if readonly:
         mode = "ro&immutable=1" if _on_read_only_filesystem(path) else "ro"
-        url = f"sqlite:///file:{urllib.parse.quote(str(path))}?mode={mode}&uri=true"
+        uri = f"file:{urllib.parse.quote(str(path), safe='/')}?mode={mode}"
+
+        def connect() -> sqlite3.Connection:
+            return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_SECONDS, check_same_thread=False)
+
     else:
-        url = str(URL.create("sqlite", database=str(path)))
-    engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_SECONDS})
+
+        def connect() -> sqlite3.Connection:
+            return sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_SECONDS, check_same_thread=False)
+
+    engine = create_engine("sqlite://", creator=connect)
 
     @event.listens_for(engine, "connect")
     def _configure(dbapi_connection: sqlite3.Connection, _record: object) -> None:

@@ -381,6 +381,9 @@ def _check_file(location: Location, *, readonly: bool) -> None:
         return
     if path.is_dir():
         raise StoreUnavailable(f"{path} is a folder, not a database file")
+    if path.exists() and not path.is_file():
+        # A FIFO would hang every reader, a device would collect a -journal beside it: only files are stores.
+        raise StoreUnavailable(f"{path} is not a regular file (a device, pipe or socket) and cannot be a database")
     if readonly and not path.exists():
         raise StoreUnavailable(f"no database at {path} (check the path, or record something first)")
     if not readonly and not path.parent.is_dir():

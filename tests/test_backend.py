@@ -1,0 +1,84 @@
+"""Where a store lives: a path is a path, every character literal; only regular files are stores."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from compute_budget import BudgetStore, StoreUnavailable
+from compute_budget.store.backend import locate
+from tests.conftest import REPO_ROOT
+
+Run = Callable[..., tuple[int, str, str]]
+EXAMPLES = str(REPO_ROOT / "examples" / "gates.jsonl")
+
+
+@pytest.mark.parametrize("name", ["s?v=2.db", "a#b.db", "pct%41.db", "q?mode=rw&x#y.db", "sp ace.db"])
+def test_audit_audits_the_store_it_names_not_a_decoy(run_cli: Run, tmp_path: Path, name: str) -> None:
+    """A `?`, `#` or `%41` in a path never cuts or decodes it: the audit of a tampered `s?v=2.db` sees the
+    tampering, and no decoy file (`s`, `a`, `pctA.db`) is opened or created."""
+    target = tmp_path / name
+    assert run_cli("record", EXAMPLES, "--db", str(target))[0] == 0
+    import sqlite3
+
+    with sqlite3.connect(target) as connection:  # a literal path: the stdlib does not parse it
+        connection.execute("DROP TRIGGER compute_budget_decisions_no_update")
+        connection.execute("UPDATE compute_budget_decisions SET max_steps = 99 WHERE seq = 2")
+    before = sorted(path.name for path in tmp_path.iterdir())
+    status, out, _ = run_cli("audit", "--db", str(target))
+    assert status == 1
+    assert "rederive_mismatch" in out
+    assert str(target) in out
+    assert sorted(path.name for path in tmp_path.iterdir() if not path.name.endswith(("-wal", "-shm"))) == [
+        name for name in before if not name.endswith(("-wal", "-shm"))
+    ]
+
+
+def test_parallel_audit_workers_reopen_the_same_odd_path(tmp_path: Path) -> None:
+    """`--jobs` hands workers the path itself, not a URL that would cut it at `?`."""
+    location = locate(str(tmp_path / "x?y#z.db"))
+    assert location.target == str(tmp_path / "x?y#z.db")
+    assert locate(location.target) == location
+
+
+def test_sqlite_url_query_parameters_are_refused_not_dropped(tmp_path: Path) -> None:
+    """`sqlite:///x.db?mode=ro` is refused: dropping `mode=ro` silently would let `record` write."""
+    with pytest.raises(StoreUnavailable, match="query parameters"):
+        BudgetStore.open(f"sqlite:///{tmp_path / 'x.db'}?mode=ro")
+    assert not (tmp_path / "x.db").exists()
+
+
+@pytest.mark.parametrize("readonly", [True, False])
+def test_a_fifo_is_refused_without_hanging(tmp_path: Path, readonly: bool) -> None:
+    """A FIFO as --db is one clear error, for readers and writers, and nothing is left beside it."""
+    fifo = tmp_path / "pipe.db"
+    os.mkfifo(fifo)
+    with pytest.raises(StoreUnavailable, match="not a regular file"):
+        BudgetStore.open(fifo, readonly=readonly)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["pipe.db"]
+
+
+def test_a_character_device_is_refused_by_writers() -> None:
+    """/dev/null as a database: refused before SQLite could leave a -journal beside it."""
+    with pytest.raises(StoreUnavailable, match="not a regular file"):
+        BudgetStore.open("/dev/null")
+    assert not Path("/dev/null-journal").exists()
+
+
+def test_fifo_and_device_are_refused_by_every_reading_command(run_cli: Run, tmp_path: Path) -> None:
+    """audit, show, list, checkpoint and copy on a FIFO: exit 2 with one line (none of them hangs)."""
+    fifo = tmp_path / "pipe.db"
+    os.mkfifo(fifo)
+    for argv in (
+        ["audit", "--db", str(fifo)],
+        ["show", "a" * 64, "--db", str(fifo)],
+        ["list", "--db", str(fifo)],
+        ["checkpoint", "--db", str(fifo)],
+        ["copy", str(fifo), str(tmp_path / "copy.db")],
+    ):
+        status, _, err = run_cli(*argv)
+        assert status == 2, argv
+        assert "not a regular file" in err, argv

@@ -1,0 +1,115 @@
+"""Output guards: a report or checkpoint never lands on what the command reads, or on a device."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+Run = Callable[..., tuple[int, str, str]]
+EXAMPLES = str(REPO_ROOT / "examples" / "gates.jsonl")
+
+
+@pytest.fixture
+def recorded(run_cli: Run, db_path: Path) -> Path:
+    """A store holding the example gates."""
+    assert run_cli("record", EXAMPLES, "--db", str(db_path))[0] == 0
+    return db_path
+
+
+@pytest.mark.parametrize("suffix", ["", "-wal", "-shm", "-journal"])
+@pytest.mark.parametrize("option", ["--output", "--save-checkpoint"])
+def test_outputs_never_replace_the_database_or_its_journals(
+    run_cli: Run, recorded: Path, suffix: str, option: str
+) -> None:
+    """The audited database and its -wal, -shm and -journal files are refused as outputs (exit 2)."""
+    target = recorded.with_name(recorded.name + suffix)
+    status, _, err = run_cli("audit", "--db", str(recorded), option, str(target))
+    assert status == 2
+    assert "database being audited" in err
+    assert not target.exists() or suffix in ("", "-wal", "-shm")
+    assert run_cli("audit", "--db", str(recorded))[0] == 0  # and the next audit still runs
+
+
+@pytest.mark.parametrize("reading", ["--checkpoint", "--since"])
+@pytest.mark.parametrize("writing", ["--output", "--save-checkpoint"])
+def test_outputs_never_replace_the_checkpoint_being_read(
+    run_cli: Run, recorded: Path, tmp_path: Path, reading: str, writing: str
+) -> None:
+    """The checkpoint given to --checkpoint or --since cannot also be the report or the new checkpoint."""
+    checkpoint = tmp_path / "checkpoint.json"
+    _, text, _ = run_cli("checkpoint", "--db", str(recorded))
+    checkpoint.write_text(text, encoding="utf-8")
+    status, _, err = run_cli("audit", "--db", str(recorded), reading, str(checkpoint), writing, str(checkpoint))
+    assert status == 2
+    assert f"also given to {reading}" in err
+    assert checkpoint.read_text(encoding="utf-8") == text
+
+
+@pytest.mark.parametrize("device", ["/dev/null", "fifo", "link-to-null"])
+def test_outputs_refuse_devices_fifos_and_links_to_them(
+    run_cli: Run, recorded: Path, tmp_path: Path, device: str
+) -> None:
+    """Writing atomically would replace a device name with a regular file: refused instead, device intact."""
+    if device == "fifo":
+        target = tmp_path / "fifo"
+        os.mkfifo(target)
+    elif device == "link-to-null":
+        target = tmp_path / "null"
+        target.symlink_to("/dev/null")
+    else:
+        target = Path(device)
+    status, _, err = run_cli("audit", "--db", str(recorded), "--output", str(target))
+    assert status == 2
+    assert "not a regular file" in err
+    assert Path("/dev/null").is_char_device()
+
+
+@pytest.mark.slow
+def test_dev_stdout_is_refused_when_it_is_a_pipe(recorded: Path) -> None:
+    """`--output /dev/stdout` on a pipe (as in cron) is refused, not replaced by a file named /dev/stdout."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "compute_budget", "audit", "--db", str(recorded), "--output", "/dev/stdout"],
+        capture_output=True, text=True, check=False,
+    )
+    assert done.returncode == 2
+    assert "not a regular file" in done.stderr
+    assert Path("/dev/stdout").is_symlink()
+
+
+def test_a_failed_write_leaves_no_temporary_file(recorded: Path, tmp_path: Path) -> None:
+    """A write that fails midway (the text cannot be encoded) leaves no .compute-budget-*.tmp behind."""
+    from compute_budget.cli.io import write_atomically
+    from compute_budget.errors import OutputUnwritable
+
+    target = tmp_path / "report.txt"
+    with pytest.raises((OutputUnwritable, UnicodeEncodeError)):
+        write_atomically(str(target), "lone surrogate \ud800")
+    assert [path.name for path in tmp_path.iterdir() if path.name.startswith(".compute-budget-")] == []
+    assert not target.exists()
+
+
+def test_a_fifo_checkpoint_is_refused_without_hanging(run_cli: Run, recorded: Path, tmp_path: Path) -> None:
+    """--checkpoint and --since on a FIFO: one line, exit 2, no hang."""
+    fifo = tmp_path / "checkpoint.fifo"
+    os.mkfifo(fifo)
+    for option in ("--checkpoint", "--since"):
+        status, _, err = run_cli("audit", "--db", str(recorded), option, str(fifo))
+        assert status == 2
+        assert "not a regular file" in err
+
+
+def test_a_checkpoint_written_by_the_first_release_still_reads(run_cli: Run, recorded: Path, tmp_path: Path) -> None:
+    """The checkpoint document's format name is a contract: `compute_budget.checkpoint.v1`, as released."""
+    _, text, _ = run_cli("checkpoint", "--db", str(recorded))
+    assert '"format": "compute_budget.checkpoint.v1"' in text
+    checkpoint = tmp_path / "old.json"
+    checkpoint.write_text(text, encoding="utf-8")
+    assert run_cli("audit", "--db", str(recorded), "--checkpoint", str(checkpoint))[0] == 0

@@ -1,0 +1,77 @@
+"""What reaches a terminal or a CI system is safe whatever a gate or a tampered row holds."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+
+from tests.backends import tamper
+from tests.conftest import make_gate
+
+Run = Callable[..., tuple[int, str, str]]
+CONTROLS = "".join(chr(code) for code in [*range(0x20), 0x7F, *range(0x80, 0xA0)])
+HOSTILE = "\r\u009b\u0085\u202e\u2028\x1b[2J\x1b]8;;http://x\x07[red]markup[/red]"
+
+
+def _unsafe(text: str) -> list[str]:
+    """Characters a terminal would act on, left in `text` (a line break between lines is fine)."""
+    return sorted({repr(char) for char in text if not char.isprintable() and char != "\n"})
+
+
+@pytest.fixture
+def hostile_store(run_cli: Run, db_path: Path, tmp_path: Path) -> tuple[Path, str]:
+    """A store whose gate carries hostile text in its id, then a row tampered to hold every control character."""
+    gates = tmp_path / "gates.jsonl"
+    gate = make_gate(decision_id="gate" + HOSTILE, evidence_spans=[{"text": HOSTILE, "start": 0, "end": 1,
+                                                                     "sentence_index": 0}])
+    gates.write_text(json.dumps(gate) + "\n" + json.dumps(make_gate(decision_id="plain")) + "\n", encoding="utf-8")
+    assert run_cli("record", str(gates), "--db", str(db_path))[0] == 0
+    _, out, _ = run_cli("list", "--db", str(db_path), "--format", "jsonl")
+    budget_id = json.loads(out.split("\n")[0])["budget_id"]  # not splitlines: U+2028 is a line break there
+    tamper(
+        db_path,
+        ("UPDATE compute_budget_decisions SET explanation = :why, reason_code = :code WHERE seq = 2",
+         {"why": CONTROLS + HOSTILE, "code": CONTROLS}),
+    )
+    return db_path, budget_id
+
+
+def test_show_escapes_every_gate_supplied_string(run_cli: Run, hostile_store: tuple[Path, str]) -> None:
+    """`show` prints the gate input, the evidence and the ids with every control character escaped."""
+    db_path, budget_id = hostile_store
+    status, out, _ = run_cli("show", budget_id, "--db", str(db_path))
+    assert status == 0
+    assert _unsafe(out) == []
+    assert "\\u202e" in out or "\\u202E" in out
+
+
+def test_list_shows_markup_as_text_and_escapes_controls(run_cli: Run, hostile_store: tuple[Path, str]) -> None:
+    """`list` escapes a tampered row's controls and shows Rich markup as typed."""
+    db_path, _ = hostile_store
+    status, out, _ = run_cli("list", "--db", str(db_path))
+    assert status == 0
+    assert _unsafe(out) == []
+    assert "[red]markup[/red]" in out
+
+
+def test_audit_text_escapes_finding_details(run_cli: Run, hostile_store: tuple[Path, str]) -> None:
+    """The audit's text report of a row holding every C0 and C1 character carries none of them raw."""
+    db_path, _ = hostile_store
+    status, out, _ = run_cli("audit", "--db", str(db_path))
+    assert status == 1
+    assert _unsafe(out) == []
+
+
+def test_junit_is_well_formed_xml_whatever_a_row_holds(run_cli: Run, hostile_store: tuple[Path, str]) -> None:
+    """The JUnit report parses with an XML parser over rows holding every C0 and C1 control character."""
+    db_path, _ = hostile_store
+    status, out, _ = run_cli("audit", "--db", str(db_path), "--format", "junit")
+    assert status == 1
+    root = ElementTree.fromstring(out.encode("utf-8"))
+    failures = root.findall(".//failure")
+    assert failures
+    assert all(_unsafe(failure.text or "") == [] for failure in failures)
