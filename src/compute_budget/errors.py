@@ -108,6 +108,16 @@ class NotABudgetStore(StoreUnavailable):
     """The database exists but is not a compute-budget store (foreign tables, unknown revision)."""
 
 
+class NoHistory(StoreUnavailable):
+    """The database holds no decisions table: empty, or the table was dropped (`dropped`); with a checkpoint
+    given, the audit reports that history as gone rather than stopping."""
+
+    def __init__(self, message: str, *, where: str, dropped: bool) -> None:
+        super().__init__(message)
+        self.where = where
+        self.dropped = dropped
+
+
 class SchemaBehindHead(StoreUnavailable):
     """The store's schema is older than this release; `compute-budget migrate` brings it to head."""
 

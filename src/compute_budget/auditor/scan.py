@@ -21,7 +21,7 @@ from compute_budget.auditor.report import AuditReport
 from compute_budget.core.chain import GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.checkpoint import Checkpoint
 from compute_budget.core.verify import Finding, FindingKind, RangeResult, check_row
-from compute_budget.errors import CheckpointError
+from compute_budget.errors import CheckpointError, NoHistory
 from compute_budget.store import BudgetStore
 from compute_budget.store.facade import Snapshot
 
@@ -46,7 +46,14 @@ def audit(
     started = time.perf_counter()
     checkpoint = as_checkpoint(checkpoint) if checkpoint is not None else None
     since = as_checkpoint(since) if since is not None else None
-    with BudgetStore.open(target, readonly=True) as store:
+    try:
+        opened = BudgetStore.open(target, readonly=True)
+    except NoHistory as gone:
+        proofs = [proof for proof in (checkpoint, since) if proof is not None and proof.seq > 0]
+        if not proofs:
+            raise
+        return _history_gone(gone, proofs, checkpoint, since, started)
+    with opened as store:
         with store.snapshot() as snapshot:
             plan = _plan(snapshot, since, jobs)
             anchors = [_anchor(snapshot, low, since) for low, _ in plan.ranges]
@@ -54,7 +61,15 @@ def audit(
             for proof in (checkpoint, since):
                 if proof is not None:
                     findings_before += _check_checkpoint(snapshot, proof, plan.max_seq)
-            outliers = _outliers(snapshot, plan) if since is None else []
+            if since is None:
+                outliers = _outliers(snapshot, plan)
+            else:
+                # The incremental audit trusts the rows up to the checkpoint, but not the row count: a row whose
+                # seq is text or a real, or a row deleted below the checkpoint, shows as count != head seq.
+                rows_stored = snapshot.count()
+                outliers = _outliers(snapshot, plan) if rows_stored != plan.max_seq else []
+                if rows_stored != plan.max_seq and not outliers:
+                    outliers = [_count_mismatch(rows_stored, plan.max_seq)]
             stored_head = _stored_row_head(snapshot, plan.max_seq)
         tasks = [(low, high, anchor) for (low, high), anchor in zip(plan.ranges, anchors, strict=True)]
         processes = len(tasks) if jobs > 1 and len(tasks) > 1 else 1
@@ -79,7 +94,7 @@ def audit(
     findings += outliers
     return AuditReport(
         database=database,
-        rows_checked=merged.rows + len(outliers),
+        rows_checked=merged.rows + sum(finding.kind is FindingKind.MALFORMED_ROW for finding in outliers),
         findings=tuple(findings),
         head=last,
         status_counts=dict(merged.status_counts),
@@ -170,6 +185,46 @@ def _outliers(snapshot: Snapshot, plan: _Plan) -> list[Finding]:
         Finding(FindingKind.MALFORMED_ROW, str(budget_id), None, f"seq {seq!r} is not a positive integer in 1..head")
         for budget_id, seq in rows
     ]
+
+
+def _history_gone(
+    gone: NoHistory, proofs: list[Checkpoint], checkpoint: Checkpoint | None, since: Checkpoint | None, started: float
+) -> AuditReport:
+    """A database without its decisions table, audited against a checkpoint: the history it proves is gone.
+
+    No SQLite trigger can stop DROP TABLE; the checkpoint kept elsewhere is what proves rows existed.
+    """
+    findings = tuple(
+        Finding(
+            FindingKind.CHECKPOINT_MISMATCH,
+            proof.budget_id,
+            proof.seq,
+            f"the checkpoint names seq {proof.seq} but the store holds no decisions at all: "
+            + ("its decisions table was dropped" if gone.dropped else "the database is empty"),
+        )
+        for proof in proofs
+    )
+    return AuditReport(
+        database=gone.where,
+        rows_checked=0,
+        findings=findings,
+        head=ChainHead(0, GENESIS_CHAIN_HASH, None),
+        status_counts={},
+        reason_counts={},
+        elapsed_seconds=time.perf_counter() - started,
+        checkpoint=checkpoint,
+        since=since,
+    )
+
+
+def _count_mismatch(rows_stored: int, max_seq: int) -> Finding:
+    return Finding(
+        FindingKind.CHAIN_BREAK,
+        None,
+        None,
+        f"the table holds {rows_stored} rows but its chain ends at seq {max_seq}: rows were deleted or added "
+        "outside the chain (run a full audit to locate them)",
+    )
 
 
 def _run_parallel(url: str, tasks: list[tuple[int, int, tuple[int, str]]], jobs: int) -> list[RangeResult]:

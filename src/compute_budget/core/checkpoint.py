@@ -54,8 +54,8 @@ class Checkpoint:
         if not isinstance(value, dict) or value.get("format") != CHECKPOINT_FORMAT:
             raise CheckpointError(f"{source} is not a compute-budget checkpoint (format {CHECKPOINT_FORMAT!r})")
         seq, chain_hash, budget_id = value.get("seq"), value.get("chain_hash"), value.get("budget_id")
-        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-            raise CheckpointError(f"{source}: seq must be a non-negative integer")
+        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 2**63:
+            raise CheckpointError(f"{source}: seq must be an integer from 0 to 2**63-1")
         if not isinstance(chain_hash, str) or not _HEX64.fullmatch(chain_hash):
             raise CheckpointError(f"{source}: chain_hash must be 64 lowercase hex digits")
         if budget_id is not None and not isinstance(budget_id, str):

@@ -27,6 +27,7 @@ from compute_budget.core.types import ComputeBudgetDecision, ComputeBudgetStatus
 from compute_budget.errors import (
     DestinationNotEmpty,
     MalformedDecision,
+    NoHistory,
     NotABudgetStore,
     ReadOnlyStore,
     SchemaBehindHead,
@@ -104,7 +105,7 @@ class BudgetStore:
                 state, revision = schema_state(connection)
                 if state is SchemaState.FOREIGN:
                     raise NotABudgetStore(f"{location.display} is not a compute-budget database: it has other tables")
-                if state is SchemaState.AHEAD:
+                if state in (SchemaState.AHEAD, SchemaState.TABLE_MISSING):
                     _require_head(location, state, revision)
                 if state is not SchemaState.AT_HEAD:
                     upgrade_to_head(connection)
@@ -174,14 +175,16 @@ class BudgetStore:
                         plan = plan_chunk(prepared, {}, head, recorded_at)
                         try:
                             with connection.begin_nested():
-                                connection.exec_driver_sql(insert, plan.rows)
+                                _insert_exactly(connection, insert, plan.rows, self.location)
                         except IntegrityError:
                             optimistic, plan = False, None
                     if plan is None:
                         stored = _stored_gates(connection, self._sql, {item.decision.budget_id for item in prepared})
                         plan = plan_chunk(prepared, stored, head, recorded_at)
                         if plan.rows:
-                            connection.exec_driver_sql(insert, plan.rows)
+                            _insert_exactly(connection, insert, plan.rows, self.location)
+                    if plan.rows:
+                        _require_planned_head(connection, self._sql, plan.head, self.location)
                     head = plan.head
                     new += len(plan.rows)
                     present += len(prepared) - len(plan.rows)
@@ -191,6 +194,11 @@ class BudgetStore:
                         on_progress(len(prepared))
         except SQLAlchemyError as error:
             raise translate(error, self.location) from None
+        except OverflowError:
+            raise StoreDamaged(
+                f"{self.location.display}: the chain head's seq is too large to follow (it was set by hand); "
+                "run `compute-budget audit` for the details"
+            ) from None
         finally:
             chunks.close()  # stops the decide-ahead thread whatever happened
         return head, new, present
@@ -260,7 +268,7 @@ class BudgetStore:
                 head = existing
                 source = iter(rows)
                 while chunk := list(itertools.islice(source, CHUNK_SIZE * 4)):
-                    connection.exec_driver_sql(insert, chunk)
+                    _insert_exactly(connection, insert, chunk, self.location)
                     last = chunk[-1]
                     head = ChainHead(int(last[0]), str(last[-1]), str(last[1]))
                     if on_progress is not None:
@@ -347,6 +355,10 @@ class Snapshot:
             return None
         return row[0], row[1]
 
+    def count(self) -> int:
+        """How many rows the table holds."""
+        return int(self._connection.exec_driver_sql(self._statements.count).scalar_one())
+
     def misplaced_rows(self, max_seq: int) -> list[tuple[Any, Any]]:
         """(budget_id, seq) of the rows whose seq is missing, not a positive integer, or beyond `max_seq`."""
         return [(row[0], row[1]) for row in self._connection.exec_driver_sql(self._statements.misplaced, (max_seq,))]
@@ -395,7 +407,14 @@ def _require_head(location: Location, state: SchemaState, revision: str | None) 
     if state is SchemaState.AT_HEAD:
         return
     if state is SchemaState.EMPTY:
-        raise StoreUnavailable(f"{where} holds no compute-budget store yet (an empty database)")
+        raise NoHistory(f"{where} holds no compute-budget store yet (an empty database)", where=where, dropped=False)
+    if state is SchemaState.TABLE_MISSING:
+        raise NoHistory(
+            f"{where} is a compute-budget store (revision {revision}) whose decisions table is gone: it was dropped "
+            "by hand; restore the database from a backup",
+            where=where,
+            dropped=True,
+        )
     if state is SchemaState.BEHIND:
         raise SchemaBehindHead(
             f"{where} has schema revision {revision}, behind this release's {head_revision()}: "
@@ -406,6 +425,30 @@ def _require_head(location: Location, state: SchemaState, revision: str | None) 
             f"{where} has schema revision {revision}, unknown to this release (written by a newer compute-budget?)"
         )
     raise NotABudgetStore(f"{where} is not a compute-budget database (it has other tables and no budget schema)")
+
+
+def _insert_exactly(connection: Connection, insert: str, rows: list[tuple[Any, ...]], location: Location) -> None:
+    """Insert `rows`, and prove the database stored every one: a hand-made trigger that skips rows
+    (`RAISE(IGNORE)`, a PostgreSQL trigger returning NULL) must not let a writer report rows it never wrote."""
+    written = connection.exec_driver_sql(insert, rows).rowcount
+    if written != len(rows):
+        raise StoreDamaged(
+            f"{location.display} stored {written} of the {len(rows)} rows just inserted: something on the table "
+            "drops rows (a trigger added by hand?); nothing was written; run `compute-budget audit`"
+        )
+
+
+def _require_planned_head(
+    connection: Connection, statements: Statements, planned: ChainHead, location: Location
+) -> None:
+    """After a chunk, the stored head must be the one the writer planned, or the transaction is rolled back."""
+    stored = _head(connection, statements)
+    if stored != planned:
+        raise StoreDamaged(
+            f"{location.display}: after appending up to seq {planned.seq} the stored head is seq {stored.seq} "
+            f"({stored.budget_id}); the table does not keep what is written; nothing was written; "
+            "run `compute-budget audit`"
+        )
 
 
 def _lock_for_append(connection: Connection, statements: Statements, *, readonly: bool) -> None:
@@ -426,6 +469,7 @@ def _head(connection: Connection, statements: Statements) -> ChainHead:
     seq, chain, budget_id = row
     if (
         type(seq) is not int
+        or not 0 < seq < MAX_SEQ  # 2**63-1 cannot be followed: a seq set by hand
         or not isinstance(chain, str)
         or not _HEX64.fullmatch(chain)
         or not isinstance(budget_id, str)
@@ -438,6 +482,7 @@ def _head(connection: Connection, statements: Statements) -> ChainHead:
 
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+MAX_SEQ = 2**63 - 1  # the largest 64-bit integer, SQLite's and PostgreSQL's BIGINT alike
 
 
 def _stored_gates(

@@ -58,6 +58,7 @@ class SchemaState(StrEnum):
     BEHIND = "behind"  # a known, older revision: `compute-budget migrate` upgrades it
     AHEAD = "ahead"  # a revision this release does not know (written by a newer release?)
     FOREIGN = "foreign"  # tables, but not ours
+    TABLE_MISSING = "table_missing"  # our revision, but the decisions table was dropped
 
 
 def schema_state(connection: Connection) -> tuple[SchemaState, str | None]:
@@ -71,7 +72,7 @@ def schema_state(connection: Connection) -> tuple[SchemaState, str | None]:
     if revision is None:
         return (SchemaState.EMPTY, None) if tables == {"alembic_version"} else (SchemaState.FOREIGN, None)
     if revision == head_revision():
-        return (SchemaState.AT_HEAD if TABLE_NAME in tables else SchemaState.FOREIGN), revision
+        return (SchemaState.AT_HEAD if TABLE_NAME in tables else SchemaState.TABLE_MISSING), revision
     if revision in known_revisions():
         return SchemaState.BEHIND, revision
     return SchemaState.AHEAD, revision

@@ -1,0 +1,137 @@
+"""Writers cannot lie, incremental audits miss nothing, and a dropped table is caught by its checkpoint."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from compute_budget import BudgetStore, CheckpointError, StoreDamaged, audit
+from compute_budget.core.checkpoint import Checkpoint
+from compute_budget.errors import NoHistory
+from tests.backends import execute, is_postgres, rows, tamper
+from tests.conftest import gate_lines
+
+
+@pytest.fixture
+def store(store_target: str) -> str:
+    """A store of 10 rows, on each backend."""
+    with BudgetStore.open(store_target) as opened:
+        opened.record_many(gate_lines(10))
+    return store_target
+
+
+def _checkpoint(target: str) -> Checkpoint:
+    with BudgetStore.open(target, readonly=True) as opened:
+        return opened.checkpoint()
+
+
+def _skip_inserts(target: str) -> None:
+    """A hand-made trigger that silently drops every insert."""
+    if is_postgres(target):
+        execute(
+            target,
+            "CREATE FUNCTION drop_rows() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$",
+            "CREATE TRIGGER zz_drop_rows BEFORE INSERT ON compute_budget_decisions FOR EACH ROW "
+            "EXECUTE FUNCTION drop_rows()",
+        )
+    else:
+        execute(
+            target,
+            "CREATE TRIGGER zz_drop_rows BEFORE INSERT ON compute_budget_decisions "
+            "BEGIN SELECT RAISE(IGNORE); END",
+        )
+
+
+def test_writers_never_report_rows_they_did_not_write(store: str) -> None:
+    """A trigger that drops inserted rows makes the append fail with StoreDamaged and roll back: no
+    "1 new, head seq 11" for a row that is not there."""
+    _skip_inserts(store)
+    with BudgetStore.open(store) as opened, pytest.raises(StoreDamaged, match="stored 0 of the 1 rows"):
+        opened.record(gate_lines(1, prefix="late")[0])
+    assert len(rows(store)) == 10
+
+
+def test_writers_check_the_head_after_every_chunk(store: str) -> None:
+    """A batch whose rows vanish is refused whole: nothing of it stays, and the store still audits clean."""
+    _skip_inserts(store)
+    with BudgetStore.open(store) as opened, pytest.raises(StoreDamaged):
+        opened.record_many(gate_lines(1200, prefix="batch"))
+    assert len(rows(store)) == 10
+
+
+@pytest.mark.parametrize("store_target", ["sqlite"], indirect=True)  # PostgreSQL's BIGINT holds no text or real
+@pytest.mark.parametrize("sqlite_value", ["'zzz'", "8.5"])
+def test_since_checks_every_row_appended_after_the_checkpoint(store: str, sqlite_value: str) -> None:
+    """A row appended by hand with a seq of text or a real is found by `--since`, and the audit is not clean
+    (so no new checkpoint would be saved)."""
+    checkpoint = _checkpoint(store)
+    last = rows(store)[-1]
+    forged = (sqlite_value, *("'" + str(value).replace("'", "''") + "'" for value in ("f" * 64, *last[2:])))
+    with sqlite3.connect(store) as connection:
+        names = [row[1] for row in connection.execute("PRAGMA table_info(compute_budget_decisions)")]
+        connection.execute(
+            f"INSERT INTO compute_budget_decisions ({', '.join(names)}) VALUES ({', '.join(forged)})"
+        )
+    report = audit(store, since=checkpoint)
+    assert not report.clean
+    assert any(finding.budget_id == "f" * 64 for finding in report.findings), report.findings
+
+
+def test_since_sees_a_row_deleted_below_the_checkpoint(store: str) -> None:
+    """Deleting a row at or below the checkpoint leaves the count short of the head: `--since` says so."""
+    checkpoint = _checkpoint(store)
+    tamper(store, "DELETE FROM compute_budget_decisions WHERE seq = 3")
+    report = audit(store, since=checkpoint)
+    assert [finding.kind.value for finding in report.findings] == ["chain_break"]
+    assert "holds 9 rows but its chain ends at seq 10" in report.findings[0].detail
+
+
+def test_a_head_seq_set_to_the_largest_integer_is_refused_clearly(store: str) -> None:
+    """A seq of 2**63-1 inserted by hand: every later record fails with StoreDamaged, not an OverflowError."""
+    tamper(store, ("UPDATE compute_budget_decisions SET seq = :big WHERE seq = 10", {"big": 2**63 - 1}))
+    with BudgetStore.open(store) as opened, pytest.raises(StoreDamaged, match="cannot be read"):
+        opened.record(gate_lines(1, prefix="after")[0])
+
+
+def test_a_checkpoint_beyond_64_bits_is_refused() -> None:
+    """A checkpoint naming seq 2**63 is not a checkpoint (no store can reach it)."""
+    text = '{"format": "compute_budget.checkpoint.v1", "seq": %d, "chain_hash": "%s", "budget_id": null}'
+    with pytest.raises(CheckpointError, match="2\\*\\*63-1"):
+        Checkpoint.from_json(text % (2**63, "0" * 64))
+    assert Checkpoint.from_json(text % (2**63 - 1, "0" * 64)).seq == 2**63 - 1
+
+
+@pytest.mark.parametrize("damage", ["drop", "empty"])
+def test_a_dropped_or_emptied_table_under_a_checkpoint_is_a_finding(store: str, damage: str) -> None:
+    """DROP TABLE cannot be stopped by a SQLite trigger, but the checkpoint proves history existed:
+    checkpoint_mismatch, not "not a compute-budget database"."""
+    checkpoint = _checkpoint(store)
+    if damage == "drop":
+        execute(store, "DROP TABLE compute_budget_decisions")
+    else:
+        tamper(store, "DELETE FROM compute_budget_decisions")
+    for report in (audit(store, checkpoint=checkpoint), audit(store, since=checkpoint)):
+        assert [finding.kind.value for finding in report.findings] == ["checkpoint_mismatch"]
+        assert report.findings[0].seq == 10
+    if damage == "drop":
+        with pytest.raises(NoHistory, match="decisions table is gone"):
+            audit(store)
+        with pytest.raises(NoHistory):
+            BudgetStore.open(store)  # a writer never re-creates a dropped history silently
+
+
+def test_an_emptied_sqlite_file_under_a_checkpoint_is_a_finding(tmp_path: Path) -> None:
+    """A store replaced by an empty file is history gone, when a checkpoint says there was some."""
+    target = tmp_path / "store.db"
+    with BudgetStore.open(target) as opened:
+        opened.record_many(gate_lines(3))
+        checkpoint = opened.checkpoint()
+    target.unlink()
+    for suffix in ("-wal", "-shm"):
+        target.with_name(target.name + suffix).unlink(missing_ok=True)
+    sqlite3.connect(target).close()
+    report = audit(target, checkpoint=checkpoint)
+    assert [finding.kind.value for finding in report.findings] == ["checkpoint_mismatch"]
+    assert "the database is empty" in report.findings[0].detail
