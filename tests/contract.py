@@ -35,3 +35,14 @@ HASHED_FIELDS: tuple[str, ...] = (
     "max_parallelism",
     "evidence_spans",
 )
+
+# Finding kinds (spec section 6, then the seal's of section 8).
+FINDING_KINDS: tuple[str, ...] = (
+    "budget_id_mismatch",
+    "rederive_mismatch",
+    "chain_break",
+    "unsupported_policy_version",
+    "malformed_row",
+    "checkpoint_mismatch",
+    "schema_tampered",
+)

@@ -12,6 +12,7 @@ import pytest
 
 from tests.backends import tamper
 from tests.conftest import REPO_ROOT, gate_lines
+from tests.contract import FINDING_KINDS
 
 Run = Callable[..., tuple[int, str, str]]
 EXAMPLES = str(REPO_ROOT / "examples" / "gates.jsonl")
@@ -68,7 +69,7 @@ def test_junit_report_fails_the_kind_that_was_found(run_cli: Run, recorded: Path
     assert suite is not None
     failing = {case.get("name") for case in suite.iter("testcase") if case.find("failure") is not None}
     assert "unsupported_policy_version" in failing
-    assert len(list(suite.iter("testcase"))) == 6
+    assert [case.get("name") for case in suite.iter("testcase")] == list(FINDING_KINDS)
 
 
 def test_checkpoint_rotation(run_cli: Run, recorded: Path, tmp_path: Path) -> None:

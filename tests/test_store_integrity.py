@@ -44,17 +44,35 @@ def _skip_inserts(target: str) -> None:
         )
 
 
+def test_writers_refuse_a_table_with_a_hand_made_trigger(store: str) -> None:
+    """The first line of defence: a trigger added by hand on the table stops every append, saying what to run."""
+    _skip_inserts(store)
+    with BudgetStore.open(store) as opened, pytest.raises(StoreDamaged, match=r"added by hand.*compute-budget migrate"):
+        opened.record(gate_lines(1, prefix="late")[0])
+    assert len(rows(store)) == 10
+
+
+@pytest.fixture
+def guard_check_blinded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Suppose a row-dropping trick the schema check cannot see: the writer's own count must still catch it."""
+    import compute_budget.store.facade as facade
+
+    monkeypatch.setattr(facade, "schema_problems", lambda connection: [])
+
+
+@pytest.mark.usefixtures("guard_check_blinded")
 def test_writers_never_report_rows_they_did_not_write(store: str) -> None:
-    """A trigger that drops inserted rows makes the append fail with StoreDamaged and roll back: no
-    "1 new, head seq 11" for a row that is not there."""
+    """Rows dropped on insert make the append fail with StoreDamaged and roll back: no "1 new, head seq 11"
+    for a row that is not there."""
     _skip_inserts(store)
     with BudgetStore.open(store) as opened, pytest.raises(StoreDamaged, match="stored 0 of the 1 rows"):
         opened.record(gate_lines(1, prefix="late")[0])
     assert len(rows(store)) == 10
 
 
-def test_writers_check_the_head_after_every_chunk(store: str) -> None:
-    """A batch whose rows vanish is refused whole: nothing of it stays, and the store still audits clean."""
+@pytest.mark.usefixtures("guard_check_blinded")
+def test_writers_check_every_chunk_of_a_batch(store: str) -> None:
+    """A batch whose rows vanish is refused whole: nothing of it stays."""
     _skip_inserts(store)
     with BudgetStore.open(store) as opened, pytest.raises(StoreDamaged):
         opened.record_many(gate_lines(1200, prefix="batch"))

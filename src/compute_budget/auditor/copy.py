@@ -8,7 +8,7 @@ is written. The destination then audits clean, and checkpoints taken on the sour
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from compute_budget.core.chain import GENESIS_CHAIN_HASH, ChainHead
@@ -37,13 +37,19 @@ def copy_store(
                 if on_progress is not None:
                     on_progress(done[0], total)
 
-            head = target.import_history(_verified(origin.iter_raw_rows()), on_progress=advance)
+            raw = origin.iter_raw_rows()
+            verified = _verified(raw)
+            try:
+                head = target.import_history(verified, on_progress=advance)
+            finally:  # close the source's cursor now, while its store is still open, whatever happened
+                verified.close()
+                raw.close()
     if head != expected:  # pragma: no cover  (the source changed under a read transaction)
         raise CopyVerificationFailed(f"copied head {head} differs from the source head {expected}")
     return head
 
 
-def _verified(rows: Iterator[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
+def _verified(rows: Iterator[tuple[Any, ...]]) -> Generator[tuple[Any, ...], None, None]:
     prev_seq, prev_chain = 0, GENESIS_CHAIN_HASH
     for row in rows:
         result = RangeResult()

@@ -71,6 +71,9 @@ def audit(
                 if rows_stored != plan.max_seq and not outliers:
                     outliers = [_count_mismatch(rows_stored, plan.max_seq)]
             stored_head = _stored_row_head(snapshot, plan.max_seq)
+            findings_before += [
+                Finding(FindingKind.SCHEMA_TAMPERED, None, None, problem) for problem in snapshot.schema_problems()
+            ]
         tasks = [(low, high, anchor) for (low, high), anchor in zip(plan.ranges, anchors, strict=True)]
         processes = len(tasks) if jobs > 1 and len(tasks) > 1 else 1
         if processes > 1:

@@ -155,7 +155,11 @@ def migrate_command(db: str | None) -> None:
     """Bring the database schema to this release's head (creating it when the database is empty)."""
     from compute_budget.store import BudgetStore
 
-    before, after = BudgetStore.migrate(db)
+    def restored(problems: list[str]) -> None:
+        for problem in problems:
+            say(f"restored the append-only guard: {problem}")
+
+    before, after = BudgetStore.migrate(db, on_restore=restored)
     if before == after:
         click.echo(f"schema already at head revision {after}")
     else:

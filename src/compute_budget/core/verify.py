@@ -21,7 +21,7 @@ from compute_budget.errors import InputNotJson, MalformedDecision, clip
 
 
 class FindingKind(StrEnum):
-    """The kinds of finding of spec section 6."""
+    """The kinds of finding of spec sections 6 and 8."""
 
     BUDGET_ID_MISMATCH = "budget_id_mismatch"
     REDERIVE_MISMATCH = "rederive_mismatch"
@@ -29,6 +29,7 @@ class FindingKind(StrEnum):
     UNSUPPORTED_POLICY_VERSION = "unsupported_policy_version"
     MALFORMED_ROW = "malformed_row"
     CHECKPOINT_MISMATCH = "checkpoint_mismatch"
+    SCHEMA_TAMPERED = "schema_tampered"
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import datetime as dt
 import itertools
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -37,6 +37,7 @@ from compute_budget.errors import (
 from compute_budget.store.append import CHUNK_SIZE, ChunkPlan, collector_paused, plan_chunk, prepared_chunks
 from compute_budget.store.backend import Location, begin_write, create_store_engine, locate, translate
 from compute_budget.store.migrations import SchemaState, head_revision, schema_state, upgrade_to_head
+from compute_budget.store.schema_check import restore_guard, schema_problems
 from compute_budget.store.statements import Statements, statements_for
 
 
@@ -94,8 +95,14 @@ class BudgetStore:
         return cls(location, engine, readonly=readonly)
 
     @staticmethod
-    def migrate(target: str | os.PathLike[str] | None = None) -> tuple[str | None, str]:
-        """Bring the schema at `target` to head (creating it if empty); returns (old, new) revision."""
+    def migrate(
+        target: str | os.PathLike[str] | None = None, *, on_restore: Callable[[list[str]], None] | None = None
+    ) -> tuple[str | None, str]:
+        """Bring the schema at `target` to head (creating it if empty); returns (old, new) revision.
+
+        A guard found missing, disabled, altered or joined by hand-made triggers is put back as this release
+        creates it; `on_restore` is told what was wrong. Added or removed columns are the audit's to report.
+        """
         location = locate(target)
         _check_file(location, readonly=False)
         engine = create_store_engine(location, readonly=False)
@@ -109,6 +116,11 @@ class BudgetStore:
                     _require_head(location, state, revision)
                 if state is not SchemaState.AT_HEAD:
                     upgrade_to_head(connection)
+                problems = schema_problems(connection)
+                if problems:
+                    restore_guard(connection)
+                    if on_restore is not None:
+                        on_restore(problems)
         except SQLAlchemyError as error:
             raise translate(error, location) from None
         finally:
@@ -165,6 +177,7 @@ class BudgetStore:
         try:
             with begin_write(self._engine) as connection:
                 _lock_for_append(connection, self._sql, readonly=False)
+                _require_guard(connection, self.location)
                 head = _head(connection, self._sql)
                 insert = self._sql.insert
                 optimistic = True
@@ -237,7 +250,7 @@ class BudgetStore:
             for row in result:
                 yield _readable(tuple(row))
 
-    def iter_raw_rows(self) -> Iterator[tuple[Any, ...]]:
+    def iter_raw_rows(self) -> Generator[tuple[Any, ...], None, None]:
         """Every stored row as raw column values (`row.ROW_COLUMNS` order), in `seq` order, streamed."""
         with self._reading() as connection:
             result = connection.execution_options(stream_results=True, yield_per=2000).exec_driver_sql(
@@ -259,6 +272,7 @@ class BudgetStore:
         try:
             with begin_write(self._engine) as connection:
                 _lock_for_append(connection, self._sql, readonly=False)
+                _require_guard(connection, self.location)
                 existing = _head(connection, self._sql)
                 if existing.seq != 0:
                     raise DestinationNotEmpty(
@@ -355,6 +369,10 @@ class Snapshot:
             return None
         return row[0], row[1]
 
+    def schema_problems(self) -> list[str]:
+        """How the guard and the guarded tables differ from what this release creates (empty: they do not)."""
+        return schema_problems(self._connection)
+
     def count(self) -> int:
         """How many rows the table holds."""
         return int(self._connection.exec_driver_sql(self._statements.count).scalar_one())
@@ -425,6 +443,18 @@ def _require_head(location: Location, state: SchemaState, revision: str | None) 
             f"{where} has schema revision {revision}, unknown to this release (written by a newer compute-budget?)"
         )
     raise NotABudgetStore(f"{where} is not a compute-budget database (it has other tables and no budget schema)")
+
+
+def _require_guard(connection: Connection, location: Location) -> None:
+    """Writers append only under the guard this release created: a missing, disabled or altered trigger, or
+    one added by hand on a guarded table, stops the append (inside its transaction, so nothing is written)."""
+    problems = schema_problems(connection)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise StoreDamaged(
+            f"{location.display}: {problems[0]}{more}; refusing to append: run `compute-budget migrate --db "
+            f"{location.display}` to restore the append-only guard, then `compute-budget audit`"
+        )
 
 
 def _insert_exactly(connection: Connection, insert: str, rows: list[tuple[Any, ...]], location: Location) -> None:

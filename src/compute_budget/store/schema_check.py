@@ -1,0 +1,166 @@
+"""The store checks its own schema: the guard's triggers (and PostgreSQL's guard function) and the guarded
+tables' columns, against what this release creates (spec section 8, `schema_tampered`).
+
+Definitions are compared after normalising whitespace, identifier quoting and schema prefixes, because a
+fresh store and an upgraded one differ in SQL text, never in meaning. An extra index is not tampering; an extra
+trigger on a guarded table is (a `BEFORE INSERT … RAISE(IGNORE)` added by hand would make writers lie).
+"""
+
+from __future__ import annotations
+
+import re
+
+from sqlalchemy import Connection
+
+from compute_budget.core.row import ROW_COLUMNS
+from compute_budget.store.table import TABLE_NAME
+from compute_budget.store.triggers import POSTGRESQL_GUARD, SQLITE_GUARD, create_guard
+
+# Every guarded table and its columns, in order.
+GUARDED_COLUMNS: dict[str, tuple[str, ...]] = {TABLE_NAME: ROW_COLUMNS}
+
+_SQLITE_NAME = re.compile(r"CREATE\s+TRIGGER\s+(\S+)\s+\S+\s+\S+\s+ON\s+(\S+)", re.IGNORECASE)
+
+# What PostgreSQL itself prints for the guard (pg_get_triggerdef / pg_get_functiondef), normalised.
+_POSTGRESQL_TRIGGERS: dict[str, dict[str, str]] = {
+    TABLE_NAME: {
+        f"{TABLE_NAME}_no_truncate": (
+            f"CREATE TRIGGER {TABLE_NAME}_no_truncate BEFORE TRUNCATE ON {TABLE_NAME} FOR EACH STATEMENT "
+            f"EXECUTE FUNCTION {TABLE_NAME}_append_only()"
+        ),
+        f"{TABLE_NAME}_no_update_delete": (
+            f"CREATE TRIGGER {TABLE_NAME}_no_update_delete BEFORE DELETE OR UPDATE ON {TABLE_NAME} FOR EACH ROW "
+            f"EXECUTE FUNCTION {TABLE_NAME}_append_only()"
+        ),
+    }
+}
+_POSTGRESQL_FUNCTIONS: dict[str, str] = {
+    f"{TABLE_NAME}_append_only": (
+        f"CREATE OR REPLACE FUNCTION {TABLE_NAME}_append_only() RETURNS trigger LANGUAGE plpgsql AS $function$ "
+        f"BEGIN RAISE EXCEPTION USING MESSAGE = '{TABLE_NAME} is append-only: ' || TG_OP || ' is not allowed', "
+        "ERRCODE = 'insufficient_privilege'; END $function$"
+    )
+}
+assert all(name in " ".join(POSTGRESQL_GUARD) for name in _POSTGRESQL_FUNCTIONS)  # kept beside the live DDL
+
+
+def normalise(sql: str) -> str:
+    """A definition with whitespace collapsed, identifier quotes and `schema.` prefixes removed."""
+    text = re.sub(r'["`\[\]]', "", sql)
+    text = re.sub(r"\b\w+\.(compute_budget_\w+)", r"\1", text)
+    return re.sub(r"\s+", " ", text).strip().rstrip(";").strip()
+
+
+def _expected_sqlite() -> dict[str, dict[str, str]]:
+    expected: dict[str, dict[str, str]] = {table: {} for table in GUARDED_COLUMNS}
+    for statement in SQLITE_GUARD:
+        match = _SQLITE_NAME.search(statement)
+        assert match is not None
+        expected.setdefault(match.group(2), {})[match.group(1)] = normalise(statement)
+    return expected
+
+
+def schema_problems(connection: Connection) -> list[str]:
+    """What differs from the schema this release creates, one sentence each (empty: the schema holds)."""
+    if connection.dialect.name == "postgresql":
+        return _postgresql_problems(connection)
+    return _sqlite_problems(connection)
+
+
+def _compare(table: str, expected: dict[str, str], found: dict[str, str], disabled: set[str]) -> list[str]:
+    problems = []
+    for name in sorted(expected):
+        if name not in found:
+            problems.append(f"trigger {name} of the append-only guard on {table} is missing")
+        elif name in disabled:
+            problems.append(f"trigger {name} of the append-only guard on {table} is disabled")
+        elif found[name] != expected[name]:
+            problems.append(f"trigger {name} on {table} was altered: it now reads {found[name]!r}")
+    problems += [f"trigger {name} on {table} was added by hand" for name in sorted(set(found) - set(expected))]
+    return problems
+
+
+def _columns(table: str, found: list[str]) -> list[str]:
+    expected = GUARDED_COLUMNS[table]
+    if found == list(expected):
+        return []
+    added = [name for name in found if name not in expected]
+    removed = [name for name in expected if name not in found]
+    if added or removed:
+        changes = [f"added {', '.join(added)}"] * bool(added) + [f"removed {', '.join(removed)}"] * bool(removed)
+        return [f"table {table} has columns {' and '.join(changes)}"]
+    return [f"table {table} has its columns in another order than this release created"]
+
+
+def _sqlite_problems(connection: Connection) -> list[str]:
+    expected = _expected_sqlite()
+    problems: list[str] = []
+    rows = connection.exec_driver_sql(
+        "SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'trigger'"
+    ).fetchall()
+    for table in GUARDED_COLUMNS:
+        found = {str(name): normalise(str(sql)) for name, tbl, sql in rows if str(tbl) == table}
+        problems += _compare(table, expected.get(table, {}), found, set())
+        columns = [str(row[1]) for row in connection.exec_driver_sql(f"PRAGMA table_info({table})")]
+        if columns:
+            problems += _columns(table, columns)
+    return problems
+
+
+def _postgresql_problems(connection: Connection) -> list[str]:
+    problems: list[str] = []
+    for table in GUARDED_COLUMNS:
+        rows = connection.exec_driver_sql(
+            "SELECT tgname, tgenabled, pg_get_triggerdef(t.oid) FROM pg_trigger t "
+            "JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relname = %s AND n.nspname = current_schema() AND NOT t.tgisinternal",
+            (table,),
+        ).fetchall()
+        found = {str(name): normalise(str(definition)) for name, _, definition in rows}
+        disabled = {str(name) for name, enabled, _ in rows if enabled == "D"}
+        problems += _compare(table, _POSTGRESQL_TRIGGERS.get(table, {}), found, disabled)
+        columns = [
+            str(name)
+            for (name,) in connection.exec_driver_sql(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+                "AND table_schema = current_schema() ORDER BY ordinal_position",
+                (table,),
+            )
+        ]
+        if columns:
+            problems += _columns(table, columns)
+    for function, expected in _POSTGRESQL_FUNCTIONS.items():
+        row = connection.exec_driver_sql(
+            "SELECT pg_get_functiondef(p.oid) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE p.proname = %s AND n.nspname = current_schema()",
+            (function,),
+        ).first()
+        if row is None:
+            problems.append(f"function {function} of the append-only guard is missing")
+        elif normalise(str(row[0])) != expected:
+            problems.append(f"function {function} of the append-only guard was altered")
+    return problems
+
+
+def restore_guard(connection: Connection) -> None:
+    """Drop every trigger on the guarded tables (hand-made ones too) and install the guard this release creates."""
+    postgresql = connection.dialect.name == "postgresql"
+    for table in GUARDED_COLUMNS:
+        if postgresql:
+            names = connection.exec_driver_sql(
+                "SELECT tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE c.relname = %s AND n.nspname = current_schema() AND NOT t.tgisinternal",
+                (table,),
+            ).scalars().all()
+        else:
+            names = connection.exec_driver_sql(
+                "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?", (table,)
+            ).scalars().all()
+        for name in names:
+            quoted = '"' + str(name).replace('"', '""') + '"'
+            connection.exec_driver_sql(f"DROP TRIGGER IF EXISTS {quoted}" + (f" ON {table}" if postgresql else ""))
+    if postgresql:
+        for function in _POSTGRESQL_FUNCTIONS:
+            connection.exec_driver_sql(f"DROP FUNCTION IF EXISTS {function}() CASCADE")
+    create_guard(connection)

@@ -1,0 +1,144 @@
+"""The store checks its own schema: a dropped, disabled, altered or added trigger, or a changed column, is seen."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from compute_budget import BudgetStore, StoreDamaged, audit
+from compute_budget.store.schema_check import normalise
+from tests.backends import execute, is_postgres, rows
+from tests.conftest import REPO_ROOT, gate_lines
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def store(store_target: str) -> str:
+    """A store of 5 rows, on each backend."""
+    with BudgetStore.open(store_target) as opened:
+        opened.record_many(gate_lines(5))
+    return store_target
+
+
+def _drop_guard(target: str) -> None:
+    if is_postgres(target):
+        execute(target, "DROP TRIGGER compute_budget_decisions_no_update_delete ON compute_budget_decisions",
+                "DROP TRIGGER compute_budget_decisions_no_truncate ON compute_budget_decisions")
+    else:
+        execute(target, *(f"DROP TRIGGER compute_budget_decisions_{name}"
+                          for name in ("no_update", "no_delete", "no_replace")))
+
+
+def _kinds(target: str) -> list[str]:
+    return [finding.kind.value for finding in audit(target).findings]
+
+
+def test_a_fresh_store_and_an_upgraded_one_hold_the_schema(store: str, tmp_path: Path) -> None:
+    """No finding on a new store, nor on a store written by revision 0001 and migrated."""
+    assert audit(store).clean
+    old = tmp_path / "old.db"
+    old.write_bytes((REPO_ROOT / "tests" / "data" / "store_0001.db").read_bytes())
+    BudgetStore.migrate(old)
+    assert audit(old).clean
+
+
+def test_dropping_every_trigger_is_schema_tampered_and_stops_writers(store: str) -> None:
+    """The audit reports each missing trigger; `record` refuses to append; `migrate` restores the guard."""
+    _drop_guard(store)
+    assert set(_kinds(store)) == {"schema_tampered"}
+    with BudgetStore.open(store) as opened, pytest.raises(StoreDamaged, match="is missing"):
+        opened.record(gate_lines(1, prefix="new")[0])
+    restored: list[str] = []
+    BudgetStore.migrate(store, on_restore=restored.extend)
+    assert restored
+    assert all("missing" in problem for problem in restored)
+    assert audit(store).clean
+    with BudgetStore.open(store) as opened:
+        assert opened.record(gate_lines(1, prefix="new")[0]).new
+    with pytest.raises(Exception, match="append-only"):
+        execute(store, "DELETE FROM compute_budget_decisions")
+    assert len(rows(store)) == 6
+
+
+def test_an_altered_trigger_is_schema_tampered(store: str) -> None:
+    """A guard trigger replaced by one that lets deletes through is reported as altered, and restored."""
+    if is_postgres(store):
+        execute(
+            store,
+            "DROP TRIGGER compute_budget_decisions_no_update_delete ON compute_budget_decisions",
+            "CREATE TRIGGER compute_budget_decisions_no_update_delete BEFORE UPDATE ON compute_budget_decisions "
+            "FOR EACH ROW EXECUTE FUNCTION compute_budget_decisions_append_only()",
+        )
+    else:
+        execute(
+            store,
+            "DROP TRIGGER compute_budget_decisions_no_delete",
+            "CREATE TRIGGER compute_budget_decisions_no_delete BEFORE DELETE ON compute_budget_decisions "
+            "WHEN 0 BEGIN SELECT RAISE(ABORT, 'compute_budget_decisions is append-only: DELETE is not allowed'); END",
+        )
+    findings = audit(store).findings
+    assert [finding.kind.value for finding in findings] == ["schema_tampered"]
+    assert "altered" in findings[0].detail
+    BudgetStore.migrate(store)
+    assert audit(store).clean
+
+
+@pytest.mark.parametrize("store_target", ["postgresql"], indirect=True)
+def test_a_disabled_trigger_counts_as_missing_on_postgresql(store: str) -> None:
+    """ALTER TABLE … DISABLE TRIGGER leaves the trigger in place but off: reported, and writers refuse."""
+    execute(store, "ALTER TABLE compute_budget_decisions DISABLE TRIGGER compute_budget_decisions_no_update_delete")
+    findings = audit(store).findings
+    assert [finding.kind.value for finding in findings] == ["schema_tampered"]
+    assert "disabled" in findings[0].detail
+    with BudgetStore.open(store) as opened, pytest.raises(StoreDamaged, match="disabled"):
+        opened.record(gate_lines(1, prefix="new")[0])
+    BudgetStore.migrate(store)
+    assert audit(store).clean
+
+
+@pytest.mark.parametrize("store_target", ["postgresql"], indirect=True)
+def test_an_altered_guard_function_is_schema_tampered(store: str) -> None:
+    """The PostgreSQL guard function rewritten to let everything through is reported."""
+    execute(
+        store,
+        "CREATE OR REPLACE FUNCTION compute_budget_decisions_append_only() RETURNS trigger LANGUAGE plpgsql "
+        "AS $$ BEGIN RETURN OLD; END $$",
+    )
+    findings = audit(store).findings
+    assert [finding.detail for finding in findings] == [
+        "function compute_budget_decisions_append_only of the append-only guard was altered"
+    ]
+
+
+def test_an_added_column_is_schema_tampered_but_an_extra_index_is_not(store: str) -> None:
+    """A column added by hand is reported; an index added by a DBA is not tampering."""
+    execute(store, "CREATE INDEX dba_recorded_at ON compute_budget_decisions (recorded_at)")
+    assert audit(store).clean
+    execute(store, "ALTER TABLE compute_budget_decisions ADD COLUMN note TEXT")
+    findings = audit(store).findings
+    assert [finding.detail for finding in findings] == ["table compute_budget_decisions has columns added note"]
+
+
+def test_migrate_says_what_it_restored(run_cli: Run, tmp_path: Path) -> None:
+    """`compute-budget migrate` on a store with no guard prints each problem it fixed."""
+    target = tmp_path / "store.db"
+    with BudgetStore.open(target) as opened:
+        opened.record_many(gate_lines(2))
+    _drop_guard(str(target))
+    status, out, err = run_cli("migrate", "--db", str(target))
+    assert status == 0
+    assert err.count("restored the append-only guard") == 3
+    assert "already at head" in out
+    status, out, _ = run_cli("audit", "--db", str(target))
+    assert status == 0
+
+
+def test_normalise_ignores_whitespace_quoting_and_schema_prefixes() -> None:
+    """Fresh and upgraded stores differ in SQL text only: spacing, quotes and `public.` do not count."""
+    assert normalise('CREATE  TRIGGER "t"\n ON public.compute_budget_decisions ;') == (
+        "CREATE TRIGGER t ON compute_budget_decisions"
+    )
+    assert normalise("WHEN 0 BEGIN") != normalise("BEGIN")
