@@ -470,3 +470,8 @@ def _silence_stdout() -> None:
 def main() -> None:
     """Console-script entry point."""
     sys.exit(run())
+
+
+from compute_budget.cli.serve import serve_command  # noqa: E402  (the workbench command lives in its own module)
+
+cli.add_command(serve_command)
