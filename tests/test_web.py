@@ -267,7 +267,7 @@ def test_the_filter_page_keeps_its_filters_in_the_form_and_the_pager(client: Tes
     """A filtered page shows its values in the form, the number of matches, and pages within the filter."""
     html = client.get("/", params={"status": "budget_allowed", "limit": 10}).text
     assert '<option value="budget_allowed" selected>' in html
-    assert 'name="limit" inputmode="numeric" pattern="[0-9]*" value="10"' in html
+    assert 'id="f-limit" name="limit" inputmode="numeric" pattern="[0-9]*" value="10"' in html
     assert re.search(r'href="/\?status=budget_allowed&amp;before_seq=\d+&amp;limit=10" rel="next"', html)
     allowed = sum(1 for row in all_rows(sqlite_store) if row[6] == "budget_allowed")
     assert f"{allowed:,} match the filters" in html
