@@ -729,6 +729,20 @@ def test_serve_is_listed_and_documented(run_cli: Callable[..., tuple[int, str, s
         assert option in out
 
 
+def test_the_command_line_loads_no_web_code_until_serve_runs() -> None:
+    """`compute-budget --help` and every other command work without the extra: nothing of it is imported."""
+    code = (
+        "import sys, compute_budget.cli as cli\n"
+        "assert cli.run(['--help']) == 0\n"
+        "loaded = [name for name in sys.modules if name.split('.')[0] in ('starlette', 'jinja2', 'uvicorn')\n"
+        "          or name.startswith('compute_budget.web')]\n"
+        "assert not loaded, loaded\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "serve" in done.stdout
+
+
 def test_serve_without_the_extra_says_what_to_install(run_cli: Callable[..., tuple[int, str, str]],
                                                       monkeypatch: pytest.MonkeyPatch, sqlite_store: str) -> None:
     """Without Starlette (the extra missing), serve prints one line naming the extra and exits 2."""
