@@ -10,6 +10,7 @@ gate data safe.
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -125,7 +126,7 @@ class Workbench:
 
     # -- decisions ---------------------------------------------------------------------------------------
 
-    def _page(self, query: model.Query) -> tuple[Page, int, Any]:
+    def _page(self, query: model.Query) -> tuple[Page, int, Counter[tuple[str, str]]]:
         head_seq, counts = self.counts.get(self.store)
         known = model.match_count(counts, model.Query(_only_status_reason(query.where), query.limit))
         if known == 0:  # no row has this status or reason: skip a query that would scan the whole table
