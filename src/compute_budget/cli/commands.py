@@ -282,3 +282,8 @@ def run(argv: Sequence[str] | None = None) -> int:
 def main() -> None:
     """Console-script entry point."""
     cli.main(prog_name=PROG)
+
+
+from compute_budget.cli.serve import serve_command  # noqa: E402  (the workbench command lives in its own module)
+
+cli.add_command(serve_command)

@@ -36,6 +36,7 @@ from compute_budget.errors import (
 )
 from compute_budget.store.append import CHUNK_SIZE, ChunkPlan, collector_paused, plan_chunk, prepared_chunks
 from compute_budget.store.backend import Location, begin_write, create_store_engine, locate, translate
+from compute_budget.store.browse import Browsing
 from compute_budget.store.migrations import SchemaState, head_revision, schema_state, upgrade_to_head
 from compute_budget.store.schema_check import restore_guard, schema_problems
 from compute_budget.store.statements import Statements, statements_for
@@ -59,7 +60,7 @@ class BatchResult:
     head: ChainHead
 
 
-class BudgetStore:
+class BudgetStore(Browsing):
     """The audit store. Open with `BudgetStore.open(path_or_url)`; use as a context manager."""
 
     def __init__(self, location: Location, engine: Engine, *, readonly: bool) -> None:

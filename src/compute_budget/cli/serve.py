@@ -1,0 +1,59 @@
+"""`compute-budget serve`: the read-only workbench (needs the extra `compute-budget[workbench]`).
+
+Only Click is imported here: `compute-budget --help` works without the extra, and `serve` without it says
+what to install.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import click
+
+# The packages the workbench extra brings; a missing one means the extra is not installed.
+WORKBENCH_PACKAGES = frozenset({"starlette", "jinja2", "uvicorn", "markupsafe", "anyio", "h11", "click"})
+
+
+def _say(message: str) -> None:
+    click.echo(f"compute-budget: {message}", err=True)
+
+
+@click.command("serve")
+@click.option(
+    "--db",
+    "db",
+    metavar="PATH|URL",
+    default=None,
+    help="Database file or SQLAlchemy URL [default: $COMPUTE_BUDGET_DB, else ./compute_budget.db].",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (no authentication!).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port to listen on.")
+@click.option(
+    "--trusted-key",
+    "trusted_keys",
+    metavar="KEY",
+    multiple=True,
+    help="A verifier key (or a file holding one) whose signed checkpoints you trust; repeatable.",
+)
+def serve_command(db: str | None, host: str, port: int, trusted_keys: tuple[str, ...]) -> int:
+    """Serve the read-only workbench: browse decisions, see why each was decided, run the replay audit.
+
+    It opens the store read-only and never writes. It listens on localhost unless --host says otherwise,
+    and has no authentication: anyone who can reach the address can read every stored decision.
+    """
+    try:
+        from compute_budget.web.server import is_loopback, serve
+    except ModuleNotFoundError as error:
+        if (error.name or "").split(".")[0] not in WORKBENCH_PACKAGES:
+            raise
+        _say("serve needs the workbench extra: pip install 'compute-budget[workbench]'")
+        return 2
+    if not is_loopback(host):
+        _say(
+            f"warning: serving on {host}, not localhost: the workbench has no authentication, so anyone who can "
+            "reach this address can read every stored decision"
+        )
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn shuts down cleanly, then re-raises it
+        serve(db, host=host, port=port, trusted_keys=trusted_keys, say=_say)
+    _say("workbench stopped")
+    return 0

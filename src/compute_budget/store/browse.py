@@ -1,0 +1,225 @@
+"""Read-only queries for browsing a store (the workbench): keyset pages with filters, counts by status and
+reason over a `seq` range, and a row's neighbours in the chain.
+
+`Browsing` is a mixin of `BudgetStore`; its SQL is built here once per backend (and, for pages, once per
+combination of filters), in the style of `statements`. Every page is a keyset page on `seq`: newest first,
+``WHERE ... AND seq < before_seq ORDER BY seq DESC LIMIT n``, so page 10,000 costs what page 1 costs.
+"""
+
+from __future__ import annotations
+
+import functools
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, fields
+from typing import Any
+
+from sqlalchemy import Connection, Engine, inspect
+
+from compute_budget.core.row import ROW_COLUMNS
+from compute_budget.store.table import TABLE_NAME
+
+MAX_PAGE_ROWS = 500
+
+# The store's own table of signed checkpoints, once the seal (spec section 8) adds one. Until then no store
+# has it, and the workbench says so.
+SIGNED_CHECKPOINT_TABLES = ("compute_budget_signed_checkpoints", "compute_budget_checkpoints")
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionFilter:
+    """Which rows a page shows: equal to each given column, and `after_seq < seq < before_seq`."""
+
+    status: str | None = None
+    reason_code: str | None = None
+    gate_decision_id: str | None = None
+    policy_version: str | None = None
+    after_seq: int | None = None
+    before_seq: int | None = None
+
+    def present(self) -> tuple[str, ...]:
+        """The names of the filters given, in field order (the key of the page statement)."""
+        return tuple(item.name for item in fields(self) if getattr(self, item.name) is not None)
+
+    def values(self) -> tuple[Any, ...]:
+        """The given filters' values, in `present()` order."""
+        return tuple(getattr(self, name) for name in self.present())
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One keyset page, newest first: raw rows (`ROW_COLUMNS` order) and the bounds of its neighbour pages.
+
+    `next_before_seq`: pass as `before_seq` for the next, older page (None: this is the oldest page).
+    `newer_before_seq`: the `before_seq` of the page before this one, newer (None: no newer rows;
+    `newer_is_first`: the newer page is the first page, which takes no `before_seq` at all).
+    """
+
+    rows: list[tuple[Any, ...]]
+    next_before_seq: int | None
+    newer_before_seq: int | None
+    newer_is_first: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A row's place in the chain: its `seq`, `chain_hash` and `budget_id`, as stored."""
+
+    seq: Any
+    chain_hash: Any
+    budget_id: Any
+
+
+class BrowseStatements:
+    """The browsing SQL for one backend; `mark` is its parameter placeholder."""
+
+    def __init__(self, backend: str, mark: str) -> None:
+        self.backend = backend
+        self.mark = mark
+        table = TABLE_NAME
+        self.select = f"SELECT {', '.join(ROW_COLUMNS)} FROM {table}"
+        self.by_budget_id = f"{self.select} WHERE budget_id = {mark}"
+        self.link_before = (
+            f"SELECT seq, chain_hash, budget_id FROM {table} WHERE seq < {mark} ORDER BY seq DESC LIMIT 1"
+        )
+        self.link_after = f"SELECT seq, chain_hash, budget_id FROM {table} WHERE seq > {mark} ORDER BY seq LIMIT 1"
+        self.link_at = f"SELECT seq, chain_hash, budget_id FROM {table} WHERE seq = {mark}"
+        # Counts of each (status, reason_code) over low < seq <= high: an append-only store's counts at a new
+        # head are the counts at the old head plus this over the rows between.
+        self.counts = (
+            f"SELECT status, reason_code, count(*) FROM {table} WHERE seq > {mark} AND seq <= {mark} "
+            "GROUP BY status, reason_code"
+        )
+        self.head_seq = f"SELECT seq FROM {table} ORDER BY seq DESC LIMIT 1"
+        # Each filter's condition. SQLite's planner, without statistics, would answer `status = ? ORDER BY seq
+        # DESC LIMIT n` from the status index and then sort every row of that status; the unary `+` keeps it
+        # walking the seq index backwards, which stops after n matching rows. PostgreSQL plans from its
+        # statistics (and has no unary + on text).
+        self._conditions = {
+            "status": f"+status = {mark}" if backend == "sqlite" else f"status = {mark}",
+            "reason_code": f"reason_code = {mark}",
+            "gate_decision_id": f"gate_decision_id = {mark}",
+            "policy_version": f"policy_version = {mark}",
+            "after_seq": f"seq > {mark}",
+            "before_seq": f"seq < {mark}",
+        }
+
+    def _where(self, present: tuple[str, ...]) -> str:
+        return " WHERE " + " AND ".join(self._conditions[name] for name in present) if present else ""
+
+    @functools.lru_cache(maxsize=512)  # noqa: B019  (one instance per backend, kept for the process's life)
+    def page(self, present: tuple[str, ...], limit: int) -> str:
+        """Rows matching the filters named in `present`, newest first, at most `limit`."""
+        return f"{self.select}{self._where(present)} ORDER BY seq DESC LIMIT {int(limit)}"
+
+    @functools.lru_cache(maxsize=512)  # noqa: B019  (as above)
+    def newer(self, present: tuple[str, ...], limit: int) -> str:
+        """Seqs of matching rows above a page (the last filter is `after_seq`-like: seq > top), oldest first."""
+        return f"SELECT seq FROM {TABLE_NAME}{self._where(present)} ORDER BY seq LIMIT {int(limit)}"
+
+
+_BY_BACKEND = {"sqlite": BrowseStatements("sqlite", "?"), "postgresql": BrowseStatements("postgresql", "%s")}
+
+
+def browse_statements_for(backend: str) -> BrowseStatements:
+    """The browsing statements for a backend name (``sqlite`` or ``postgresql``)."""
+    try:
+        return _BY_BACKEND[backend]
+    except KeyError:
+        raise NotImplementedError(f"compute-budget has no SQL written for the {backend} backend") from None
+
+
+class Browsing:
+    """Read-only browsing queries, mixed into `BudgetStore`."""
+
+    _engine: Engine
+
+    def _reading(self) -> AbstractContextManager[Connection]:  # pragma: no cover - BudgetStore provides it
+        raise NotImplementedError
+
+    @property
+    def _browse(self) -> BrowseStatements:
+        return browse_statements_for(self._engine.dialect.name)
+
+    def page(self, where: DecisionFilter, *, limit: int = 50) -> Page:
+        """One keyset page of raw rows matching `where`, newest first, at most `limit` (1..500) rows."""
+        limit = max(1, min(int(limit), MAX_PAGE_ROWS))
+        sql = self._browse
+        present = where.present()
+        with self._reading() as connection:
+            rows = [tuple(row) for row in connection.exec_driver_sql(sql.page(present, limit + 1), where.values())]
+            more = len(rows) > limit
+            rows = rows[:limit]
+            newer_before, newer_first = self._newer(connection, where, rows, limit)
+        next_before = rows[-1][0] if more and rows and type(rows[-1][0]) is int else None
+        return Page(rows, next_before, newer_before, newer_first)
+
+    def _newer(
+        self, connection: Connection, where: DecisionFilter, rows: list[tuple[Any, ...]], limit: int
+    ) -> tuple[int | None, bool]:
+        """The `before_seq` of the newer page: the (limit+1)-th matching seq above this page's top, if any."""
+        if where.before_seq is None:
+            return None, False  # this is the first page
+        top = rows[0][0] if rows and type(rows[0][0]) is int else where.before_seq - 1
+        above = DecisionFilter(
+            where.status,
+            where.reason_code,
+            where.gate_decision_id,
+            where.policy_version,
+            top if where.after_seq is None else max(top, where.after_seq),
+            None,
+        )
+        seqs = [
+            row[0]
+            for row in connection.exec_driver_sql(self._browse.newer(above.present(), limit + 1), above.values())
+        ]
+        if not seqs:
+            return None, False
+        if len(seqs) <= limit:
+            return None, True
+        return int(seqs[limit]), False
+
+    def raw_row(self, budget_id: str) -> tuple[Any, ...] | None:
+        """The stored row with this `budget_id` as raw column values (`ROW_COLUMNS` order), or None."""
+        with self._reading() as connection:
+            row = connection.exec_driver_sql(self._browse.by_budget_id, (budget_id,)).first()
+        return None if row is None else tuple(row)
+
+    def neighbours(self, seq: int) -> tuple[Link | None, Link | None]:
+        """The stored rows just before and just after `seq` (their links, as stored), each or None."""
+        sql = self._browse
+        with self._reading() as connection:
+            before = connection.exec_driver_sql(sql.link_before, (seq,)).first()
+            after = connection.exec_driver_sql(sql.link_after, (seq,)).first()
+        return (
+            None if before is None else Link(before[0], before[1], before[2]),
+            None if after is None else Link(after[0], after[1], after[2]),
+        )
+
+    def link_at_seq(self, seq: int) -> Link | None:
+        """The stored row at exactly `seq` (its link, as stored), or None."""
+        with self._reading() as connection:
+            row = connection.exec_driver_sql(self._browse.link_at, (seq,)).first()
+        return None if row is None else Link(row[0], row[1], row[2])
+
+    def head_seq(self) -> int:
+        """The highest stored seq, as stored (0 for an empty store); cheaper than `head()`, never refuses."""
+        with self._reading() as connection:
+            value = connection.exec_driver_sql(self._browse.head_seq).scalar()
+        return value if type(value) is int else 0
+
+    def counts(self, low: int, high: int) -> dict[tuple[str, str], int]:
+        """How many rows of each (status, reason_code) lie at low < seq <= high."""
+        with self._reading() as connection:
+            return {
+                (str(status), str(reason)): int(count)
+                for status, reason, count in connection.exec_driver_sql(self._browse.counts, (low, high))
+            }
+
+    def signed_checkpoint_table(self) -> str | None:
+        """The name of the store's table of signed checkpoints, when it has one (None before the seal)."""
+        with self._reading() as connection:
+            names = set(inspect(connection).get_table_names())
+        return next((name for name in SIGNED_CHECKPOINT_TABLES if name in names), None)
+
+
+__all__ = ["MAX_PAGE_ROWS", "Browsing", "DecisionFilter", "Link", "Page", "browse_statements_for"]

@@ -1,0 +1,362 @@
+"""The workbench's routes: a read-only Starlette application over one store, each page with a JSON twin.
+
+Every response, whatever made it (a page, the API, a static file, a 404, a 405, a 500), passes through
+`Guard`, which answers any method but GET and HEAD with 405 before routing, checks the Host header when the
+server is bound to loopback (so a page on another site cannot read it through DNS rebinding), and sets a
+strict Content-Security-Policy and the other security headers. Templates are autoescaped; no template marks
+gate data safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from starlette.applications import Starlette
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from compute_budget.core.checkpoint import Checkpoint
+from compute_budget.core.types import ComputeBudgetStatus
+from compute_budget.errors import ComputeBudgetError
+from compute_budget.store import BudgetStore
+from compute_budget.store.browse import DecisionFilter, Page
+from compute_budget.web import model
+from compute_budget.web.audit_runner import AuditRunner
+
+HERE = Path(__file__).resolve().parent
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; font-src 'self'; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = {
+    "content-security-policy": CONTENT_SECURITY_POLICY,
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "x-frame-options": "DENY",
+    "cross-origin-opener-policy": "same-origin",
+    "cross-origin-resource-policy": "same-origin",
+}
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+class Guard:
+    """The outermost ASGI layer: GET and HEAD only, the Host check, and the security headers on everything."""
+
+    def __init__(self, app: ASGIApp, workbench: Workbench, *, allowed_hosts: Sequence[str] | None) -> None:
+        self.app = app
+        self.workbench = workbench
+        self.allowed_hosts = None if allowed_hosts is None else {host.lower() for host in allowed_hosts}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_guarded(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in SECURITY_HEADERS.items():
+                    headers[name] = value
+                if "cache-control" not in headers:
+                    headers["cache-control"] = "no-store"
+            await send(message)
+
+        if scope["method"] not in ("GET", "HEAD"):
+            response: Response = PlainTextResponse(
+                "405 Method Not Allowed: the workbench is read-only and answers GET only\n",
+                status_code=405,
+                headers={"Allow": "GET, HEAD"},
+            )
+            await response(scope, receive, send_guarded)
+            return
+        if self.allowed_hosts is not None and _host(scope) not in self.allowed_hosts:
+            response = PlainTextResponse(
+                "400 Bad Request: unexpected Host header (the workbench answers only to the address it serves)\n",
+                status_code=400,
+            )
+            await response(scope, receive, send_guarded)
+            return
+        await self.app(scope, receive, send_guarded)
+
+
+def _host(scope: Scope) -> str:
+    host = Headers(scope=scope).get("host", "").lower()
+    if host.startswith("["):  # [::1]:8765
+        return host.split("]", 1)[0] + "]"
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+class Workbench:
+    """The application's state: the store (read-only), the count cache, the audit runner, the templates."""
+
+    def __init__(self, target: str, trusted_keys: Sequence[str]) -> None:
+        self.store = BudgetStore.open(target, readonly=True)
+        self.display = self.store.location.display
+        self.trusted_keys = tuple(trusted_keys)
+        self.counts = model.CountCache()
+        self.audits = AuditRunner(target)
+        self.templates = Environment(
+            loader=FileSystemLoader(HERE / "templates"),
+            autoescape=True,  # every template, every value: gate-supplied text is always escaped
+            undefined=StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+
+    def close(self) -> None:
+        """Stop a running audit and release the store."""
+        self.audits.stop()
+        self.store.close()
+
+    def render(self, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+        """A page from its template, with what every page shows."""
+        html = self.templates.get_template(name).render(store_display=self.display, **context)
+        return HTMLResponse(html, status_code=status_code)
+
+    # -- decisions ---------------------------------------------------------------------------------------
+
+    def _page(self, query: model.Query) -> tuple[Page, int, Counter[tuple[str, str]]]:
+        head_seq, counts = self.counts.get(self.store)
+        known = model.match_count(counts, model.Query(_only_status_reason(query.where), query.limit))
+        if known == 0:  # no row has this status or reason: skip a query that would scan the whole table
+            return Page([], None, None, False), head_seq, counts
+        return self.store.page(query.where, limit=query.limit), head_seq, counts
+
+    def decisions(self, request: Request) -> Response:
+        query = self._query(request)
+        if isinstance(query, Response):
+            return query
+        page, head_seq, counts = self._page(query)
+        rows = [model.listed(raw, query) for raw in page.rows]
+        return self.render(
+            "decisions.html",
+            nav="decisions",
+            query=query,
+            rows=rows,
+            head_seq=head_seq,
+            charts=model.charts(counts, query),
+            chart_counts=sorted(counts.items()),
+            matches=model.match_count(counts, query),
+            statuses=[status.value for status in ComputeBudgetStatus],
+            reasons=sorted({reason for _, reason in counts}),
+            older_href=query.href(before_seq=page.next_before_seq) if page.next_before_seq is not None else None,
+            newer_href=(
+                query.href(before_seq=None)
+                if page.newer_is_first
+                else query.href(before_seq=page.newer_before_seq)
+                if page.newer_before_seq is not None
+                else None
+            ),
+            newest_href=query.href(before_seq=None) if query.where.before_seq is not None else None,
+            clear_href="/",
+        )
+
+    def api_decisions(self, request: Request) -> Response:
+        query = self._query(request, api=True)
+        if isinstance(query, Response):
+            return query
+        page, head_seq, counts = self._page(query)
+        by_status: dict[str, int] = {}
+        by_reason: dict[str, int] = {}
+        for (status, reason), count in sorted(counts.items()):
+            by_status[status] = by_status.get(status, 0) + count
+            by_reason[reason] = by_reason.get(reason, 0) + count
+        return JSONResponse(
+            {
+                "decisions": [model.row_dict(raw) for raw in page.rows],
+                "next_before_seq": page.next_before_seq,
+                "head_seq": head_seq,
+                "counts": {"status": by_status, "reason": by_reason},
+            }
+        )
+
+    def _query(self, request: Request, *, api: bool = False) -> model.Query | Response:
+        try:
+            return model.parse_query(request.query_params)
+        except model.BadQuery as error:
+            if api:
+                return JSONResponse({"error": str(error)}, status_code=400)
+            return self.render("error.html", 400, nav="decisions", title="Bad request", message=str(error))
+
+    def decision(self, request: Request) -> Response:
+        budget_id = str(request.path_params["budget_id"])
+        found = model.detail(self.store, budget_id)
+        if found is None:
+            return self.not_found(f"No decision with budget_id {budget_id} is stored in this store.")
+        return self.render("decision.html", nav="decisions", d=found)
+
+    def api_decision(self, request: Request) -> Response:
+        budget_id = str(request.path_params["budget_id"])
+        found = model.detail(self.store, budget_id)
+        if found is None:
+            return JSONResponse({"error": f"no decision with budget_id {budget_id}"}, status_code=404)
+        return JSONResponse(
+            {
+                **found.raw,
+                "rederived": found.rederived.to_dict(),
+                "chain": {
+                    "previous": _link(found.previous),
+                    "next": _link(found.next),
+                },
+            }
+        )
+
+    # -- audit ---------------------------------------------------------------------------------------------
+
+    def audit(self, request: Request) -> Response:
+        run = self.audits.latest()
+        head_seq = self.store.head_seq()
+        return self.render(
+            "audit.html",
+            nav="audit",
+            run=run,
+            head_seq=head_seq,
+            refresh=run is not None and not run.finished,
+            is_budget_id=model.is_budget_id,
+            detail_href=model.detail_href,
+        )
+
+    def api_audit(self, request: Request) -> Response:
+        run = self.audits.latest()
+        return JSONResponse({"audit": None if run is None else run.to_dict()})
+
+    def _start_audit(self, request: Request) -> tuple[int, str | None]:
+        """Start an audit from the query's range: (HTTP status, message or None)."""
+        params = request.query_params
+        head_seq = self.store.head_seq()
+        try:
+            after = model.int_param(params, "after_seq", low=0, high=2**63 - 1) or 0
+            through = model.int_param(params, "through_seq", low=0, high=2**63 - 1)
+        except model.BadQuery as error:
+            return 400, str(error)
+        through = head_seq if through is None else through
+        if after > through:
+            return 400, f"after_seq {after} is past through_seq {through}: the range holds no row"
+        start: Checkpoint | None = None
+        if after > 0:
+            link = self.store.link_at_seq(after)
+            if link is None or not isinstance(link.chain_hash, str) or not model.is_budget_id(link.chain_hash):
+                return 400, f"no readable row at seq {after} to start from: audit from seq 0 instead"
+            start = Checkpoint(after, link.chain_hash, link.budget_id if isinstance(link.budget_id, str) else None)
+        if self.audits.start(start, through) is None:
+            return 409, "an audit is already running: wait for it to finish (its progress is on the audit page)"
+        return 202, None
+
+    def audit_run(self, request: Request) -> Response:
+        status, message = self._start_audit(request)
+        if message is None:
+            return RedirectResponse("/audit", status_code=303)
+        title = "An audit is already running" if status == 409 else "Bad request"
+        return self.render("error.html", status, nav="audit", title=title, message=message, back="/audit")
+
+    def api_audit_run(self, request: Request) -> Response:
+        status, message = self._start_audit(request)
+        if message is not None:
+            return JSONResponse({"error": message}, status_code=status)
+        run = self.audits.latest()
+        return JSONResponse({"audit": None if run is None else run.to_dict()}, status_code=202)
+
+    # -- checkpoints ---------------------------------------------------------------------------------------
+
+    def checkpoints(self, request: Request) -> Response:
+        return self.render("checkpoints.html", nav="checkpoints", c=model.checkpoints(self.store, self.trusted_keys))
+
+    def api_checkpoints(self, request: Request) -> Response:
+        found = model.checkpoints(self.store, self.trusted_keys)
+        return JSONResponse(
+            {
+                "head": found.head.to_dict(),
+                "trusted_keys": [
+                    {"given": key.given, "key": key.key, "name": key.name, "key_hash": key.key_hash,
+                     "problem": key.problem}
+                    for key in found.trusted_keys
+                ],
+                "signed_checkpoints": found.signed.to_dict(),
+            }
+        )
+
+    # -- errors --------------------------------------------------------------------------------------------
+
+    def not_found(self, message: str = "There is no page at this address.") -> Response:
+        return self.render("error.html", 404, nav=None, title="Not found", message=message)
+
+
+def _only_status_reason(where: DecisionFilter) -> DecisionFilter:
+    return DecisionFilter(status=where.status, reason_code=where.reason_code)
+
+
+def _link(link: Any) -> dict[str, Any] | None:
+    if link is None:
+        return None
+    return {"seq": link.seq, "chain_hash": link.chain_hash, "budget_id": link.budget_id}
+
+
+def create_app(
+    target: str, *, trusted_keys: Sequence[str] = (), allowed_hosts: Sequence[str] | None = None
+) -> Guard:
+    """The workbench over the store at `target` (opened read-only now: a missing or unusable store raises
+    here, before any server starts). `allowed_hosts`: the Host names to answer (None: any)."""
+    bench = Workbench(target, trusted_keys)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            bench.close()
+
+    def is_api(request: Request) -> bool:
+        return request.url.path.startswith("/api/")
+
+    async def http_error(request: Request, error: Exception) -> Response:
+        assert isinstance(error, HTTPException)
+        if is_api(request):
+            return JSONResponse({"error": error.detail}, status_code=error.status_code)
+        if error.status_code == 404:
+            return bench.not_found()
+        return bench.render("error.html", error.status_code, nav=None, title=str(error.detail), message="")
+
+    async def store_error(request: Request, error: Exception) -> Response:
+        # Store errors carry `location.display`, never a password.
+        if is_api(request):
+            return JSONResponse({"error": str(error)}, status_code=503)
+        return bench.render("error.html", 503, nav=None, title="The store cannot be read", message=str(error))
+
+    def get(path: str, endpoint: Callable[[Request], Response], name: str) -> Route:
+        return Route(path, endpoint, methods=["GET"], name=name)
+
+    routes = [
+        get("/", bench.decisions, "decisions"),
+        get("/decisions/{budget_id}", bench.decision, "decision"),
+        get("/audit", bench.audit, "audit"),
+        get("/audit/run", bench.audit_run, "audit_run"),
+        get("/checkpoints", bench.checkpoints, "checkpoints"),
+        get("/api/decisions", bench.api_decisions, "api_decisions"),
+        get("/api/decisions/{budget_id}", bench.api_decision, "api_decision"),
+        get("/api/audit", bench.api_audit, "api_audit"),
+        get("/api/audit/run", bench.api_audit_run, "api_audit_run"),
+        get("/api/checkpoints", bench.api_checkpoints, "api_checkpoints"),
+        Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: http_error, ComputeBudgetError: store_error},
+    )
+    return Guard(app, bench, allowed_hosts=allowed_hosts)
+
+
+def loopback_hosts(host: str) -> tuple[str, ...] | None:
+    """The Host names to accept when serving on `host`: the loopback names for a loopback address, else any."""
+    return LOOPBACK_HOSTS if host.lower() in LOOPBACK_HOSTS else None

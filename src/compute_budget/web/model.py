@@ -1,0 +1,555 @@
+"""What the workbench shows, worked out from a read-only store: pages of rows, counts and their chart, one
+decision explained and re-derived, and the checkpoints. No HTTP here: the routes (`app`) render these.
+
+Re-derivation is the auditor's own check (`core.verify.check_row`) run on the raw stored row against the
+stored row before it: the workbench never compares fields itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import urllib.parse
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from compute_budget.core.chain import GENESIS_CHAIN_HASH
+from compute_budget.core.checkpoint import Checkpoint
+from compute_budget.core.policy import (
+    MALFORMED_GATE_DECISION,
+    NO_LIMITS,
+    POLICIES,
+    UNKNOWN_GATE_REASON_CODE,
+    BudgetPolicy,
+    Limits,
+)
+from compute_budget.core.row import ROW_COLUMNS, StoredDecision, stored_from_row
+from compute_budget.core.types import ComputeBudgetStatus
+from compute_budget.core.verify import Finding, RangeResult, check_row
+from compute_budget.errors import MalformedDecision
+from compute_budget.store import BudgetStore
+from compute_budget.store.browse import MAX_PAGE_ROWS, DecisionFilter, Link
+
+PAGE_ROWS = 50
+MAX_FILTER_TEXT = 1000
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_SEQ_LIMIT = 2**63 - 1
+
+
+class BadQuery(ValueError):
+    """A query parameter that cannot be used (the page says which, with status 400)."""
+
+
+# -- query parameters -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """The decisions page's parameters, as given (empty form fields count as absent)."""
+
+    where: DecisionFilter
+    limit: int
+
+    def params(self, **changes: object) -> dict[str, str]:
+        """The query string's parameters (by their public names), with `changes` applied (None drops one)."""
+        where = self.where
+        values: dict[str, object] = {
+            "status": where.status,
+            "reason": where.reason_code,
+            "gate": where.gate_decision_id,
+            "policy_version": where.policy_version,
+            "after_seq": where.after_seq,
+            "before_seq": where.before_seq,
+            "limit": None if self.limit == PAGE_ROWS else self.limit,
+        }
+        values.update(changes)
+        return {name: str(value) for name, value in values.items() if value is not None}
+
+    def href(self, path: str = "/", **changes: object) -> str:
+        """A link to `path` with these parameters and `changes`."""
+        params = self.params(**changes)
+        return path + ("?" + urllib.parse.urlencode(params) if params else "")
+
+    @property
+    def filtered(self) -> bool:
+        """True when any filter other than the page position is given."""
+        where = self.where
+        given = (where.status, where.reason_code, where.gate_decision_id, where.policy_version, where.after_seq)
+        return any(value is not None for value in given)
+
+
+def parse_query(params: Mapping[str, str]) -> Query:
+    """The decisions page's parameters from a query string; raises `BadQuery` naming a bad one."""
+    limit = int_param(params, "limit", low=1, high=MAX_PAGE_ROWS)
+    return Query(
+        DecisionFilter(
+            status=_text_param(params, "status"),
+            reason_code=_text_param(params, "reason"),
+            gate_decision_id=_text_param(params, "gate"),
+            policy_version=_text_param(params, "policy_version"),
+            after_seq=int_param(params, "after_seq", low=0, high=_SEQ_LIMIT),
+            before_seq=int_param(params, "before_seq", low=1, high=_SEQ_LIMIT),
+        ),
+        PAGE_ROWS if limit is None else limit,
+    )
+
+
+def _text_param(params: Mapping[str, str], name: str) -> str | None:
+    value = params.get(name)
+    if value is None or value == "":
+        return None
+    if len(value) > MAX_FILTER_TEXT:
+        raise BadQuery(f"{name} is longer than {MAX_FILTER_TEXT} characters")
+    return value
+
+
+def int_param(params: Mapping[str, str], name: str, *, low: int, high: int) -> int | None:
+    value = params.get(name)
+    if value is None or value.strip() == "":
+        return None
+    if not re.fullmatch(r"\s*[0-9]{1,19}\s*", value):
+        raise BadQuery(f"{name} must be a whole number from {low} to {high}")
+    number = int(value)
+    if not low <= number <= high:
+        raise BadQuery(f"{name} must be a whole number from {low} to {high}")
+    return number
+
+
+# -- rows -----------------------------------------------------------------------------------------------
+
+
+def row_dict(raw: tuple[Any, ...]) -> dict[str, Any]:
+    """A stored row as JSON: the stored decision's fields with `seq`, `gate_input`, `recorded_at` and
+    `chain_hash`; a row that cannot be read gives its raw columns and `unreadable` saying why."""
+    try:
+        return stored_from_row(raw).to_dict()
+    except (MalformedDecision, ValueError, TypeError) as error:
+        values = {name: _jsonable(value) for name, value in zip(ROW_COLUMNS, raw, strict=True)}
+        return {**values, "unreadable": str(error)}
+
+
+def _jsonable(value: object) -> object:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return repr(value)
+
+
+def readable(raw: tuple[Any, ...]) -> StoredDecision | None:
+    """The stored decision of a raw row, or None when the row cannot be read."""
+    try:
+        return stored_from_row(raw)
+    except (MalformedDecision, ValueError, TypeError):
+        return None
+
+
+def detail_href(budget_id: object) -> str:
+    """The path of a decision's detail page."""
+    return "/decisions/" + urllib.parse.quote(str(budget_id), safe="")
+
+
+@dataclass(frozen=True, slots=True)
+class ListedRow:
+    """One row of the decisions table."""
+
+    seq: object
+    budget_id: str
+    href: str
+    status: str
+    status_class: str
+    reason_code: str
+    gate_decision_id: str
+    gate_href: str
+    limits: str
+    recorded_at: str
+    unreadable: str | None
+
+
+def listed(raw: tuple[Any, ...], query: Query) -> ListedRow:
+    """A raw row as the decisions table shows it."""
+    values = dict(zip(ROW_COLUMNS, raw, strict=True))
+    stored = readable(raw)
+    limits = "/".join(
+        str(values[name]) for name in ("max_candidates", "max_depth", "max_steps", "max_parallelism")
+    )
+    gate_id = str(values["gate_decision_id"])
+    return ListedRow(
+        seq=values["seq"],
+        budget_id=str(values["budget_id"]),
+        href=detail_href(values["budget_id"]),
+        status=str(values["status"]),
+        status_class=status_class(values["status"]),
+        reason_code=str(values["reason_code"]),
+        gate_decision_id=gate_id,
+        gate_href=Query(DecisionFilter(gate_decision_id=gate_id), query.limit).href(),
+        limits=limits,
+        recorded_at=str(values["recorded_at"]),
+        unreadable=None if stored is not None else "this row cannot be read; run the audit",
+    )
+
+
+def status_class(status: object) -> str:
+    """A CSS class for a status: one of a fixed set, never text from the row."""
+    known = {
+        "budget_allowed": "allowed",
+        "budget_blocked": "blocked",
+        "budget_unassessable": "unassessable",
+        "budget_zero": "zero",
+    }
+    return known.get(str(status), "other")
+
+
+# -- counts and their chart ---------------------------------------------------------------------------------
+
+
+class CountCache:
+    """Counts of rows by (status, reason_code), kept per head seq: an append-only store's counts at a new head
+    are the old counts plus those of the rows appended since, so only those are counted."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._counts: Counter[tuple[str, str]] = Counter()
+
+    def get(self, store: BudgetStore) -> tuple[int, Counter[tuple[str, str]]]:
+        """(head seq, counts) for the store's current head."""
+        with self._lock:
+            head = store.head_seq()
+            if head < self._seq:  # fewer rows than before: the store was changed behind its back; recount
+                self._seq, self._counts = 0, Counter()
+            if head > self._seq:
+                self._counts.update(store.counts(self._seq, head))
+                self._seq = head
+            return self._seq, Counter(self._counts)
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    """One bar of a chart: its label, count, link, and geometry in the SVG's user units."""
+
+    label: str
+    count: int
+    href: str
+    css: str
+    y: int
+    width: int
+    selected: bool
+
+
+LABEL_WIDTH, BAR_SPACE, ROW_HEIGHT = 230, 260, 26
+
+
+@dataclass(frozen=True, slots=True)
+class Chart:
+    """A horizontal bar chart drawn by the server as SVG."""
+
+    title: str
+    ident: str
+    bars: list[Bar]
+    height: int
+    label_width: int = LABEL_WIDTH
+    bar_space: int = BAR_SPACE
+    row_height: int = ROW_HEIGHT
+
+    @property
+    def width(self) -> int:
+        """The SVG's width in user units (labels, bars, and room for the count)."""
+        return self.label_width + self.bar_space + 90
+
+
+def charts(counts: Counter[tuple[str, str]], query: Query) -> list[Chart]:
+    """The status chart and the reason chart of the whole store; each bar links to its filter."""
+    by_status: Counter[str] = Counter()
+    by_reason: Counter[str] = Counter()
+    for (status, reason), count in counts.items():
+        by_status[status] += count
+        by_reason[reason] += count
+    status_order = [status.value for status in ComputeBudgetStatus]
+    statuses = sorted(by_status, key=lambda name: (status_order.index(name) if name in status_order else 99, name))
+    reasons = sorted(by_reason, key=lambda name: (-by_reason[name], name))
+    first = Query(DecisionFilter(), query.limit)
+    return [
+        _chart(
+            "Decisions by status",
+            "chart-status",
+            [(name, by_status[name], first.href(status=name), status_class(name)) for name in statuses],
+            query.where.status,
+        ),
+        _chart(
+            "Decisions by reason",
+            "chart-reason",
+            [(name, by_reason[name], first.href(reason=name), "reason") for name in reasons],
+            query.where.reason_code,
+        ),
+    ]
+
+
+def _chart(title: str, ident: str, items: list[tuple[str, int, str, str]], selected: str | None) -> Chart:
+    largest = max((count for _, count, _, _ in items), default=0)
+    row = ROW_HEIGHT
+    space = BAR_SPACE
+    bars = [
+        Bar(
+            label=label,
+            count=count,
+            href=href,
+            css=css,
+            y=index * row,
+            width=max(1, round(space * count / largest)) if largest else 0,
+            selected=label == selected,
+        )
+        for index, (label, count, href, css) in enumerate(items)
+    ]
+    return Chart(title, ident, bars, height=max(row, len(bars) * row))
+
+
+def match_count(counts: Counter[tuple[str, str]], query: Query) -> int | None:
+    """How many rows match the page's filters, when the counts can tell (status and reason filters only)."""
+    where = query.where
+    if any(value is not None for value in (where.gate_decision_id, where.policy_version, where.after_seq)):
+        return None
+    return sum(
+        count
+        for (status, reason), count in counts.items()
+        if where.status in (None, status) and where.reason_code in (None, reason)
+    )
+
+
+# -- one decision ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Rederived:
+    """The auditor's check of one row: re-derived from its gate input, re-hashed, re-linked to the row before."""
+
+    holds: bool
+    findings: list[Finding]
+    previous_seq: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: `holds` and the findings as `differences`."""
+        return {"holds": self.holds, "differences": [finding.to_dict() for finding in self.findings]}
+
+
+def rederive(raw: tuple[Any, ...], previous: Link | None) -> Rederived:
+    """Check a raw row as the audit does, against the stored row before it (genesis when there is none)."""
+    if previous is None:
+        prev_seq, prev_chain = 0, GENESIS_CHAIN_HASH
+    else:
+        prev_seq = previous.seq if type(previous.seq) is int else 0
+        prev_chain = previous.chain_hash if isinstance(previous.chain_hash, str) else GENESIS_CHAIN_HASH
+    result = RangeResult()
+    check_row(raw, prev_seq, prev_chain, result)
+    return Rederived(not result.findings, list(result.findings), prev_seq)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRow:
+    """One row of a policy table as the detail page shows it, and whether it is the one that applied."""
+
+    gate: str
+    status: str
+    reason: str
+    limits: Limits
+    applied: bool
+
+
+def policy_rows(policy: BudgetPolicy, status: str, reason: str) -> list[PolicyRow]:
+    """The policy's table as the README writes it, with the row that gave this decision its limits marked."""
+    allowed = ComputeBudgetStatus.BUDGET_ALLOWED.value
+    blocked = ComputeBudgetStatus.BUDGET_BLOCKED.value
+    unassessable = ComputeBudgetStatus.BUDGET_UNASSESSABLE.value
+    rows = [
+        PolicyRow(
+            "malformed (any rule of spec 3.1 broken)",
+            unassessable,
+            MALFORMED_GATE_DECISION,
+            NO_LIMITS,
+            status == unassessable and reason == MALFORMED_GATE_DECISION,
+        ),
+        PolicyRow(
+            "status not eligible",
+            blocked,
+            "gate_ineligible / gate_blocked / gate_unassessable",
+            NO_LIMITS,
+            status == blocked,
+        ),
+    ]
+    rows += [
+        PolicyRow(f"eligible, {code}", allowed, code, limits, status == allowed and reason == code)
+        for code, limits in policy.table.items()
+    ]
+    rows.append(
+        PolicyRow(
+            "eligible, any other reason",
+            unassessable,
+            UNKNOWN_GATE_REASON_CODE,
+            NO_LIMITS,
+            status == unassessable and reason == UNKNOWN_GATE_REASON_CODE,
+        )
+    )
+    return rows
+
+
+@dataclass(frozen=True, slots=True)
+class Detail:
+    """Everything the detail page shows about one stored row."""
+
+    raw: dict[str, Any]
+    stored: StoredDecision | None
+    headline: str
+    status_class: str
+    gate_said: str
+    gate_pretty: str
+    policy_version: str
+    policy: list[PolicyRow] | None
+    applied: PolicyRow | None
+    limits: list[tuple[str, object, object]]
+    previous: Link | None
+    previous_href: str | None
+    next: Link | None
+    next_href: str | None
+    rederived: Rederived
+    api_href: str
+
+
+_HEADLINES = {
+    "budget_allowed": "Allowed",
+    "budget_blocked": "Blocked",
+    "budget_unassessable": "Unassessable",
+    "budget_zero": "Zero (reserved: a refusal)",
+}
+
+
+def detail(store: BudgetStore, budget_id: str) -> Detail | None:
+    """The detail of the stored row `budget_id`, or None when no row has it."""
+    raw = store.raw_row(budget_id)
+    if raw is None:
+        return None
+    values = dict(zip(ROW_COLUMNS, raw, strict=True))
+    seq = values["seq"]
+    previous, following = store.neighbours(seq) if type(seq) is int else (None, None)
+    status, reason = str(values["status"]), str(values["reason_code"])
+    policy = POLICIES.get(values["policy_version"]) if isinstance(values["policy_version"], str) else None
+    table = policy_rows(policy, status, reason) if policy is not None else None
+    applied = next((row for row in table if row.applied), None) if table else None
+    limit_names = ("max_candidates", "max_depth", "max_steps", "max_parallelism")
+    limits: list[tuple[str, object, object]] = [
+        (name, values[name], getattr(applied.limits, name) if applied else None) for name in limit_names
+    ]
+    limits.append(("max_wallclock_ms", values["max_wallclock_ms"], None))
+    return Detail(
+        raw=row_dict(raw),
+        stored=readable(raw),
+        headline=_HEADLINES.get(status, f"Unknown status {json.dumps(status)}"),
+        status_class=status_class(status),
+        gate_said=_gate_said(values["gate_input"]),
+        gate_pretty=_pretty(values["gate_input"]),
+        policy_version=str(values["policy_version"]),
+        policy=table,
+        applied=applied,
+        limits=limits,
+        previous=previous,
+        previous_href=detail_href(previous.budget_id) if previous is not None else None,
+        next=following,
+        next_href=detail_href(following.budget_id) if following is not None else None,
+        rederived=rederive(raw, previous),
+        api_href="/api" + detail_href(values["budget_id"]),
+    )
+
+
+def _gate_said(gate_input: object) -> str:
+    """What the gate itself said, in words: its status and reason code."""
+    try:
+        gate = json.loads(gate_input) if isinstance(gate_input, str) else None
+    except ValueError:
+        return "The stored gate input is not JSON."
+    if not isinstance(gate, dict):
+        return "The stored gate input is not a JSON object, so it is not a gate decision."
+    status, reason = gate.get("status"), gate.get("reason_code")
+    return f"The search gate said status {json.dumps(status)}, reason {json.dumps(reason)}."
+
+
+def _pretty(gate_input: object) -> str:
+    """The gate input pretty-printed, or as stored when it is not JSON."""
+    if not isinstance(gate_input, str):
+        return repr(gate_input)
+    try:
+        return json.dumps(json.loads(gate_input), indent=2, ensure_ascii=False)
+    except (ValueError, RecursionError):
+        return gate_input
+
+
+# -- checkpoints ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TrustedKey:
+    """A `--trusted-key` as given: a verifier key (`name+keyhash+base64`) or a file holding one."""
+
+    given: str
+    key: str | None
+    name: str | None
+    key_hash: str | None
+    problem: str | None
+
+
+_VERIFIER_KEY = re.compile(r"([^+\s]+)\+([0-9a-f]{8})\+([A-Za-z0-9+/]+={0,2})")
+
+
+def trusted_key(given: str) -> TrustedKey:
+    """Read a `--trusted-key` value (a file path is read) and name its signer; never raises."""
+    text = given
+    if os.path.isfile(given):
+        try:
+            with open(given, encoding="utf-8") as handle:
+                text = handle.read().strip()
+        except (OSError, UnicodeDecodeError) as error:
+            return TrustedKey(given, None, None, None, f"cannot read the key file: {error}")
+    match = _VERIFIER_KEY.fullmatch(text.strip())
+    if match is None:
+        return TrustedKey(given, None, None, None, "not a verifier key (name+keyhash+base64)")
+    return TrustedKey(given, match.group(0), match.group(1), match.group(2), None)
+
+
+@dataclass(frozen=True, slots=True)
+class SignedCheckpoints:
+    """The store's signed checkpoints: its table, if any, and those this workbench can list (none yet)."""
+
+    table: str | None
+    items: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {"table": self.table, "items": self.items}
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoints:
+    """The checkpoints page: the head's checkpoint, the trusted keys, and the signed checkpoints."""
+
+    head: Checkpoint
+    head_href: str | None
+    document: str
+    trusted_keys: Sequence[TrustedKey]
+    signed: SignedCheckpoints
+
+
+def checkpoints(store: BudgetStore, keys: Sequence[str]) -> Checkpoints:
+    """The checkpoints page's content."""
+    head = store.checkpoint()
+    return Checkpoints(
+        head=head,
+        head_href=detail_href(head.budget_id) if head.budget_id else None,
+        document=json.dumps(head.to_dict(), indent=2),
+        trusted_keys=[trusted_key(key) for key in keys],
+        signed=SignedCheckpoints(store.signed_checkpoint_table()),
+    )
+
+
+def is_budget_id(text: str) -> bool:
+    """True for 64 lowercase hex digits."""
+    return _HEX64.fullmatch(text) is not None

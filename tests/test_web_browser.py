@@ -1,0 +1,248 @@
+"""The workbench in a real browser: Playwright drives Chromium through the running `compute-budget serve`.
+
+It clicks what a person clicks (list, filter, detail, audit, checkpoints), asserts what they would see, saves a
+screenshot of each page to the test's tmp_path, and renders a gate whose id and evidence text are HTML that
+would run if it were not escaped, with no dialog firing. The database file is byte-identical afterwards.
+
+Chromium: Debian's `/usr/bin/chromium` (apt-get install chromium), else Playwright's own build when one is
+installed. Without either (or without the `playwright` package) the tests skip with a message, except under CI
+(`CI` set), where they must run; `.ci/run` installs Chromium.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import make_gate
+from tests.test_web import ROWS, XSS_GATE_ID, XSS_SPAN, fill, xss_gate
+
+DEBIAN_CHROMIUM = Path("/usr/bin/chromium")
+
+
+def _missing(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must run the browser tests, but {reason}")
+    pytest.skip(f"{reason}: install it to run the browser tests (apt-get install chromium; pip install playwright)")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium under Playwright: Debian's build when present, else Playwright's own."""
+    try:
+        from playwright.sync_api import Error, sync_playwright
+    except ImportError:
+        _missing("the playwright package is not installed")
+    with sync_playwright() as playwright:
+        executable = str(DEBIAN_CHROMIUM) if DEBIAN_CHROMIUM.exists() else None
+        try:
+            chromium = playwright.chromium.launch(executable_path=executable)
+        except Error as error:
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            _missing(f"no Chromium could be started ({first_line})")
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture(scope="module")
+def template_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store of ROWS varied decisions and the hostile gate, built once and copied for each test."""
+    path = tmp_path_factory.mktemp("browser") / "template.db"
+    fill(str(path), extra=[xss_gate(), make_gate(decision_id="gate-last", status="blocked")])
+    return path
+
+
+class Served:
+    """`compute-budget serve` running over a store, on a free loopback port."""
+
+    def __init__(self, db: Path) -> None:
+        self.db = db
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "compute_budget", "serve", "--db", str(db), "--port", "0"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        assert self.process.stderr is not None
+        line = self.process.stderr.readline()
+        match = re.search(r"at (http://127\.0\.0\.1:\d+)/ \(Ctrl-C stops it\)", line)
+        if match is None:
+            self.stop()
+            raise AssertionError(f"the workbench did not start: {line}")
+        self.url = match.group(1)
+        self.stderr = ""
+
+    def stop(self) -> str:
+        """Stop it as Ctrl-C does; returns what it printed on stderr after starting."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                _, self.stderr = self.process.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                _, self.stderr = self.process.communicate()
+        return self.stderr
+
+
+@pytest.fixture
+def served(template_store: Path, tmp_path: Path) -> Iterator[Served]:
+    db = tmp_path / "store.db"
+    shutil.copyfile(template_store, db)
+    server = Served(db)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A fresh page that records console errors (a CSP violation is one) and every dialog."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    new_page = context.new_page()
+    new_page.errors = []
+    new_page.dialogs = []
+    new_page.on("console", lambda message: message.type == "error" and new_page.errors.append(message.text))
+    new_page.on("pageerror", lambda error: new_page.errors.append(str(error)))
+
+    def on_dialog(dialog: Any) -> None:
+        new_page.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    new_page.on("dialog", on_dialog)
+    try:
+        yield new_page
+    finally:
+        context.close()
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def shot(page: Any, folder: Path, name: str) -> Path:
+    path = folder / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def test_a_person_lists_filters_opens_a_detail_and_runs_an_audit(
+    served: Served, page: Any, tmp_path: Path
+) -> None:
+    """List → filter → detail → audit → checkpoints, as clicked in Chromium; the file is unchanged after."""
+    from playwright.sync_api import expect
+
+    before = sha256(served.db)
+    page.goto(served.url + "/")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Decisions")
+    rows = page.locator("table.decisions tbody tr")
+    expect(rows).to_have_count(50)
+    expect(rows.first.locator("td").first).to_have_text(str(ROWS + 2))
+    expect(page.get_by_role("img", name=re.compile("Decisions by status"))).to_be_visible()
+    shot(page, tmp_path, "1-list")
+
+    page.get_by_label("Status", exact=True).select_option("budget_blocked")
+    page.get_by_role("button", name="Show").click()
+    page.wait_for_url(re.compile(r"status=budget_blocked"))
+    statuses = page.locator("table.decisions tbody td:nth-child(3)").all_inner_texts()
+    assert statuses
+    assert set(statuses) == {"budget_blocked"}
+    expect(page.get_by_text(re.compile(r"match the filters"))).to_be_visible()
+    shot(page, tmp_path, "2-filtered")
+
+    page.get_by_role("link", name="Older →").click()
+    page.wait_for_url(re.compile(r"before_seq=\d+"))
+    page.get_by_role("link", name="← Newer").click()
+    page.wait_for_url(re.compile(r"status=budget_blocked(?!.*before_seq)"))
+
+    page.locator("table.decisions tbody tr").first.locator("a.id").click()
+    page.wait_for_url(re.compile(r"/decisions/[0-9a-f]{64}$"))
+    expect(page.get_by_role("heading", level=2, name=re.compile("Why"))).to_contain_text("Blocked")
+    expect(page.get_by_text("Re-derived from its gate: holds.")).to_be_visible()
+    expect(page.get_by_role("table", name=re.compile("Stored limits"))).to_contain_text("status not eligible")
+    expect(page.locator("pre.gate-input")).to_contain_text('"decision_id": "gate-last"')
+    shot(page, tmp_path, "3-detail")
+
+    page.get_by_role("link", name="seq", exact=False).first.click()  # the previous row in the chain
+    page.wait_for_url(re.compile(r"/decisions/[0-9a-f]{64}$"))
+    expect(page.locator("h1")).to_contain_text("Decision")
+
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Audit").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Replay audit")
+    page.get_by_role("button", name="Run audit").click()
+    # The page refreshes itself (<meta refresh>) until the audit is done: no JavaScript involved.
+    expect(page.get_by_text("clean, no findings.")).to_be_visible(timeout=30_000)
+    expect(page.get_by_text(f"{ROWS + 2:,} rows checked")).to_be_visible()
+    shot(page, tmp_path, "4-audit")
+
+    page.get_by_role("link", name="Checkpoints").click()
+    expect(page.get_by_text("No signed checkpoints are stored yet")).to_be_visible()
+    expect(page.locator("dl.facts dd").first).to_have_text(str(ROWS + 2))
+    shot(page, tmp_path, "5-checkpoints")
+
+    assert page.errors == []  # no console error: nothing blocked by the CSP, nothing missing
+    assert page.dialogs == []
+    stderr = served.stop()
+    assert "Traceback" not in stderr
+    assert sha256(served.db) == before
+
+
+def test_hostile_gate_text_is_shown_as_text_and_runs_nothing(served: Served, page: Any, tmp_path: Path) -> None:
+    """A gate id `"><img src=x onerror=alert(1)>` and a span `<script>alert(1)</script>` are text on the list,
+    the filtered list and the detail: no element is made of them and no dialog fires."""
+    from playwright.sync_api import expect
+
+    page.goto(served.url + "/")
+    expect(page.get_by_role("link", name=XSS_GATE_ID)).to_be_visible()
+    page.goto(served.url + "/?" + urllib.parse.urlencode({"gate": XSS_GATE_ID}))
+    expect(page.locator("table.decisions tbody tr")).to_have_count(1)
+    expect(page.locator("td.gate")).to_have_text(XSS_GATE_ID)
+    expect(page.get_by_label("Gate decision id", exact=True)).to_have_value(XSS_GATE_ID)
+    page.locator("a.id").first.click()
+    page.wait_for_url(re.compile(r"/decisions/[0-9a-f]{64}$"))
+    expect(page.locator("td.span-text")).to_have_text(XSS_SPAN)
+    expect(page.locator("dl.facts dd code").first).to_have_text(XSS_GATE_ID)
+    shot(page, tmp_path, "hostile-detail")
+    assert page.locator("img").count() == 0
+    assert page.locator("script").count() == 0
+    assert page.evaluate("document.querySelectorAll('[onerror]').length") == 0
+    assert page.dialogs == []
+
+
+def test_keyboard_and_a_narrow_window(served: Served, browser: Any, tmp_path: Path) -> None:
+    """On a phone-sized window the page does not scroll sideways (wide tables scroll in their own box), the
+    first Tab reaches 'Skip to content', and Enter on a decision's link opens it."""
+    from playwright.sync_api import expect
+
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    page = context.new_page()
+    try:
+        page.goto(served.url + "/")
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        page.keyboard.press("Tab")
+        assert page.evaluate("document.activeElement.textContent") == "Skip to content"
+        page.keyboard.press("Enter")
+        assert page.evaluate("document.activeElement.id") == "main"
+        link = page.locator("table.decisions tbody a.id").first
+        link.focus()
+        page.keyboard.press("Enter")
+        page.wait_for_url(re.compile(r"/decisions/[0-9a-f]{64}$"))
+        expect(page.get_by_text("Re-derived from its gate: holds.")).to_be_visible()
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        shot(page, tmp_path, "narrow-detail")
+    finally:
+        context.close()
