@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -138,3 +139,35 @@ def test_server_down_is_one_clear_line(run_cli: Run, pg_url: str) -> None:
         assert status == 2
         assert "server is down or unreachable" in err
         assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.postgres
+def test_audit_warns_when_its_role_could_modify_the_table(run_cli: Run, pg_url: str) -> None:
+    """An audit run by a role that may write says so on stderr (a warning, not a finding); a SELECT-only role
+    audits the same store cleanly and without the warning."""
+    import uuid
+
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    with BudgetStore.open(pg_url) as store:
+        store.record_many(gate_lines(4))
+    status, _, err = run_cli("audit", "--db", pg_url)
+    assert status == 0
+    assert "warning: the audit's database role may INSERT, UPDATE, DELETE, TRUNCATE" in err
+    role, password = f"auditor_{uuid.uuid4().hex[:8]}", "select-only"
+    admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+        connection.exec_driver_sql(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+    try:
+        reader = make_url(pg_url).set(username=role, password=password).render_as_string(hide_password=False)
+        status, out, err = run_cli("audit", "--db", reader, "--format", "json")
+        assert status == 0
+        assert err == ""
+        assert json.loads(out)["warnings"] == []
+    finally:
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}")
+            connection.exec_driver_sql(f"DROP ROLE {role}")
+        admin.dispose()

@@ -25,6 +25,7 @@ class AuditReport:
     checkpoint: Checkpoint | None = None
     since: Checkpoint | None = None
     jobs: int = 1
+    warnings: tuple[str, ...] = ()
 
     @property
     def clean(self) -> bool:
@@ -56,6 +57,7 @@ class AuditReport:
             "since": self.since.to_dict() if self.since else None,
             "mode": "incremental" if self.since else "full",
             "jobs": self.jobs,
+            "warnings": list(self.warnings),
             "elapsed_seconds": round(self.elapsed_seconds, 3),
             "rows_per_second": round(self.rows_per_second, 1),
         }

@@ -78,6 +78,7 @@ def audit(
             findings_before += [
                 Finding(FindingKind.SCHEMA_TAMPERED, None, None, problem) for problem in snapshot.schema_problems()
             ]
+            privileges = snapshot.write_privileges()
         tasks = [(low, high, anchor) for (low, high), anchor in zip(plan.ranges, anchors, strict=True)]
         processes = len(tasks) if jobs > 1 and len(tasks) > 1 else 1
         if processes > 1:
@@ -110,6 +111,12 @@ def audit(
         checkpoint=checkpoint,
         since=since,
         jobs=processes,
+        warnings=(
+            f"the audit's database role may {', '.join(privileges)} the decisions table: the audit itself never "
+            "writes, but only a SELECT-only role guarantees that (see the README's PostgreSQL section)",
+        )
+        if privileges
+        else (),
     )
 
 

@@ -225,6 +225,8 @@ def audit_command(
             )
     with audit_progress(enabled=jobs == 1) as on_progress:
         report = audit(db, checkpoint=checkpoint, since=since, jobs=jobs, on_progress=on_progress)
+    for warning in report.warnings:
+        say(f"warning: {warning}")
     text = render(report, output_format)
     if output_path:
         write_atomically(output_path, text + "\n")

@@ -40,6 +40,7 @@ from compute_budget.store.browse import Browsing
 from compute_budget.store.migrations import SchemaState, head_revision, schema_state, upgrade_to_head
 from compute_budget.store.schema_check import restore_guard, schema_problems
 from compute_budget.store.statements import Statements, statements_for
+from compute_budget.store.table import TABLE_NAME
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,6 +374,19 @@ class Snapshot:
     def schema_problems(self) -> list[str]:
         """How the guard and the guarded tables differ from what this release creates (empty: they do not)."""
         return schema_problems(self._connection)
+
+    def write_privileges(self) -> list[str]:
+        """On PostgreSQL, which of INSERT, UPDATE, DELETE and TRUNCATE this connection's role holds on the
+        decisions table (a reader's `default_transaction_read_only` can be lifted by `SET TRANSACTION READ
+        WRITE`; only a SELECT-only role is a real guarantee). SQLite: none (readers open the file read-only)."""
+        if self._connection.dialect.name != "postgresql":
+            return []
+        held = self._connection.exec_driver_sql(
+            "SELECT privilege FROM unnest(ARRAY['INSERT', 'UPDATE', 'DELETE', 'TRUNCATE']) AS privilege "
+            "WHERE has_table_privilege(current_user, %s, privilege)",
+            (TABLE_NAME,),
+        ).scalars().all()
+        return [str(privilege) for privilege in held]
 
     def count(self) -> int:
         """How many rows the table holds."""
