@@ -20,7 +20,7 @@ from compute_budget.core.gate import is_valid_text
 from compute_budget.core.lines import BadLine, GateLine, read_gates
 from compute_budget.core.policy import V1
 from compute_budget.core.types import ComputeBudgetStatus
-from compute_budget.errors import InputUnreadable
+from compute_budget.errors import InputUnreadable, StoreDamaged
 
 
 @click.group(cls=BudgetGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -65,25 +65,58 @@ db_option = click.option(
 )
 
 
+MAX_CONFLICTS_SHOWN = 20
+
+
 @cli.command("record")
 @click.argument("input_path", metavar="[INPUT]", default="-")
 @db_option
-def record_command(input_path: str, db: str | None) -> None:
+@click.option(
+    "--on-conflict",
+    type=click.Choice(["raise", "skip"]),
+    default="raise",
+    show_default=True,
+    help="raise: a conflict stops the run (exit 2, nothing written); skip: record every other gate and list "
+    "the conflicts.",
+)
+def record_command(input_path: str, db: str | None, on_conflict: str) -> None:
     """Decide every gate of INPUT and append them all to the store, atomically (all or nothing).
 
     Re-recording a stored gate is a no-op; the same budget_id with a different gate is a conflict (exit 2,
-    nothing written), and so is a line that is not JSON.
+    nothing written; with --on-conflict skip it is left out and named on stderr), and so is a line that is not
+    JSON. A run that fails removes the new, empty database file it created.
     """
     from compute_budget.store import BudgetStore
 
     with open_input(input_path) as stream, BudgetStore.open(db) as store:
-        with progress_bar(stream, "recording") as lines:
-            result = store.record_many(_gates_or_fail(read_gates(lines), input_path))
+        try:
+            with progress_bar(stream, "recording") as lines:
+                gates = _gates_or_fail(read_gates(lines), input_path)
+                result = store.record_many(gates, on_conflict="skip" if on_conflict == "skip" else "raise")
+        except BaseException:
+            store.discard_if_unused()
+            raise
+        for conflict in result.conflicts[:MAX_CONFLICTS_SHOWN]:
+            differ = f" (they differ in {', '.join(conflict.differing)})" if conflict.differing else ""
+            at = f"line {conflict.line}" if conflict.line is not None else f"gate {conflict.index + 1}"
+            say(
+                f"{_where(input_path)} {at}: conflict: budget_id {conflict.budget_id} is already recorded with a "
+                f"different gate{differ}; skipped"
+            )
+        if result.conflicts:
+            hidden = len(result.conflicts) - MAX_CONFLICTS_SHOWN
+            more = f", {hidden} more not shown" if hidden > 0 else ""
+            say(f"{_plural(len(result.conflicts), 'conflicting gate')} skipped{more}")
         total = result.new + result.present
+        skipped = f", {len(result.conflicts)} skipped as conflicts" if on_conflict == "skip" else ""
         click.echo(
-            f"recorded {total} gate{'s' if total != 1 else ''}: {result.new} new, {result.present} already present "
-            f"(head seq {result.head.seq}) in {store.location.display}"
+            f"recorded {total} gate{'s' if total != 1 else ''}: {result.new} new, {result.present} already present"
+            f"{skipped} (head seq {result.head.seq}) in {store.location.display}"
         )
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _gates_or_fail(items: Iterator[GateLine | BadLine], input_path: str) -> Iterator[GateLine]:
@@ -94,51 +127,123 @@ def _gates_or_fail(items: Iterator[GateLine | BadLine], input_path: str) -> Iter
 
 
 @cli.command("show")
-@click.argument("budget_id")
+@click.argument("budget_id", required=False)
 @db_option
+@click.option("--gate", "gate_id", metavar="DECISION_ID", help="Show every stored decision of this gate instead.")
+@click.option("--verify", is_flag=True, help="Exit 1 unless every row shown holds (re-derives, hashes and links).")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def show_command(budget_id: str, db: str | None, output_format: str) -> None:
-    """Show the stored decision BUDGET_ID (64 hex digits, or a unique prefix of 8 or more), its gate input and
-    why (exit 1 when it is not stored)."""
-    from compute_budget.store import BudgetStore
+def show_command(budget_id: str | None, db: str | None, gate_id: str | None, verify: bool, output_format: str) -> None:
+    """Show the stored decision BUDGET_ID (64 hex digits, or a unique prefix of 8 or more), or with --gate every
+    decision of a gate, with its gate input and why (exit 1 when none is stored).
 
-    wanted = budget_id.strip().lower()
-    if not re.fullmatch(r"[0-9a-f]{8,64}", wanted):
-        raise click.BadParameter(
-            f"{_clip(budget_id)!r} is not a budget_id: give its 64 hex digits (or a unique prefix of at least 8)",
-            param_hint="BUDGET_ID",
-        )
+    Every row shown is checked as the audit checks it (re-derived from its gate input, budget_id recomputed,
+    linked to the row before it); one that does not hold is marked. With --verify such a row exits 1.
+    """
+    from compute_budget.cli.render import describe_check, describe_stored
+    from compute_budget.store import BudgetStore, RowCheck, StoredDecision
+
+    if (budget_id is None) == (gate_id is None):
+        raise click.UsageError("give either BUDGET_ID or --gate DECISION_ID")
+    wanted = ""
+    if budget_id is not None:
+        wanted = budget_id.strip().lower()
+        if not re.fullmatch(r"[0-9a-f]{8,64}", wanted):
+            raise click.BadParameter(
+                f"{_clip(budget_id)!r} is not a budget_id: give its 64 hex digits (or a unique prefix of at least 8)",
+                param_hint="BUDGET_ID",
+            )
+    shown: list[tuple[str, StoredDecision | None, RowCheck]] = []
     with BudgetStore.open(db, readonly=True) as store:
-        found = store.find(wanted)
         where = store.location.display
-    if not found:
-        say(f"no decision with budget_id {wanted} in {where}")
+        if gate_id is not None:
+            ids = [stored.decision.budget_id for stored in store.find_by_gate(gate_id)]
+        else:
+            ids = store.find_ids(wanted)
+            if len(ids) > 1:
+                raise click.BadParameter(
+                    f"prefix {wanted} is ambiguous: it matches more than one decision; give more digits",
+                    param_hint="BUDGET_ID",
+                )
+        for found in ids:
+            check = store.check(found)
+            if check is None:  # pragma: no cover  (read in the same breath as its id)
+                continue
+            try:
+                stored = store.get(found)
+            except StoreDamaged:
+                stored = None  # shown by its check, which says why it cannot be read
+            shown.append((found, stored, check))
+    if not shown:
+        what = f"of gate {_shown(gate_id)}" if gate_id is not None else f"with budget_id {wanted}"
+        say(f"not found: no decision {what} in {where}")
         click.get_current_context().exit(1)
-    if len(found) > 1:
-        raise click.BadParameter(
-            f"prefix {wanted} is ambiguous: it matches more than one decision; give more digits",
-            param_hint="BUDGET_ID",
-        )
-    stored = found[0]
     if output_format == "json":
-        sys.stdout.buffer.write(_json_bytes(stored.to_dict()))
-        return
-    from compute_budget.cli.render import describe_stored
+        out = sys.stdout.buffer
+        for found, stored, check in shown:
+            document: dict[str, object] = (
+                stored.to_dict() if stored is not None else {"budget_id": found, "seq": check.seq}
+            )
+            document["verification"] = {
+                "holds": check.holds,
+                "findings": [finding.to_dict() for finding in check.findings],
+            }
+            out.write(_json_bytes(document))
+        out.flush()
+    else:
+        blocks = []
+        for found, stored, check in shown:
+            head = describe_stored(stored) if stored is not None else f"{'budget_id':<12} {found}"
+            blocks.append(f"{head}\n{describe_check(check)}")
+        click.echo("\n\n".join(blocks))
+    failing = [check for _, _, check in shown if not check.holds]
+    for check in failing:
+        kinds = ", ".join(dict.fromkeys(finding.kind.value for finding in check.findings))
+        say(
+            f"{'error' if verify else 'warning'}: budget_id {check.budget_id} (seq {check.seq}) does not hold: "
+            f"{kinds}; run `compute-budget audit` for the whole store"
+        )
+    if verify and failing:
+        click.get_current_context().exit(1)
 
-    click.echo(describe_stored(stored))
+
+SEQ = click.IntRange(min=0, max=2**62)
 
 
 @cli.command("list")
 @db_option
 @click.option("--status", type=click.Choice([status.value for status in ComputeBudgetStatus]), help="Only this status.")
-@click.option("--limit", type=click.IntRange(min=0, max=2**62), default=None, help="Only the newest N decisions.")
+@click.option("--reason", metavar="REASON_CODE", help="Only this reason_code.")
+@click.option("--policy-version", metavar="VERSION", help="Only this policy_version.")
+@click.option("--gate", "gate_id", metavar="DECISION_ID", help="Only the decisions of the gate with this decision_id.")
+@click.option("--after-seq", type=SEQ, metavar="SEQ", help="Only rows after this seq.")
+@click.option("--before-seq", type=SEQ, metavar="SEQ", help="Only rows before this seq.")
+@click.option("--limit", type=SEQ, default=None, help="Only the newest N decisions (of those that match).")
 @click.option("--format", "output_format", type=click.Choice(["table", "jsonl"]), default="table", show_default=True)
-def list_command(db: str | None, status: str | None, limit: int | None, output_format: str) -> None:
-    """List stored decisions, oldest first and newest last."""
+def list_command(
+    db: str | None,
+    status: str | None,
+    reason: str | None,
+    policy_version: str | None,
+    gate_id: str | None,
+    after_seq: int | None,
+    before_seq: int | None,
+    limit: int | None,
+    output_format: str,
+) -> None:
+    """List stored decisions, oldest first and newest last; the filters combine."""
     from compute_budget.store import BudgetStore
 
+    filters = (status, reason, policy_version, gate_id, after_seq, before_seq, limit)
     with BudgetStore.open(db, readonly=True) as store:
-        rows = store.iter_decisions(status=status, limit=limit)
+        rows = store.iter_decisions(
+            status=status,
+            reason_code=reason,
+            policy_version=policy_version,
+            gate_decision_id=gate_id,
+            after_seq=after_seq,
+            before_seq=before_seq,
+            limit=limit,
+        )
         if output_format == "jsonl":
             out = sys.stdout.buffer
             for stored in rows:
@@ -146,7 +251,7 @@ def list_command(db: str | None, status: str | None, limit: int | None, output_f
             return
         from compute_budget.cli.render import print_table
 
-        print_table(rows, filtered=status is not None or limit is not None)
+        print_table(rows, filtered=any(value is not None for value in filters))
 
 
 @cli.command("migrate")
@@ -250,6 +355,12 @@ def copy_command(source: str, destination: str) -> None:
         say(f"error: {failed}")
         click.get_current_context().exit(1)
     click.echo(f"copied {head.seq} rows; head seq {head.seq}, chain_hash {head.chain_hash}")
+
+
+def _shown(text: str) -> str:
+    from compute_budget.cli.render import shown
+
+    return shown(text)
 
 
 def _clip(text: str, limit: int = 80) -> str:

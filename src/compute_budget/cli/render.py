@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from rich.console import Console
 from rich.table import Table
 
-from compute_budget.store import StoredDecision
+from compute_budget.store import RowCheck, StoredDecision
 
 
 def shown(text: str) -> str:
@@ -49,6 +49,15 @@ def describe_stored(stored: StoredDecision) -> str:
         )
     lines += [("why", decision.explanation), ("gate_input", stored.gate_input), ("chain_hash", stored.chain_hash)]
     return "\n".join(f"{label:<12} {value}" for label, value in lines)
+
+
+def describe_check(check: RowCheck) -> str:
+    """The `verified` line of `show`: whether the row holds, and if not, every finding about it."""
+    if check.holds:
+        return f"{'verified':<12} holds (re-derived from its gate input, budget_id recomputed, linked to seq before)"
+    lines = [f"{'verified':<12} DOES NOT HOLD: this row was changed behind the store's back"]
+    lines += [f"{'':<12} {finding.kind.value}: {finding.detail}" for finding in check.findings]
+    return "\n".join(lines)
 
 
 def print_table(rows: Iterable[StoredDecision], *, filtered: bool = False) -> int:
