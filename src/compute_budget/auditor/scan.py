@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from compute_budget.auditor.report import AuditReport
+from compute_budget.auditor.report import AuditReport, utc_now
 from compute_budget.core.chain import GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.checkpoint import Checkpoint
 from compute_budget.core.verify import Finding, FindingKind, RangeResult, check_row
@@ -43,6 +43,7 @@ def audit(
     Raises `StoreUnavailable` (and its subclasses) when the audit cannot run at all.
     """
     started = time.perf_counter()
+    started_at = utc_now()
     checkpoint = as_checkpoint(checkpoint) if checkpoint is not None else None
     since = as_checkpoint(since) if since is not None else None
     with BudgetStore.open(target, readonly=True) as store:
@@ -73,6 +74,7 @@ def audit(
         findings += result.findings
         merged.status_counts.update(result.status_counts)
         merged.reason_counts.update(result.reason_counts)
+        merged.policy_counts.update(result.policy_counts)
         if result.rows:
             last = ChainHead(result.last_seq, result.last_chain_hash, result.last_budget_id)
     findings += outliers
@@ -87,6 +89,9 @@ def audit(
         checkpoint=checkpoint,
         since=since,
         jobs=processes,
+        policy_counts=dict(merged.policy_counts),
+        started_at=started_at,
+        finished_at=utc_now(),
     )
 
 

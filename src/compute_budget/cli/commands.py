@@ -6,6 +6,7 @@ an error the group (`cli.app.BudgetGroup`) turns into one line on stderr and exi
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
@@ -277,6 +278,20 @@ def checkpoint_command(db: str | None) -> None:
         click.echo(store.checkpoint().to_json())
 
 
+def _report_spec(value: str) -> tuple[str, str]:
+    """FORMAT:FILE of `audit --report`."""
+    from compute_budget.cli.render_audit import REPORT_FORMATS
+
+    output_format, colon, path = value.partition(":")
+    if not colon or output_format not in REPORT_FORMATS or not path:
+        raise click.BadParameter(
+            f"{_clip(value)!r} is not FORMAT:FILE with FORMAT one of {', '.join(REPORT_FORMATS)} "
+            "(for example junit:audit.xml)",
+            param_hint="--report",
+        )
+    return output_format, path
+
+
 @cli.command("audit")
 @db_option
 @click.option(
@@ -296,6 +311,13 @@ def checkpoint_command(db: str | None) -> None:
 )
 @click.option("--output", "output_path", metavar="FILE", help="Write the report to FILE instead of stdout.")
 @click.option(
+    "--report",
+    "reports",
+    metavar="FORMAT:FILE",
+    multiple=True,
+    help="Also write the report as FORMAT (text, json, junit) to FILE; repeatable.",
+)
+@click.option(
     "--jobs",
     type=click.IntRange(min=1, max=64),
     default=1,
@@ -309,25 +331,74 @@ def audit_command(
     save_path: str | None,
     output_format: str,
     output_path: str | None,
+    reports: tuple[str, ...],
     jobs: int,
 ) -> None:
-    """Replay-audit the store read-only: exit 0 clean, 1 findings, 2 cannot run."""
+    """Replay-audit the store read-only: exit 0 clean, 1 findings, 2 cannot run.
+
+    Every report file asked for (--output, --report) is written; when the audit cannot run, each is replaced by
+    a report saying why (JUnit: one test case in error; JSON: clean false and an error).
+    """
+    from compute_budget.auditor.report import utc_now
+
+    started_at = utc_now()
+    targets = [(output_format, output_path)] if output_path else []
+    targets += [_report_spec(value) for value in reports]
+    writable: list[tuple[str, str]] = []
+    try:
+        # Before the audit: a nightly run must not fail only at its end. A path the output guards refuse gets
+        # no report at all; the others get one whatever happens next.
+        refused: list[click.BadParameter] = []
+        for option, (target_format, path) in zip(
+            ["--output"] * bool(output_path) + ["--report"] * len(reports), targets, strict=True
+        ):
+            try:
+                check_writable(option, path, db)
+                writable.append((target_format, path))
+            except click.BadParameter as error:
+                refused.append(error)
+        if refused:
+            raise refused[0]
+        _distinct_outputs([path for _, path in targets] + ([save_path] if save_path else []))
+        if save_path:
+            check_writable("--save-checkpoint", save_path, db)
+        _audit_and_report(db, checkpoint_path, since_path, save_path, output_format, output_path, writable, jobs)
+    except click.exceptions.Exit:
+        raise  # a result (exit 0 or 1), its reports written
+    except Exception as error:  # the audit cannot run (exit 2): every report file says why
+        _write_error_reports(writable, error, db, started_at)
+        raise
+
+
+def _audit_and_report(
+    db: str | None,
+    checkpoint_path: str | None,
+    since_path: str | None,
+    save_path: str | None,
+    output_format: str,
+    output_path: str | None,
+    targets: list[tuple[str, str]],
+    jobs: int,
+) -> None:
     from compute_budget.auditor.scan import audit, load_checkpoint
     from compute_budget.cli.render_audit import render
     from compute_budget.core.checkpoint import Checkpoint
+    from compute_budget.errors import CheckpointError
 
     checkpoint = load_checkpoint(checkpoint_path) if checkpoint_path else None
+    if since_path and not os.path.lexists(since_path):
+        raise CheckpointError(
+            f"checkpoint file {since_path} does not exist. The first night, audit in full once and keep its "
+            f"checkpoint: `compute-budget audit --save-checkpoint {since_path}` (see the README's nightly recipe); "
+            "on any later night a missing checkpoint was lost or removed: find out why before making a new one"
+        )
     since = load_checkpoint(since_path) if since_path else None
-    for option, path in (("--output", output_path), ("--save-checkpoint", save_path)):
-        if path:
-            check_writable(option, path, db)  # before the audit: a nightly run must not fail only at its end
     with audit_progress(enabled=jobs == 1) as on_progress:
         report = audit(db, checkpoint=checkpoint, since=since, jobs=jobs, on_progress=on_progress)
-    text = render(report, output_format)
-    if output_path:
-        write_atomically(output_path, text + "\n")
-    else:
-        click.echo(text)
+    for target_format, path in targets:
+        write_atomically(path, render(report, target_format) + "\n")
+    if not output_path:
+        click.echo(render(report, output_format))
     if save_path:
         if report.clean:
             write_atomically(save_path, Checkpoint.from_head(report.head).to_json() + "\n")
@@ -335,6 +406,45 @@ def audit_command(
             say(f"audit not clean: checkpoint {save_path} was not written")
     if not report.clean:
         click.get_current_context().exit(1)
+
+
+def _distinct_outputs(paths: list[str]) -> None:
+    seen: set[str] = set()
+    for path in paths:
+        real = os.path.realpath(path)
+        if real in seen:
+            raise click.BadParameter(f"{path} is named twice among the reports and the checkpoint to save")
+        seen.add(real)
+
+
+def _write_error_reports(targets: list[tuple[str, str]], error: BaseException, db: str | None, started_at: str) -> None:
+    """Replace every report file asked for with the report of an audit that could not run, saying why."""
+    if not targets:
+        return
+    from compute_budget.auditor.report import utc_now
+    from compute_budget.cli.render_audit import render_error
+    from compute_budget.errors import ComputeBudgetError
+    from compute_budget.store.backend import locate
+
+    if isinstance(error, click.ClickException):
+        reason = error.format_message()
+    elif isinstance(error, OSError):
+        reason = f"{error.strerror or error}{f': {error.filename}' if error.filename else ''}"
+    elif isinstance(error, ComputeBudgetError):
+        reason = str(error)
+    else:
+        reason = f"unexpected {type(error).__name__}: {error}"
+    try:
+        database = locate(db).display
+    except ComputeBudgetError:
+        database = db or "(no database)"
+    finished_at = utc_now()
+    for target_format, path in targets:
+        text = render_error(target_format, reason, database=database, started_at=started_at, finished_at=finished_at)
+        try:
+            write_atomically(path, text + "\n")
+        except ComputeBudgetError as failed:  # that report cannot be written either: say so, keep the first error
+            say(f"warning: {failed}")
 
 
 @cli.command("copy")
