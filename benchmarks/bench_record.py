@@ -3,7 +3,8 @@
 In one run, on this machine:
 
 1. the project: `record_many` of N deterministic, varied gates (JSON text, as the CLI reads them; or Python
-   mappings with ``--form mapping``) into a fresh store;
+   mappings with ``--form mapping``) into a fresh store; and the same with per-gate results
+   (``record_many(..., results=True)``) into another, so the cost of asking for them shows beside the bulk path;
 2. the floor: the identical rows, read back from that store with ``SELECT *``, inserted with the stdlib
    `sqlite3` ``executemany`` in one transaction into a second fresh store created the same way (through
    `BudgetStore.open`, so it has the same schema, indexes, triggers and WAL mode). Only the inserts and the
@@ -310,16 +311,26 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _say(f"generating {args.count:,} gates ({args.form}) ...")
         batch = gates(0, args.count, args.form)
-        timings: dict[str, list[float]] = {"project": [], "floor": []}
+        timings: dict[str, list[float]] = {"project": [], "results": [], "floor": []}
         for round_number in range(1, args.repeat + 1):
             project_db, floor_db = folder / f"project{round_number}.db", folder / f"floor{round_number}.db"
-            _say(f"round {round_number}/{args.repeat}: project record_many, then floor executemany of the same rows")
+            _say(
+                f"round {round_number}/{args.repeat}: project record_many, with per-gate results, then floor "
+                "executemany of the same rows"
+            )
             with BudgetStore.open(project_db) as store:
                 began = time.perf_counter()
                 result = store.record_many(batch)
                 timings["project"].append(time.perf_counter() - began)
-            if result.new != args.count or result.present:
+            if result.new != args.count or result.present or result.results:
                 raise SystemExit(f"expected {args.count} new rows, got {result.new} new and {result.present} present")
+            with BudgetStore.open(folder / f"results{round_number}.db") as store:
+                began = time.perf_counter()
+                with_results = store.record_many(batch, results=True)
+                timings["results"].append(time.perf_counter() - began)
+            if len(with_results.results) != args.count:
+                raise SystemExit(f"expected {args.count} per-gate results, got {len(with_results.results)}")
+            del with_results
             _new_store(floor_db)
             floor_rows, floor_seconds = _floor_insert(project_db, floor_db)
             if floor_rows != args.count:
@@ -331,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
                     stale.unlink()
         del batch
         project_seconds, floor_seconds = min(timings["project"]), min(timings["floor"])
+        results_seconds = min(timings["results"])
         project_size, floor_size = db_bytes(project_db), db_bytes(floor_db)
 
         _say(f"latency: {args.calls:,} single record() calls, then as many raw INSERT + COMMIT ...")
@@ -344,6 +356,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_record: {args.count:,} varied gates ({args.form}), SQLite {sqlite3.sqlite_version}, ", end="")
         print(f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, best of {args.repeat} round(s)")
         print(f"project  record_many            {project_rate:12,.0f} rows/s  ({project_seconds:8.2f} s)")
+        results_rate = args.count / results_seconds
+        print(
+            f"results  record_many(results=True){results_rate:12,.0f} rows/s  ({results_seconds:8.2f} s; "
+            f"{project_seconds / results_seconds:.3f} of the bulk path)"
+        )
         print(f"floor    sqlite3 executemany    {floor_rate:12,.0f} rows/s  ({floor_seconds:8.2f} s)")
         verdict = "meets" if ratio >= GOAL_RATIO else "MISSES"
         print(f"ratio    project / floor        {ratio:12.3f}         ({verdict} the goal >= {GOAL_RATIO})")

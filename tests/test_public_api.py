@@ -14,18 +14,28 @@ import compute_budget
 CLIENT = textwrap.dedent(
     """
     from compute_budget import (
-        AuditReport, BatchResult, BudgetStore, ChainHead, Checkpoint, RecordResult, StoredDecision, audit, decide,
+        AuditReport, BatchResult, BudgetStore, ChainHead, Checkpoint, GateResult, RecordResult, RowCheck,
+        SkippedConflict, StoreClosed, StoredDecision, audit, decide,
     )
 
     def practice(path: str, gate: dict[str, object]) -> tuple[str, int, bool]:
         with BudgetStore.open(path) as store:
             result: RecordResult = store.{record}(gate)
-            batch: BatchResult = store.record_many([gate])
+            batch: BatchResult = store.record_many([gate], results=True, on_conflict="skip")
+            per_gate: tuple[GateResult, ...] = batch.results
+            skipped: tuple[SkippedConflict, ...] = batch.conflicts
             stored: StoredDecision | None = store.get(result.decision.budget_id)
+            by_gate: list[StoredDecision] = store.find_by_gate("gate-0001")
+            check: RowCheck | None = store.check(result.decision.budget_id)
             head: ChainHead = store.head()
             checkpoint: Checkpoint = store.checkpoint()
+        try:
+            store.count()
+        except StoreClosed:
+            pass
         report: AuditReport = audit(path, checkpoint=checkpoint)
-        assert stored is not None and batch.new >= 0 and head.seq >= 0
+        assert stored is not None and batch.new >= 0 and head.seq >= 0 and per_gate and not skipped
+        assert by_gate and check is not None and check.holds
         return decide(gate).budget_id, result.seq, report.clean
     """
 )

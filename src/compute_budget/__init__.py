@@ -44,6 +44,7 @@ from compute_budget.errors import (
     ReadOnlyStore,
     RefusalReason,
     SchemaBehindHead,
+    StoreClosed,
     StoreDamaged,
     StoreError,
     StoreUnavailable,
@@ -54,7 +55,15 @@ if TYPE_CHECKING:  # what the lazy names below really are, for a client's type c
     from compute_budget.auditor.report import AuditReport
     from compute_budget.auditor.scan import audit
     from compute_budget.core.verify import Finding, FindingKind
-    from compute_budget.store import BatchResult, BudgetStore, RecordResult, StoredDecision
+    from compute_budget.store import (
+        BatchResult,
+        BudgetStore,
+        GateResult,
+        RecordResult,
+        RowCheck,
+        SkippedConflict,
+        StoredDecision,
+    )
 
 __all__ = [
     "COMPUTE_BUDGET_POLICY_VERSION",
@@ -75,6 +84,7 @@ __all__ = [
     "FindingKind",
     "GateConflict",
     "GateNotSerializable",
+    "GateResult",
     "InputError",
     "InputNotJson",
     "Limits",
@@ -84,10 +94,13 @@ __all__ = [
     "ReadOnlyStore",
     "RecordResult",
     "RefusalReason",
+    "RowCheck",
     "SchemaBehindHead",
     "SearchGateDecision",
     "SearchGateStatus",
+    "SkippedConflict",
     "SourceSpan",
+    "StoreClosed",
     "StoreDamaged",
     "StoreError",
     "StoreUnavailable",
@@ -108,6 +121,9 @@ _LAZY = {
     "BudgetStore": "compute_budget.store",
     "RecordResult": "compute_budget.store",
     "BatchResult": "compute_budget.store",
+    "GateResult": "compute_budget.store",
+    "SkippedConflict": "compute_budget.store",
+    "RowCheck": "compute_budget.store",
     "StoredDecision": "compute_budget.store",
     "audit": "compute_budget.auditor.scan",
     "AuditReport": "compute_budget.auditor.report",

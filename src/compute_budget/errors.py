@@ -138,6 +138,10 @@ class ReadOnlyStore(StoreError):
     """A write was attempted through a store opened with ``readonly=True``."""
 
 
+class StoreClosed(StoreError):
+    """A method was called on a `BudgetStore` after `close()` (or after its `with` block ended)."""
+
+
 class CheckpointError(AuditError, ValueError):
     """A checkpoint document cannot be read or is not a compute-budget checkpoint."""
 

@@ -2,7 +2,8 @@
 
 Rows move exactly as stored (every column, `recorded_at` and the chain included), in `seq` order, each
 verified as it passes with the auditor's own row check; the first row that fails stops the copy and nothing
-is written. The destination then audits clean, and checkpoints taken on the source verify there.
+is written (and a destination file the copy created is removed again). The destination then audits clean, and
+checkpoints taken on the source verify there.
 """
 
 from __future__ import annotations
@@ -28,22 +29,26 @@ def copy_store(
         total = origin.count()
         expected = origin.head()
         with BudgetStore.open(destination) as target:
-            if target.location.url == origin.location.url:
-                raise StoreUnavailable("source and destination are the same store")
-            done = [0]
-
-            def advance(count: int) -> None:
-                done[0] += count
-                if on_progress is not None:
-                    on_progress(done[0], total)
-
-            raw = origin.iter_raw_rows()
-            verified = _verified(raw)
             try:
-                head = target.import_history(verified, on_progress=advance)
-            finally:  # close the source's cursor now, while its store is still open, whatever happened
-                verified.close()
-                raw.close()
+                if target.location.url == origin.location.url:
+                    raise StoreUnavailable("source and destination are the same store")
+                done = [0]
+
+                def advance(count: int) -> None:
+                    done[0] += count
+                    if on_progress is not None:
+                        on_progress(done[0], total)
+
+                raw = origin.iter_raw_rows()
+                verified = _verified(raw)
+                try:
+                    head = target.import_history(verified, on_progress=advance)
+                finally:  # close the source's cursor now, while its store is still open, whatever happened
+                    verified.close()
+                    raw.close()
+            except BaseException:
+                target.discard_if_unused()  # a failed copy leaves no new, empty database file behind
+                raise
     if head != expected:  # pragma: no cover  (the source changed under a read transaction)
         raise CopyVerificationFailed(f"copied head {head} differs from the source head {expected}")
     return head

@@ -1,14 +1,32 @@
-"""The audit report: what an audit found, with its counts and the head it reached."""
+"""The audit report: what an audit found, with its counts, the head it reached, when it ran and by which release."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from compute_budget.core.chain import ChainHead
 from compute_budget.core.checkpoint import Checkpoint
 from compute_budget.core.verify import Finding, FindingKind
+
+TOOL_NAME = "compute-budget"
+
+
+def tool_version() -> str:
+    """The installed compute-budget's version (what a report says produced it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(TOOL_NAME)
+    except PackageNotFoundError:  # pragma: no cover  (run from a source tree that was never installed)
+        return "unknown"
+
+
+def utc_now() -> str:
+    """Now, UTC, to the second, as ISO 8601 with a Z (report times)."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +44,10 @@ class AuditReport:
     since: Checkpoint | None = None
     jobs: int = 1
     warnings: tuple[str, ...] = ()
+    policy_counts: dict[str, int] = field(default_factory=dict)
+    started_at: str = ""  # UTC, ISO 8601 with a Z
+    finished_at: str = ""
+    tool_version: str = field(default_factory=lambda: tool_version())
 
     @property
     def clean(self) -> bool:
@@ -50,6 +72,10 @@ class AuditReport:
             "findings": [finding.to_dict() for finding in self.findings],
             "findings_by_kind": self.findings_by_kind(),
             "database": self.database,
+            "tool": {"name": TOOL_NAME, "version": self.tool_version},
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "policy_versions": dict(sorted(self.policy_counts.items())),
             "head": {"seq": self.head.seq, "chain_hash": self.head.chain_hash, "budget_id": self.head.budget_id},
             "status_counts": dict(sorted(self.status_counts.items())),
             "reason_counts": dict(sorted(self.reason_counts.items())),

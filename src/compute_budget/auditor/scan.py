@@ -17,7 +17,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from compute_budget.auditor.report import AuditReport
+from compute_budget.auditor.report import AuditReport, utc_now
 from compute_budget.core.chain import GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.checkpoint import Checkpoint
 from compute_budget.core.verify import Finding, FindingKind, RangeResult, check_row
@@ -46,6 +46,7 @@ def audit(
     Raises `StoreUnavailable` (and its subclasses) when the audit cannot run at all.
     """
     started = time.perf_counter()
+    started_at = utc_now()
     checkpoint = as_checkpoint(checkpoint) if checkpoint is not None else None
     since = as_checkpoint(since) if since is not None else None
     try:
@@ -97,6 +98,7 @@ def audit(
         findings += result.findings
         merged.status_counts.update(result.status_counts)
         merged.reason_counts.update(result.reason_counts)
+        merged.policy_counts.update(result.policy_counts)
         if result.rows:
             last = ChainHead(result.last_seq, result.last_chain_hash, result.last_budget_id)
     findings += outliers
@@ -117,6 +119,9 @@ def audit(
         )
         if privileges
         else (),
+        policy_counts=dict(merged.policy_counts),
+        started_at=started_at,
+        finished_at=utc_now(),
     )
 
 

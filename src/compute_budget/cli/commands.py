@@ -6,6 +6,7 @@ an error the group (`cli.app.BudgetGroup`) turns into one line on stderr and exi
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
@@ -20,7 +21,7 @@ from compute_budget.core.gate import is_valid_text
 from compute_budget.core.lines import BadLine, GateLine, read_gates
 from compute_budget.core.policy import V1
 from compute_budget.core.types import ComputeBudgetStatus
-from compute_budget.errors import InputUnreadable, clip
+from compute_budget.errors import InputUnreadable, StoreDamaged, clip
 
 
 @click.group(cls=BudgetGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -65,25 +66,58 @@ db_option = click.option(
 )
 
 
+MAX_CONFLICTS_SHOWN = 20
+
+
 @cli.command("record")
 @click.argument("input_path", metavar="[INPUT]", default="-")
 @db_option
-def record_command(input_path: str, db: str | None) -> None:
+@click.option(
+    "--on-conflict",
+    type=click.Choice(["raise", "skip"]),
+    default="raise",
+    show_default=True,
+    help="raise: a conflict stops the run (exit 2, nothing written); skip: record every other gate and list "
+    "the conflicts.",
+)
+def record_command(input_path: str, db: str | None, on_conflict: str) -> None:
     """Decide every gate of INPUT and append them all to the store, atomically (all or nothing).
 
     Re-recording a stored gate is a no-op; the same budget_id with a different gate is a conflict (exit 2,
-    nothing written), and so is a line that is not JSON.
+    nothing written; with --on-conflict skip it is left out and named on stderr), and so is a line that is not
+    JSON. A run that fails removes the new, empty database file it created.
     """
     from compute_budget.store import BudgetStore
 
     with open_input(input_path) as stream, BudgetStore.open(db) as store:
-        with progress_bar(stream, "recording") as lines:
-            result = store.record_many(_gates_or_fail(read_gates(lines), input_path))
+        try:
+            with progress_bar(stream, "recording") as lines:
+                gates = _gates_or_fail(read_gates(lines), input_path)
+                result = store.record_many(gates, on_conflict="skip" if on_conflict == "skip" else "raise")
+        except BaseException:
+            store.discard_if_unused()
+            raise
+        for conflict in result.conflicts[:MAX_CONFLICTS_SHOWN]:
+            differ = f" (they differ in {', '.join(conflict.differing)})" if conflict.differing else ""
+            at = f"line {conflict.line}" if conflict.line is not None else f"gate {conflict.index + 1}"
+            say(
+                f"{_where(input_path)} {at}: conflict: budget_id {conflict.budget_id} is already recorded with a "
+                f"different gate{differ}; skipped"
+            )
+        if result.conflicts:
+            hidden = len(result.conflicts) - MAX_CONFLICTS_SHOWN
+            more = f", {hidden} more not shown" if hidden > 0 else ""
+            say(f"{_plural(len(result.conflicts), 'conflicting gate')} skipped{more}")
         total = result.new + result.present
+        skipped = f", {len(result.conflicts)} skipped as conflicts" if on_conflict == "skip" else ""
         click.echo(
-            f"recorded {total} gate{'s' if total != 1 else ''}: {result.new} new, {result.present} already present "
-            f"(head seq {result.head.seq}) in {store.location.display}"
+            f"recorded {total} gate{'s' if total != 1 else ''}: {result.new} new, {result.present} already present"
+            f"{skipped} (head seq {result.head.seq}) in {store.location.display}"
         )
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _gates_or_fail(items: Iterator[GateLine | BadLine], input_path: str) -> Iterator[GateLine]:
@@ -94,51 +128,124 @@ def _gates_or_fail(items: Iterator[GateLine | BadLine], input_path: str) -> Iter
 
 
 @cli.command("show")
-@click.argument("budget_id")
+@click.argument("budget_id", required=False)
 @db_option
+@click.option("--gate", "gate_id", metavar="DECISION_ID", help="Show every stored decision of this gate instead.")
+@click.option("--verify", is_flag=True, help="Exit 1 unless every row shown holds (re-derives, hashes and links).")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def show_command(budget_id: str, db: str | None, output_format: str) -> None:
-    """Show the stored decision BUDGET_ID (64 hex digits, or a unique prefix of 8 or more), its gate input and
-    why (exit 1 when it is not stored)."""
-    from compute_budget.store import BudgetStore
+def show_command(budget_id: str | None, db: str | None, gate_id: str | None, verify: bool, output_format: str) -> None:
+    """Show the stored decision BUDGET_ID (64 hex digits, or a unique prefix of 8 or more), or with --gate every
+    decision of a gate, with its gate input and why (exit 1 when none is stored).
 
-    wanted = budget_id.strip().lower()
-    if not re.fullmatch(r"[0-9a-f]{8,64}", wanted):
-        raise click.BadParameter(
-            f"{clip(budget_id, 80)!r} is not a budget_id: give its 64 hex digits (or a unique prefix of at least 8)",
-            param_hint="BUDGET_ID",
-        )
+    Every row shown is checked as the audit checks it (re-derived from its gate input, budget_id recomputed,
+    linked to the row before it); one that does not hold is marked. With --verify such a row exits 1.
+    """
+    from compute_budget.cli.render import describe_check, describe_stored
+    from compute_budget.store import BudgetStore, RowCheck, StoredDecision
+
+    if (budget_id is None) == (gate_id is None):
+        raise click.UsageError("give either BUDGET_ID or --gate DECISION_ID")
+    wanted = ""
+    if budget_id is not None:
+        wanted = budget_id.strip().lower()
+        if not re.fullmatch(r"[0-9a-f]{8,64}", wanted):
+            raise click.BadParameter(
+                f"{clip(budget_id, 80)!r} is not a budget_id: give its 64 hex digits "
+                "(or a unique prefix of at least 8)",
+                param_hint="BUDGET_ID",
+            )
+    shown: list[tuple[str, StoredDecision | None, RowCheck]] = []
     with BudgetStore.open(db, readonly=True) as store:
-        found = store.find(wanted)
         where = store.location.display
-    if not found:
-        say(f"no decision with budget_id {wanted} in {where}")
+        if gate_id is not None:
+            ids = [stored.decision.budget_id for stored in store.find_by_gate(gate_id)]
+        else:
+            ids = store.find_ids(wanted)
+            if len(ids) > 1:
+                raise click.BadParameter(
+                    f"prefix {wanted} is ambiguous: it matches more than one decision; give more digits",
+                    param_hint="BUDGET_ID",
+                )
+        for found in ids:
+            check = store.check(found)
+            if check is None:  # pragma: no cover  (read in the same breath as its id)
+                continue
+            try:
+                stored = store.get(found)
+            except StoreDamaged:
+                stored = None  # shown by its check, which says why it cannot be read
+            shown.append((found, stored, check))
+    if not shown:
+        what = f"of gate {_shown(gate_id)}" if gate_id is not None else f"with budget_id {wanted}"
+        say(f"not found: no decision {what} in {where}")
         click.get_current_context().exit(1)
-    if len(found) > 1:
-        raise click.BadParameter(
-            f"prefix {wanted} is ambiguous: it matches more than one decision; give more digits",
-            param_hint="BUDGET_ID",
-        )
-    stored = found[0]
     if output_format == "json":
-        sys.stdout.buffer.write(_json_bytes(stored.to_dict()))
-        return
-    from compute_budget.cli.render import describe_stored
+        out = sys.stdout.buffer
+        for found, stored, check in shown:
+            document: dict[str, object] = (
+                stored.to_dict() if stored is not None else {"budget_id": found, "seq": check.seq}
+            )
+            document["verification"] = {
+                "holds": check.holds,
+                "findings": [finding.to_dict() for finding in check.findings],
+            }
+            out.write(_json_bytes(document))
+        out.flush()
+    else:
+        blocks = []
+        for found, stored, check in shown:
+            head = describe_stored(stored) if stored is not None else f"{'budget_id':<12} {found}"
+            blocks.append(f"{head}\n{describe_check(check)}")
+        click.echo("\n\n".join(blocks))
+    failing = [check for _, _, check in shown if not check.holds]
+    for check in failing:
+        kinds = ", ".join(dict.fromkeys(finding.kind.value for finding in check.findings))
+        say(
+            f"{'error' if verify else 'warning'}: budget_id {check.budget_id} (seq {check.seq}) does not hold: "
+            f"{kinds}; run `compute-budget audit` for the whole store"
+        )
+    if verify and failing:
+        click.get_current_context().exit(1)
 
-    click.echo(describe_stored(stored))
+
+SEQ = click.IntRange(min=0, max=2**62)
 
 
 @cli.command("list")
 @db_option
 @click.option("--status", type=click.Choice([status.value for status in ComputeBudgetStatus]), help="Only this status.")
-@click.option("--limit", type=click.IntRange(min=0, max=2**62), default=None, help="Only the newest N decisions.")
+@click.option("--reason", metavar="REASON_CODE", help="Only this reason_code.")
+@click.option("--policy-version", metavar="VERSION", help="Only this policy_version.")
+@click.option("--gate", "gate_id", metavar="DECISION_ID", help="Only the decisions of the gate with this decision_id.")
+@click.option("--after-seq", type=SEQ, metavar="SEQ", help="Only rows after this seq.")
+@click.option("--before-seq", type=SEQ, metavar="SEQ", help="Only rows before this seq.")
+@click.option("--limit", type=SEQ, default=None, help="Only the newest N decisions (of those that match).")
 @click.option("--format", "output_format", type=click.Choice(["table", "jsonl"]), default="table", show_default=True)
-def list_command(db: str | None, status: str | None, limit: int | None, output_format: str) -> None:
-    """List stored decisions, oldest first and newest last."""
+def list_command(
+    db: str | None,
+    status: str | None,
+    reason: str | None,
+    policy_version: str | None,
+    gate_id: str | None,
+    after_seq: int | None,
+    before_seq: int | None,
+    limit: int | None,
+    output_format: str,
+) -> None:
+    """List stored decisions, oldest first and newest last; the filters combine."""
     from compute_budget.store import BudgetStore
 
+    filters = (status, reason, policy_version, gate_id, after_seq, before_seq, limit)
     with BudgetStore.open(db, readonly=True) as store:
-        rows = store.iter_decisions(status=status, limit=limit)
+        rows = store.iter_decisions(
+            status=status,
+            reason_code=reason,
+            policy_version=policy_version,
+            gate_decision_id=gate_id,
+            after_seq=after_seq,
+            before_seq=before_seq,
+            limit=limit,
+        )
         if output_format == "jsonl":
             out = sys.stdout.buffer
             for stored in rows:
@@ -146,7 +253,7 @@ def list_command(db: str | None, status: str | None, limit: int | None, output_f
             return
         from compute_budget.cli.render import print_table
 
-        print_table(rows, filtered=status is not None or limit is not None)
+        print_table(rows, filtered=any(value is not None for value in filters))
 
 
 @cli.command("migrate")
@@ -176,6 +283,20 @@ def checkpoint_command(db: str | None) -> None:
         click.echo(store.checkpoint().to_json())
 
 
+def _report_spec(value: str) -> tuple[str, str]:
+    """FORMAT:FILE of `audit --report`."""
+    from compute_budget.cli.render_audit import REPORT_FORMATS
+
+    output_format, colon, path = value.partition(":")
+    if not colon or output_format not in REPORT_FORMATS or not path:
+        raise click.BadParameter(
+            f"{clip(value, 80)!r} is not FORMAT:FILE with FORMAT one of {', '.join(REPORT_FORMATS)} "
+            "(for example junit:audit.xml)",
+            param_hint="--report",
+        )
+    return output_format, path
+
+
 @cli.command("audit")
 @db_option
 @click.option(
@@ -195,6 +316,13 @@ def checkpoint_command(db: str | None) -> None:
 )
 @click.option("--output", "output_path", metavar="FILE", help="Write the report to FILE instead of stdout.")
 @click.option(
+    "--report",
+    "reports",
+    metavar="FORMAT:FILE",
+    multiple=True,
+    help="Also write the report as FORMAT (text, json, junit) to FILE; repeatable.",
+)
+@click.option(
     "--jobs",
     type=click.IntRange(min=1, max=64),
     default=1,
@@ -208,30 +336,77 @@ def audit_command(
     save_path: str | None,
     output_format: str,
     output_path: str | None,
+    reports: tuple[str, ...],
     jobs: int,
 ) -> None:
-    """Replay-audit the store read-only: exit 0 clean, 1 findings, 2 cannot run."""
+    """Replay-audit the store read-only: exit 0 clean, 1 findings, 2 cannot run.
+
+    Every report file asked for (--output, --report) is written; when the audit cannot run, each is replaced by
+    a report saying why (JUnit: one test case in error; JSON: clean false and an error).
+    """
+    from compute_budget.auditor.report import utc_now
+
+    started_at = utc_now()
+    targets = [(output_format, output_path)] if output_path else []
+    targets += [_report_spec(value) for value in reports]
+    writable: list[tuple[str, str]] = []
+    inputs = [("--checkpoint", checkpoint_path or ""), ("--since", since_path or "")]
+    try:
+        # Before the audit: a nightly run must not fail only at its end. A path the output guards refuse gets
+        # no report at all; the others get one whatever happens next.
+        refused: list[click.BadParameter] = []
+        for option, (target_format, path) in zip(
+            ["--output"] * bool(output_path) + ["--report"] * len(reports), targets, strict=True
+        ):
+            try:
+                check_writable(option, path, db=db, keep=inputs)
+                writable.append((target_format, path))
+            except click.BadParameter as error:
+                refused.append(error)
+        if refused:
+            raise refused[0]
+        _distinct_outputs([path for _, path in targets] + ([save_path] if save_path else []))
+        if save_path:
+            check_writable("--save-checkpoint", save_path, db=db, keep=inputs)
+        _audit_and_report(db, checkpoint_path, since_path, save_path, output_format, output_path, writable, jobs)
+    except click.exceptions.Exit:
+        raise  # a result (exit 0 or 1), its reports written
+    except Exception as error:  # the audit cannot run (exit 2): every report file says why
+        _write_error_reports(writable, error, db, started_at)
+        raise
+
+
+def _audit_and_report(
+    db: str | None,
+    checkpoint_path: str | None,
+    since_path: str | None,
+    save_path: str | None,
+    output_format: str,
+    output_path: str | None,
+    targets: list[tuple[str, str]],
+    jobs: int,
+) -> None:
     from compute_budget.auditor.scan import audit, load_checkpoint
     from compute_budget.cli.render_audit import render
     from compute_budget.core.checkpoint import Checkpoint
+    from compute_budget.errors import CheckpointError
 
     checkpoint = load_checkpoint(checkpoint_path) if checkpoint_path else None
+    if since_path and not os.path.lexists(since_path):
+        raise CheckpointError(
+            f"checkpoint file {since_path} does not exist. The first night, audit in full once and keep its "
+            f"checkpoint: `compute-budget audit --save-checkpoint {since_path}` (see the README's nightly recipe); "
+            "on any later night a missing checkpoint was lost or removed: find out why before making a new one"
+        )
     since = load_checkpoint(since_path) if since_path else None
-    for option, path in (("--output", output_path), ("--save-checkpoint", save_path)):
-        if path:
-            # Before the audit: a nightly run must not fail only at its end.
-            check_writable(
-                option, path, db=db, keep=[("--checkpoint", checkpoint_path or ""), ("--since", since_path or "")]
-            )
     with audit_progress(enabled=jobs == 1) as on_progress:
         report = audit(db, checkpoint=checkpoint, since=since, jobs=jobs, on_progress=on_progress)
     for warning in report.warnings:
         say(f"warning: {warning}")
-    text = render(report, output_format)
-    if output_path:
-        write_atomically(output_path, text + "\n")
-    else:
-        click.echo(text)
+    for target_format, path in targets:
+        write_atomically(path, render(report, target_format) + "\n")
+    if not output_path:
+        click.echo(render(report, output_format))
     if save_path:
         if report.clean:
             write_atomically(save_path, Checkpoint.from_head(report.head).to_json() + "\n")
@@ -239,6 +414,45 @@ def audit_command(
             say(f"audit not clean: checkpoint {save_path} was not written")
     if not report.clean:
         click.get_current_context().exit(1)
+
+
+def _distinct_outputs(paths: list[str]) -> None:
+    seen: set[str] = set()
+    for path in paths:
+        real = os.path.realpath(path)
+        if real in seen:
+            raise click.BadParameter(f"{path} is named twice among the reports and the checkpoint to save")
+        seen.add(real)
+
+
+def _write_error_reports(targets: list[tuple[str, str]], error: BaseException, db: str | None, started_at: str) -> None:
+    """Replace every report file asked for with the report of an audit that could not run, saying why."""
+    if not targets:
+        return
+    from compute_budget.auditor.report import utc_now
+    from compute_budget.cli.render_audit import render_error
+    from compute_budget.errors import ComputeBudgetError
+    from compute_budget.store.backend import locate
+
+    if isinstance(error, click.ClickException):
+        reason = error.format_message()
+    elif isinstance(error, OSError):
+        reason = f"{error.strerror or error}{f': {error.filename}' if error.filename else ''}"
+    elif isinstance(error, ComputeBudgetError):
+        reason = str(error)
+    else:
+        reason = f"unexpected {type(error).__name__}: {error}"
+    try:
+        database = locate(db).display
+    except ComputeBudgetError:
+        database = db or "(no database)"
+    finished_at = utc_now()
+    for target_format, path in targets:
+        text = render_error(target_format, reason, database=database, started_at=started_at, finished_at=finished_at)
+        try:
+            write_atomically(path, text + "\n")
+        except ComputeBudgetError as failed:  # that report cannot be written either: say so, keep the first error
+            say(f"warning: {failed}")
 
 
 @cli.command("copy")
@@ -259,6 +473,12 @@ def copy_command(source: str, destination: str) -> None:
         say(f"error: {failed}")
         click.get_current_context().exit(1)
     click.echo(f"copied {head.seq} rows; head seq {head.seq}, chain_hash {head.chain_hash}")
+
+
+def _shown(text: str) -> str:
+    from compute_budget.cli.render import shown
+
+    return shown(text)
 
 
 def _where(input_path: str) -> str:

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from compute_budget.store import StoredDecision
+from compute_budget.store import RowCheck, StoredDecision
 
 
 def escaped(text: str) -> str:
@@ -71,6 +71,15 @@ def describe_stored(stored: StoredDecision) -> str:
 def gate_lines(stored: StoredDecision) -> list[str]:
     """The stored gate input as lines (a pretty-printed gate keeps its layout; each line is escaped apart)."""
     return stored.gate_input.split("\n") or [""]
+
+
+def describe_check(check: RowCheck) -> str:
+    """The `verified` line of `show`: whether the row holds, and if not, every finding about it."""
+    if check.holds:
+        return f"{'verified':<12} holds (re-derived from its gate input, budget_id recomputed, linked to seq before)"
+    lines = [f"{'verified':<12} DOES NOT HOLD: this row was changed behind the store's back"]
+    lines += [f"{'':<12} {finding.kind.value}: {finding.detail}" for finding in check.findings]
+    return "\n".join(lines)
 
 
 def print_table(rows: Iterable[StoredDecision], *, filtered: bool = False) -> int:

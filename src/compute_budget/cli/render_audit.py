@@ -1,12 +1,16 @@
-"""Audit reports rendered for people (text), programs (JSON) and CI systems (JUnit XML)."""
+"""Audit reports rendered for people (text), programs (JSON) and CI systems (JUnit XML), and the report of an
+audit that could not run, in the same three forms."""
 
 from __future__ import annotations
 
 import json
 from xml.etree import ElementTree
 
+from compute_budget.auditor.report import TOOL_NAME, tool_version
 from compute_budget.auditor.scan import AuditReport, Finding, FindingKind
 from compute_budget.cli.render import escaped, shown
+
+REPORT_FORMATS = ("text", "json", "junit")
 
 MAX_TEXT_FINDINGS_PER_KIND = 50
 
@@ -30,15 +34,25 @@ def render_text(report: AuditReport) -> str:
         f"in {report.elapsed_seconds:.2f} s, {report.rows_per_second:,.0f} rows/s",
         f"  head          seq {report.head.seq}, chain_hash {escaped(report.head.chain_hash)}",
     ]
-    if report.checkpoint is not None:
-        held = not any(finding.kind is FindingKind.CHECKPOINT_MISMATCH for finding in report.findings)
-        lines.append(f"  checkpoint    seq {report.checkpoint.seq}: {'holds' if held else 'DOES NOT HOLD'}")
+    held = not any(finding.kind is FindingKind.CHECKPOINT_MISMATCH for finding in report.findings)
+    for label, proof in (("checkpoint", report.checkpoint), ("since", report.since)):
+        if proof is not None:
+            lines.append(
+                f"  {label:<13} seq {proof.seq}, chain_hash {proof.chain_hash}: {'holds' if held else 'DOES NOT HOLD'}"
+            )
+    if report.checkpoint is None and report.since is None:
+        lines.append("  checkpoint    none given (checkpoint_mismatch not checked)")
+    if report.policy_counts:
+        lines.append(
+            "  policies      " + ", ".join(f"{key} {value}" for key, value in sorted(report.policy_counts.items()))
+        )
     if report.status_counts:
         counts = sorted(report.status_counts.items())
         lines.append("  statuses      " + ", ".join(f"{escaped(key)} {value}" for key, value in counts))
     if report.reason_counts:
         counts = sorted(report.reason_counts.items())
         lines.append("  reasons       " + ", ".join(f"{escaped(key)} {value}" for key, value in counts))
+    lines.append(f"  ran           {report.started_at} to {report.finished_at} UTC, {TOOL_NAME} {report.tool_version}")
     for kind, count in report.findings_by_kind().items():
         lines.append(f"  {kind} ({count})")
         listed = [finding for finding in report.findings if finding.kind == kind][:MAX_TEXT_FINDINGS_PER_KIND]
@@ -53,29 +67,51 @@ def _where(finding: Finding) -> str:
     return f"{seq} budget_id {escaped(shown(finding.budget_id)) if finding.budget_id else '?'}"
 
 
+def _not_run(report: AuditReport) -> dict[FindingKind, str]:
+    """The checks this audit did not carry out, and why (JUnit marks them skipped)."""
+    if report.checkpoint is None and report.since is None:
+        return {FindingKind.CHECKPOINT_MISMATCH: "no checkpoint was given (--checkpoint or --since)"}
+    return {}
+
+
 def render_junit(report: AuditReport) -> str:
-    """JUnit XML: one test case per kind of check, failing with every finding of that kind."""
-    suite = ElementTree.Element(
-        "testsuite",
-        name="compute-budget audit",
-        tests=str(len(FindingKind)),
-        failures=str(len(report.findings_by_kind())),
-        errors="0",
-        time=f"{report.elapsed_seconds:.3f}",
+    """JUnit XML: one test case per kind of check, failing with every finding of that kind, skipped when the
+    check did not run."""
+    skipped = _not_run(report)
+    suite = _suite(
+        tests=len(FindingKind),
+        failures=len(report.findings_by_kind()),
+        errors=0,
+        skipped=len(skipped),
+        seconds=report.elapsed_seconds,
+        timestamp=report.started_at,
     )
-    properties = ElementTree.SubElement(suite, "properties")
-    for name, value in (
-        ("database", report.database),
-        ("rows_checked", str(report.rows_checked)),
-        ("head_seq", str(report.head.seq)),
-        ("head_chain_hash", report.head.chain_hash),
-    ):
-        ElementTree.SubElement(properties, "property", name=name, value=escaped(value))
+    _properties(
+        suite,
+        [
+            ("database", report.database),
+            ("rows_checked", str(report.rows_checked)),
+            ("head_seq", str(report.head.seq)),
+            ("head_chain_hash", report.head.chain_hash),
+            ("mode", "incremental" if report.since else "full"),
+            *[
+                (f"{label}_{part}", value)
+                for label, proof in (("checkpoint", report.checkpoint), ("since", report.since))
+                if proof is not None
+                for part, value in (("seq", str(proof.seq)), ("chain_hash", proof.chain_hash))
+            ],
+            ("policy_versions", ", ".join(f"{key} {value}" for key, value in sorted(report.policy_counts.items()))),
+            ("started_at", report.started_at),
+            ("finished_at", report.finished_at),
+            ("tool", f"{TOOL_NAME} {report.tool_version}"),
+        ],
+    )
     for kind in FindingKind:
         case = ElementTree.SubElement(suite, "testcase", classname="compute_budget.audit", name=kind.value)
         found = [finding for finding in report.findings if finding.kind is kind]
-        if found:
-            # Escaped: a tampered row may hold any character, and XML 1.0 cannot carry most controls at all.
+        if kind in skipped and not found:
+            ElementTree.SubElement(case, "skipped", message=skipped[kind])
+        elif found:
             failure = ElementTree.SubElement(
                 case,
                 "failure",
@@ -83,6 +119,68 @@ def render_junit(report: AuditReport) -> str:
                 message=f"{len(found)} row(s): {_where(found[0])}: {escaped(found[0].detail)}",
             )
             failure.text = "\n".join(f"{_where(finding)}: {escaped(finding.detail)}" for finding in found)
+    return _document(suite)
+
+
+def render_error(output_format: str, reason: str, *, database: str, started_at: str, finished_at: str) -> str:
+    """The report of an audit that could not run (exit 2), so a nightly job's report file says why instead of
+    keeping last night's verdict: JSON with ``clean: false`` and ``error``; JUnit with one test case in error;
+    text with the reason."""
+    version = tool_version()
+    if output_format == "json":
+        document = {
+            "clean": False,
+            "error": reason,
+            "rows_checked": 0,
+            "findings": [],
+            "database": database,
+            "tool": {"name": TOOL_NAME, "version": version},
+            "started_at": started_at,
+            "finished_at": finished_at,
+        }
+        return json.dumps(document, ensure_ascii=False)
+    if output_format == "junit":
+        suite = _suite(tests=1, failures=0, errors=1, skipped=0, seconds=0.0, timestamp=started_at)
+        _properties(
+            suite,
+            [("database", database), ("started_at", started_at), ("finished_at", finished_at),
+             ("tool", f"{TOOL_NAME} {version}")],
+        )
+        case = ElementTree.SubElement(suite, "testcase", classname="compute_budget.audit", name="audit")
+        error = ElementTree.SubElement(case, "error", type="audit_could_not_run", message=escaped(reason))
+        error.text = escaped(f"the audit of {database} could not run: {reason}")
+        return _document(suite)
+    return "\n".join(
+        [
+            f"compute-budget audit of {database}: COULD NOT RUN",
+            f"  error         {reason}",
+            f"  ran           {started_at} to {finished_at} UTC, {TOOL_NAME} {version}",
+        ]
+    )
+
+
+def _suite(
+    *, tests: int, failures: int, errors: int, skipped: int, seconds: float, timestamp: str
+) -> ElementTree.Element:
+    return ElementTree.Element(
+        "testsuite",
+        name="compute-budget audit",
+        tests=str(tests),
+        failures=str(failures),
+        errors=str(errors),
+        skipped=str(skipped),
+        time=f"{seconds:.3f}",
+        timestamp=timestamp.removesuffix("Z"),  # JUnit's timestamp has no zone; the properties say UTC
+    )
+
+
+def _properties(suite: ElementTree.Element, pairs: list[tuple[str, str]]) -> None:
+    properties = ElementTree.SubElement(suite, "properties")
+    for name, value in pairs:
+        ElementTree.SubElement(properties, "property", name=name, value=escaped(value))
+
+
+def _document(suite: ElementTree.Element) -> str:
     testsuites = ElementTree.Element("testsuites")
     testsuites.append(suite)
     ElementTree.indent(testsuites)

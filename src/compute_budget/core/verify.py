@@ -54,6 +54,7 @@ class RangeResult:
     findings: list[Finding] = field(default_factory=list)
     status_counts: Counter[str] = field(default_factory=Counter)
     reason_counts: Counter[str] = field(default_factory=Counter)
+    policy_counts: Counter[str] = field(default_factory=Counter)
     last_seq: int = 0
     last_chain_hash: str = GENESIS_CHAIN_HASH
     last_budget_id: str | None = None
@@ -85,6 +86,7 @@ def check_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result: Rang
     findings = result.findings
     result.status_counts[status] += 1
     result.reason_counts[reason_code] += 1
+    result.policy_counts[policy_version] += 1
     result.last_seq, result.last_chain_hash, result.last_budget_id = seq, stored_chain, budget_id
 
     # The chain: this row must link to the stored row before it.

@@ -1,6 +1,13 @@
 """The append-only, hash-chained store of decisions (SQLite by default, PostgreSQL for scale-out)."""
 
 from compute_budget.core.row import StoredDecision
-from compute_budget.store.facade import BatchResult, BudgetStore, RecordResult
+from compute_budget.store.facade import (
+    BatchResult,
+    BudgetStore,
+    GateResult,
+    RecordResult,
+    RowCheck,
+    SkippedConflict,
+)
 
-__all__ = ["BatchResult", "BudgetStore", "RecordResult", "StoredDecision"]
+__all__ = ["BatchResult", "BudgetStore", "GateResult", "RecordResult", "RowCheck", "SkippedConflict", "StoredDecision"]

@@ -17,7 +17,6 @@ from typing import Any
 from compute_budget.core.chain import ChainHead, chain_hash
 from compute_budget.core.prepare import PreparedGate, differing_keys, prepare_gate, same_gate
 from compute_budget.core.row import chained_row
-from compute_budget.core.types import ComputeBudgetDecision
 from compute_budget.errors import GateConflict
 
 CHUNK_SIZE = 500  # gates decided, looked up and inserted per round trip
@@ -86,34 +85,50 @@ def prepared_chunks(gates: Iterable[object], *, ahead: bool) -> Generator[list[P
 
 @dataclass(frozen=True, slots=True)
 class ChunkPlan:
-    """What appending one chunk does: the rows to insert, the head after them, each gate's outcome."""
+    """What appending one chunk does: the rows to insert, the head after them, each gate's outcome (when asked
+    for) and the conflicting gates left out (when skipping conflicts)."""
 
     rows: list[tuple[Any, ...]]
     head: ChainHead
-    results: list[tuple[ComputeBudgetDecision, bool, int]]
+    results: list[tuple[int, PreparedGate, bool, int]]  # (position in the chunk, gate, new, seq)
+    conflicts: list[tuple[int, GateConflict]]  # (position in the chunk, the conflict)
 
 
 def plan_chunk(
-    prepared: list[PreparedGate], stored: dict[str, tuple[int, str]], head: ChainHead, recorded_at: str
+    prepared: list[PreparedGate],
+    stored: dict[str, tuple[int, str]],
+    head: ChainHead,
+    recorded_at: str,
+    *,
+    results: bool = False,
+    skip_conflicts: bool = False,
 ) -> ChunkPlan:
-    """Number and chain the new gates of a chunk after `head`; raises `GateConflict` for a changed gate.
+    """Number and chain the new gates of a chunk after `head`.
 
     `stored` maps the budget_ids already in the database to their (seq, gate_input); gates repeated within
-    the chunk are matched against their first occurrence.
+    the chunk are matched against their first occurrence. A changed gate raises `GateConflict`, or with
+    `skip_conflicts` is left out and listed in the plan's `conflicts`. Per-gate `results` are collected only
+    when asked for (the bulk path does not pay for them).
     """
     seq, prev, last_id = head.seq, head.chain_hash, head.budget_id
     seen = dict(stored)
     rows: list[tuple[Any, ...]] = []
-    results: list[tuple[ComputeBudgetDecision, bool, int]] = []
-    for item in prepared:
+    outcomes: list[tuple[int, PreparedGate, bool, int]] = []
+    conflicts: list[tuple[int, GateConflict]] = []
+    for position, item in enumerate(prepared):
         budget_id = item.decision.budget_id
         existing = seen.get(budget_id)
         if existing is not None:
             if not same_gate(existing[1], item):
-                raise GateConflict(
+                conflict = GateConflict(
                     budget_id, existing[1], item.gate_input, differing_keys(existing[1], item), item.line
                 )
-            results.append((item.decision, False, existing[0]))
+                if not skip_conflicts:
+                    raise conflict
+                conflicts.append((position, conflict))
+                continue
+            if results:
+                outcomes.append((position, item, False, existing[0]))
             continue
         seq += 1
         row = chained_row(seq, item.decision, item.gate_input, recorded_at)
@@ -121,5 +136,6 @@ def plan_chunk(
         rows.append((*row, prev))
         seen[budget_id] = (seq, item.gate_input)
         last_id = budget_id
-        results.append((item.decision, True, seq))
-    return ChunkPlan(rows, ChainHead(seq, prev, last_id), results)
+        if results:
+            outcomes.append((position, item, True, seq))
+    return ChunkPlan(rows, ChainHead(seq, prev, last_id), outcomes, conflicts)

@@ -152,32 +152,151 @@ def _on_read_only_filesystem(path: Path) -> bool:
 
 
 def translate(error: BaseException, location: Location) -> ComputeBudgetError:
-    """Turn a driver or SQLAlchemy error into one clear compute-budget error about `location`."""
-    where = location.display
-    original = error.orig if isinstance(error, DBAPIError) else error
+    """Turn a driver or SQLAlchemy error into one clear compute-budget error about `location`.
+
+    Decided by the driver's error code, never by its (possibly translated) message: SQLite's extended result
+    code name (`sqlite_errorname`), PostgreSQL's SQLSTATE (`sqlstate`). The one exception is an error the
+    PostgreSQL server sends while a connection is being set up: libpq keeps its SQLSTATE to itself (psycopg
+    reports None, psycopg issue #1188), so `_connect_sqlstate` recovers it for those errors alone.
+    """
+    original: BaseException = error.orig if isinstance(error, DBAPIError) and error.orig is not None else error
     text = str(original).strip().splitlines()[0] if str(original).strip() else type(original).__name__
-    lowered = text.lower()
-    if "unable to open database file" in lowered:
+    if isinstance(original, sqlite3.Error):
+        translated = _translate_sqlite(getattr(original, "sqlite_errorname", None) or "", text, location)
+        if translated is not None:
+            return translated
+    elif location.backend == "postgresql":
+        code = getattr(original, "sqlstate", None) or _connect_sqlstate(original)
+        if code:
+            translated = _translate_sqlstate(code, location)
+            if translated is not None:
+                return translated
+        if _is_connection_failure(original):
+            return StoreUnavailable(f"cannot connect to PostgreSQL at {location.display}: {_connect_detail(text)}")
+    return StoreUnavailable(f"database error on {location.display}: {text}")
+
+
+def _translate_sqlite(name: str, text: str, location: Location) -> ComputeBudgetError | None:
+    where = location.display
+    if name.startswith("SQLITE_CANTOPEN"):
         folder = location.sqlite_path.parent if location.sqlite_path else None
         if folder is not None and not folder.is_dir():
             return StoreUnavailable(f"cannot open database {where}: folder {folder} does not exist")
         if folder is not None and not os.access(folder, os.W_OK):
             return StoreUnavailable(f"cannot write to {where}: its folder {folder} is read-only")
         return StoreUnavailable(f"cannot open database {where}: it does not exist or is not accessible")
-    if "file is not a database" in lowered or "file is encrypted" in lowered:
+    if name == "SQLITE_NOTADB":
         return NotABudgetStore(f"{where} is not a SQLite database (is that the right file?)")
-    if "readonly database" in lowered or ("read-only" in lowered and "transaction" not in lowered):
+    if name == "SQLITE_READONLY_DBMOVED":
+        return StoreUnavailable(
+            f"{where} was deleted or replaced while this command had it open (a failed run may have removed the "
+            "new, empty store it created); nothing was written: run the command again"
+        )
+    if name.startswith("SQLITE_READONLY"):
         return StoreUnavailable(f"cannot write to {where}: the file or its folder is read-only")
-    if "disk is full" in lowered or "no space left" in lowered or "disk i/o error" in lowered:
+    if name == "SQLITE_FULL" or name.startswith("SQLITE_IOERR"):
         return StoreUnavailable(f"cannot write to {where}: {text} (nothing was written)")
-    if "database is locked" in lowered:
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
         return StoreUnavailable(f"{where} stayed locked by another writer for {BUSY_TIMEOUT_SECONDS} s")
-    if 'database "' in lowered and "does not exist" in lowered:
-        return StoreUnavailable(f"cannot use {where}: the server has no such database (create it first)")
-    if "password authentication failed" in lowered:
-        return StoreUnavailable(f"PostgreSQL refused the password for {where}")
-    if "connection refused" in lowered or "could not connect" in lowered or "connection failed" in lowered:
+    if name.startswith("SQLITE_CORRUPT"):
+        return StoreUnavailable(f"{where} is damaged ({text}); restore it from a backup")
+    if name in ("SQLITE_PERM", "SQLITE_AUTH"):
+        return StoreUnavailable(f"cannot use {where}: access denied ({text})")
+    return None
+
+
+def _translate_sqlstate(code: str, location: Location) -> ComputeBudgetError | None:
+    where = location.display
+    role = location.url.username or "(default)"
+    database = location.url.database or "(default)"
+    if code == "28P01":
+        return StoreUnavailable(
+            f"PostgreSQL refused the password for role {role!r} at {where} (or there is no such role: the server "
+            "does not say which)"
+        )
+    if code == "28000":
+        return StoreUnavailable(
+            f"PostgreSQL refused role {role!r} at {where}: the role does not exist, or pg_hba.conf does not let it "
+            "log in from here"
+        )
+    if code == "3D000":
+        return StoreUnavailable(f"cannot use {where}: the server has no such database {database!r} (create it first)")
+    if code in ("08001", "08004", "08006") or code.startswith("08"):
         return StoreUnavailable(f"cannot connect to PostgreSQL at {where}: the server is down or unreachable")
-    if "does not exist" in lowered and location.sqlite_path is None:
-        return StoreUnavailable(f"cannot use {where}: {text}")
-    return StoreUnavailable(f"database error on {where}: {text}")
+    if code in ("57P01", "57P02", "57P03"):
+        return StoreUnavailable(f"PostgreSQL at {where} is shutting down or starting up; try again shortly")
+    if code in ("53300", "53400"):
+        return StoreUnavailable(f"PostgreSQL at {where} has no connection slots left (too many connections)")
+    if code == "53100":
+        return StoreUnavailable(f"cannot write to {where}: the server's disk is full (nothing was written)")
+    if code == "42501":
+        return StoreUnavailable(
+            f"role {role!r} may not do this on {where} (permission denied; a read-only role can audit, list and "
+            "show, but only a role allowed to insert can record, and only the owner can migrate)"
+        )
+    if code == "25006":
+        return StoreUnavailable(f"cannot write to {where}: the connection is read-only")
+    return None
+
+
+# What the PostgreSQL server says when it refuses a new connection, and its SQLSTATE: libpq hands the message
+# on but not the code. Only these startup refusals are matched; every later error carries its SQLSTATE.
+_STARTUP_REFUSALS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("password authentication failed",), "28P01"),
+    (("no password supplied",), "28P01"),
+    (("no pg_hba.conf entry",), "28000"),
+    (("role \"", "does not exist"), "28000"),
+    (("is not permitted to log in",), "28000"),
+    (("database \"", "does not exist"), "3D000"),
+    (("permission denied",), "42501"),
+    (("the database system is starting up",), "57P03"),
+    (("the database system is shutting down",), "57P03"),
+    (("too many connections",), "53300"),
+    (("remaining connection slots are reserved",), "53300"),
+)
+
+
+# libpq's and psycopg's own words for "no server answered" (not translated by either).
+_UNREACHABLE = (
+    "Connection refused",
+    "No such file or directory",
+    "timeout expired",
+    "Connection timed out",
+    "could not translate host name",
+    "failed to resolve host",
+    "Network is unreachable",
+    "No route to host",
+)
+
+
+def _is_connection_failure(error: BaseException) -> bool:
+    """A psycopg error raised while connecting (no SQLSTATE: libpq failed before or during the startup)."""
+    text = str(error)
+    return (
+        text.startswith(("connection failed:", "connection is bad:", "failed to resolve host"))
+        or type(error).__name__ == "ConnectionTimeout"
+    )
+
+
+def _connect_sqlstate(error: BaseException) -> str | None:
+    """The SQLSTATE of a refused PostgreSQL connection: the server's startup refusal, or 08001 when no server
+    answered at all (refused, unreachable, timed out)."""
+    if not _is_connection_failure(error):
+        return None
+    text = str(error)
+    pgconn = getattr(error, "pgconn", None)
+    if pgconn is not None and getattr(pgconn, "needs_password", False):
+        return "28P01"
+    if "FATAL:" in text:
+        for needles, code in _STARTUP_REFUSALS:
+            if all(needle in text for needle in needles):
+                return code
+        return None  # refused for a reason not listed: reported with the server's words
+    if type(error).__name__ == "ConnectionTimeout" or any(marker in text for marker in _UNREACHABLE):
+        return "08001"
+    return None  # SSL trouble and the like: reported with libpq's words
+
+
+def _connect_detail(text: str) -> str:
+    """libpq's connection error without its "connection failed: connection to server at …" preamble."""
+    return text.split("FATAL:", 1)[-1].strip() if "FATAL:" in text else text

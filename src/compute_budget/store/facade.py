@@ -12,25 +12,32 @@ import datetime as dt
 import itertools
 import os
 import re
+import sqlite3
+import urllib.parse
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from compute_budget.core.chain import EMPTY_HEAD, ChainHead
+from compute_budget.core.chain import EMPTY_HEAD, GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.checkpoint import Checkpoint
+from compute_budget.core.prepare import PreparedGate
 from compute_budget.core.row import StoredDecision, stored_from_row
 from compute_budget.core.types import ComputeBudgetDecision, ComputeBudgetStatus
+from compute_budget.core.verify import Finding, RangeResult, check_row
 from compute_budget.errors import (
     DestinationNotEmpty,
+    GateConflict,
     MalformedDecision,
     NoHistory,
     NotABudgetStore,
     ReadOnlyStore,
     SchemaBehindHead,
+    StoreClosed,
     StoreDamaged,
     StoreUnavailable,
 )
@@ -53,22 +60,82 @@ class RecordResult:
 
 
 @dataclass(frozen=True, slots=True)
+class GateResult:
+    """One gate of a `record_many` batch: where it was in the input, its `budget_id`, its row's `seq`, and
+    whether this batch stored it (`new`) or found it already stored. `line` is the input line the gate started
+    on when it came from a stream of lines (the CLI's INPUT), else None."""
+
+    index: int
+    budget_id: str
+    seq: int
+    new: bool
+    line: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedConflict:
+    """A gate `record_many(..., on_conflict="skip")` left out: its `budget_id` is already recorded (in the store
+    or earlier in the batch) with a different gate; `differing` names the top-level keys that differ."""
+
+    index: int
+    budget_id: str
+    line: int | None
+    differing: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class BatchResult:
-    """The outcome of `record_many`: how many decisions were new, how many already present, the new head."""
+    """The outcome of `record_many`: how many decisions were new, how many already present, the new head.
+
+    `results` holds one `GateResult` per recorded gate, in input order, when `record_many(..., results=True)`
+    asked for them (else it is empty); `conflicts` the gates skipped with `on_conflict="skip"`.
+    """
 
     new: int
     present: int
     head: ChainHead
+    results: tuple[GateResult, ...] = ()
+    conflicts: tuple[SkippedConflict, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RowCheck:
+    """A stored row re-derived, re-hashed and re-linked to the row before it (`BudgetStore.check`): the audit's
+    check of one row. It `holds` when there are no findings."""
+
+    budget_id: str
+    seq: int | None
+    findings: tuple[Finding, ...]
+
+    @property
+    def holds(self) -> bool:
+        """True when the row re-derives, hashes to its budget_id and links to the row stored before it."""
+        return not self.findings
+
+
+@dataclass(slots=True)
+class _Appended:
+    head: ChainHead
+    new: int = 0
+    present: int = 0
+    results: list[tuple[int, PreparedGate, bool, int]] | None = None
+    conflicts: list[tuple[int, GateConflict]] | None = None
+
+
+class _StoredAlready(Exception):
+    """The optimistic insert of a chunk met a stored budget_id (rolls its savepoint back)."""
 
 
 class BudgetStore(Browsing):
     """The audit store. Open with `BudgetStore.open(path_or_url)`; use as a context manager."""
 
-    def __init__(self, location: Location, engine: Engine, *, readonly: bool) -> None:
+    def __init__(self, location: Location, engine: Engine, *, readonly: bool, created: bool = False) -> None:
         self.location = location
         self.readonly = readonly
+        self.created = created  # this open created the SQLite file (see `discard_if_unused`)
         self._engine = engine
         self._sql = statements_for(engine.dialect.name)
+        self._closed = False
 
     @classmethod
     def open(cls, target: str | os.PathLike[str] | None = None, *, readonly: bool = False) -> BudgetStore:
@@ -79,6 +146,7 @@ class BudgetStore(Browsing):
         """
         location = locate(target)
         _check_file(location, readonly=readonly)
+        created = not readonly and location.sqlite_path is not None and not location.sqlite_path.exists()
         engine = create_store_engine(location, readonly=readonly)
         try:
             with engine.begin() if readonly else begin_write(engine) as connection:
@@ -94,7 +162,7 @@ class BudgetStore(Browsing):
         except BaseException:
             engine.dispose()
             raise
-        return cls(location, engine, readonly=readonly)
+        return cls(location, engine, readonly=readonly, created=created)
 
     @staticmethod
     def migrate(
@@ -130,10 +198,38 @@ class BudgetStore(Browsing):
         return revision, head_revision()
 
     def close(self) -> None:
-        """Release the database connections."""
+        """Release the database connections; every later call on this store raises `StoreClosed`."""
+        self._closed = True
         self._engine.dispose()
 
+    @property
+    def closed(self) -> bool:
+        """True once `close()` was called."""
+        return self._closed
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise StoreClosed(f"the store {self.location.display} was closed; open it again to use it")
+
+    def discard_if_unused(self) -> bool:
+        """Close the store and delete its SQLite file if this open created it and it still holds no row: what a
+        failed command leaves behind. Returns True when the file was deleted.
+
+        Only with the store to itself: the file is switched out of WAL mode (possible only when no other
+        connection has it open) and held under an exclusive lock while it is found empty and deleted, so a
+        store another writer has started to use is never removed. PostgreSQL databases are never dropped.
+        """
+        self.close()
+        path = self.location.sqlite_path
+        if not self.created or path is None:
+            return False
+        try:
+            return _remove_unused_sqlite(path)
+        except (sqlite3.Error, OSError):
+            return False
+
     def __enter__(self) -> Self:
+        self._require_open()
         return self
 
     def __exit__(
@@ -145,66 +241,109 @@ class BudgetStore(Browsing):
 
     def record(self, gate: object) -> RecordResult:
         """Decide and append one gate; re-recording the same gate is a no-op returning the stored decision."""
-        results: list[tuple[ComputeBudgetDecision, bool, int]] = []
-        self._append([gate], results)
-        decision, new, seq = results[0]
-        return RecordResult(decision, new, seq)
+        appended = self._append([gate], results=True, ahead=False, skip_conflicts=False)
+        assert appended.results is not None
+        _, item, new, seq = appended.results[0]
+        return RecordResult(item.decision, new, seq)
 
-    def record_many(self, gates: Iterable[object], *, on_progress: Callable[[int], None] | None = None) -> BatchResult:
-        """Decide and append every gate atomically (all or none), streaming any iterable of any length."""
+    def record_many(
+        self,
+        gates: Iterable[object],
+        *,
+        on_progress: Callable[[int], None] | None = None,
+        results: bool = False,
+        on_conflict: Literal["raise", "skip"] = "raise",
+    ) -> BatchResult:
+        """Decide and append every gate atomically (all or none), streaming any iterable of any length.
+
+        `results=True`: the `BatchResult` also lists every gate's `GateResult`, in input order (it then holds
+        one small object per gate). `on_conflict="skip"`: a gate whose budget_id is recorded with a different
+        gate is left out and listed in `BatchResult.conflicts`, and every other gate is recorded; the default,
+        ``"raise"``, raises `GateConflict` and writes nothing.
+        """
+        if on_conflict not in ("raise", "skip"):
+            raise ValueError(f"on_conflict must be 'raise' or 'skip', not {on_conflict!r}")
         with collector_paused():
-            head, new, present = self._append(gates, None, on_progress)
-        return BatchResult(new, present, head)
+            appended = self._append(
+                gates, results=results, ahead=True, skip_conflicts=on_conflict == "skip", on_progress=on_progress
+            )
+        per_gate = tuple(
+            GateResult(index, item.decision.budget_id, seq, new, item.line)
+            for index, item, new, seq in appended.results or ()
+        )
+        skipped = tuple(
+            SkippedConflict(index, conflict.budget_id, conflict.line, conflict.differing)
+            for index, conflict in appended.conflicts or ()
+        )
+        return BatchResult(appended.new, appended.present, appended.head, per_gate, skipped)
 
     def _append(
         self,
         gates: Iterable[object],
-        results: list[tuple[ComputeBudgetDecision, bool, int]] | None,
+        *,
+        results: bool,
+        ahead: bool,
+        skip_conflicts: bool,
         on_progress: Callable[[int], None] | None = None,
-    ) -> tuple[ChainHead, int, int]:
+    ) -> _Appended:
         """Append in one write transaction, a chunk of gates at a time.
 
         Each chunk is first inserted optimistically, as if every gate were new, inside a savepoint; a gate
-        already stored makes the insert fail (primary key, or the guard's no-replace trigger), the savepoint
-        rolls back, and from then on chunks look their gates up before inserting. Fresh appends, the common
-        case, so cost no lookup at all.
+        already stored makes the insert fail (SQLite: primary key, or the guard's no-replace trigger) or insert
+        fewer rows than planned (PostgreSQL: ``ON CONFLICT DO NOTHING``), the savepoint rolls back, and from
+        then on chunks look their gates up before inserting. Fresh appends, the common case, so cost no lookup
+        at all.
         """
+        self._require_open()
         if self.readonly:
             raise ReadOnlyStore(f"{self.location.display} was opened read-only; open it for writing to record")
-        new = present = 0
         # Decide the first chunk before taking the append lock: a single batch then holds the lock only to
         # chain and insert, and concurrent writers wait less.
-        chunks = prepared_chunks(gates, ahead=results is None)
+        chunks = prepared_chunks(gates, ahead=ahead)
         first = next(chunks, None)
+        appended = _Appended(EMPTY_HEAD, results=[] if results else None, conflicts=[] if skip_conflicts else None)
         try:
             with begin_write(self._engine) as connection:
                 _lock_for_append(connection, self._sql, readonly=False)
                 _require_guard(connection, self.location)
                 head = _head(connection, self._sql)
-                insert = self._sql.insert
+                insert, insert_if_new = self._sql.insert, self._sql.insert_if_new
                 optimistic = True
+                offset = 0
                 for prepared in itertools.chain([first] if first is not None else [], chunks):
                     recorded_at = _utc_now()
                     plan: ChunkPlan | None = None
                     if optimistic:
-                        plan = plan_chunk(prepared, {}, head, recorded_at)
+                        plan = plan_chunk(
+                            prepared, {}, head, recorded_at, results=results, skip_conflicts=skip_conflicts
+                        )
                         try:
                             with connection.begin_nested():
-                                _insert_exactly(connection, insert, plan.rows, self.location)
-                        except IntegrityError:
+                                if insert_if_new is None:
+                                    _insert_exactly(connection, insert, plan.rows, self.location)
+                                elif connection.exec_driver_sql(insert_if_new, plan.rows).rowcount != len(plan.rows):
+                                    raise _StoredAlready  # then every row is looked up and inserted exactly
+                        except (IntegrityError, _StoredAlready):
                             optimistic, plan = False, None
                     if plan is None:
                         stored = _stored_gates(connection, self._sql, {item.decision.budget_id for item in prepared})
-                        plan = plan_chunk(prepared, stored, head, recorded_at)
+                        plan = plan_chunk(
+                            prepared, stored, head, recorded_at, results=results, skip_conflicts=skip_conflicts
+                        )
                         if plan.rows:
                             _insert_exactly(connection, insert, plan.rows, self.location)
                     if plan.rows:
                         _require_planned_head(connection, self._sql, plan.head, self.location)
                     head = plan.head
-                    new += len(plan.rows)
-                    present += len(prepared) - len(plan.rows)
-                    if results is not None:
-                        results.extend(plan.results)
+                    appended.new += len(plan.rows)
+                    appended.present += len(prepared) - len(plan.rows) - len(plan.conflicts)
+                    if appended.results is not None:
+                        appended.results.extend(
+                            (offset + index, item, new, seq) for index, item, new, seq in plan.results
+                        )
+                    if appended.conflicts is not None:
+                        appended.conflicts.extend((offset + index, conflict) for index, conflict in plan.conflicts)
+                    offset += len(prepared)
                     if on_progress is not None:
                         on_progress(len(prepared))
         except SQLAlchemyError as error:
@@ -216,7 +355,8 @@ class BudgetStore(Browsing):
             ) from None
         finally:
             chunks.close()  # stops the decide-ahead thread whatever happened
-        return head, new, present
+        appended.head = head
+        return appended
 
     # -- reading -------------------------------------------------------------------------------------------
 
@@ -229,6 +369,7 @@ class BudgetStore(Browsing):
     def find(self, prefix: str, *, limit: int = 2) -> list[StoredDecision]:
         """Stored rows whose budget_id starts with `prefix` (lowercase hex), at most `limit` of them."""
         if not re.fullmatch(r"[0-9a-f]{1,64}", prefix):
+            self._require_open()
             return []
         with self._reading() as connection:
             rows = connection.exec_driver_sql(
@@ -237,23 +378,84 @@ class BudgetStore(Browsing):
             ).fetchall()
         return [_readable(tuple(row)) for row in rows]
 
+    def find_ids(self, prefix: str, *, limit: int = 2) -> list[str]:
+        """The stored budget_ids that start with `prefix` (lowercase hex), at most `limit`; reads no row, so a
+        row that cannot be read is still found (to be checked, say)."""
+        if not re.fullmatch(r"[0-9a-f]{1,64}", prefix):
+            self._require_open()
+            return []
+        with self._reading() as connection:
+            rows = connection.exec_driver_sql(self._sql.ids_by_prefix(limit), (prefix, prefix + "g")).fetchall()
+        return [str(row[0]) for row in rows]
+
+    def find_by_gate(self, decision_id: str) -> list[StoredDecision]:
+        """The stored decisions of the gate with this `decision_id`, in `seq` order (several when different
+        gates shared the id; none when it was never recorded)."""
+        with self._reading() as connection:
+            rows = connection.exec_driver_sql(self._sql.by_gate, (decision_id,)).fetchall()
+        return [_readable(tuple(row)) for row in rows]
+
+    def check(self, budget_id: str) -> RowCheck | None:
+        """Check the stored row `budget_id` as the audit does (re-derive it from its gate input, recompute its
+        budget_id, link it to the row stored before it); None when no such row is stored."""
+        with self._reading() as connection:
+            row = connection.exec_driver_sql(self._sql.by_budget_id, (budget_id,)).first()
+            if row is None:
+                return None
+            raw = tuple(row)
+            seq = raw[0]
+            anchor: tuple[int, str] = (0, GENESIS_CHAIN_HASH)
+            if type(seq) is int and seq > 1:
+                before = connection.exec_driver_sql(self._sql.link_at_or_before, (seq - 1,)).first()
+                if before is not None and type(before[0]) is int and isinstance(before[1], str):
+                    anchor = (before[0], before[1])
+        result = RangeResult()
+        check_row(raw, anchor[0], anchor[1], result)
+        return RowCheck(budget_id, seq if type(seq) is int else None, tuple(result.findings))
+
     def __iter__(self) -> Iterator[StoredDecision]:
         """Every stored row, in `seq` order, streamed."""
         return self.iter_decisions()
 
     def iter_decisions(
-        self, *, status: ComputeBudgetStatus | str | None = None, limit: int | None = None
+        self,
+        *,
+        status: ComputeBudgetStatus | str | None = None,
+        limit: int | None = None,
+        reason_code: str | None = None,
+        policy_version: str | None = None,
+        gate_decision_id: str | None = None,
+        after_seq: int | None = None,
+        before_seq: int | None = None,
     ) -> Iterator[StoredDecision]:
-        """Stored rows in `seq` order (newest last), optionally of one status and only the newest `limit`."""
+        """Stored rows in `seq` order (newest last), streamed: only those matching every filter given (a
+        status, reason code, policy version, gate decision_id, seq after / before a bound), and of those only
+        the newest `limit`."""
+        self._require_open()
+        wanted = {
+            "status": None if status is None else str(status),
+            "reason_code": reason_code,
+            "policy_version": policy_version,
+            "gate_decision_id": gate_decision_id,
+            "after_seq": after_seq,
+            "before_seq": before_seq,
+        }
+        filters = tuple(name for name, value in wanted.items() if value is not None)
+        query = self._sql.listing(filters, limit)
+        return self._stream(query, tuple(wanted[name] for name in filters))
+
+    def _stream(self, query: str, params: tuple[Any, ...]) -> Iterator[StoredDecision]:
         with self._reading() as connection:
-            params: tuple[Any, ...] = (str(status),) if status is not None else ()
-            query = self._sql.listing(status=status is not None, limit=limit)
             result = connection.execution_options(stream_results=True, yield_per=1000).exec_driver_sql(query, params)
             for row in result:
                 yield _readable(tuple(row))
 
     def iter_raw_rows(self) -> Generator[tuple[Any, ...], None, None]:
         """Every stored row as raw column values (`row.ROW_COLUMNS` order), in `seq` order, streamed."""
+        self._require_open()
+        return self._raw_rows()
+
+    def _raw_rows(self) -> Generator[tuple[Any, ...], None, None]:
         with self._reading() as connection:
             result = connection.execution_options(stream_results=True, yield_per=2000).exec_driver_sql(
                 f"{self._sql.select} ORDER BY seq"
@@ -269,6 +471,7 @@ class BudgetStore(Browsing):
 
         All or nothing: an error from `rows` (a row failing verification, say) leaves this store empty.
         """
+        self._require_open()
         if self.readonly:
             raise ReadOnlyStore(f"{self.location.display} was opened read-only; open it for writing to copy into it")
         try:
@@ -318,6 +521,10 @@ class BudgetStore(Browsing):
     def scan(self, low: int, high: int, *, batch_rows: int = 2000) -> Iterator[list[tuple[Any, ...]]]:
         """Raw rows with low < seq <= high in seq order, as batches of plain tuples, streamed: SQLite's own
         cursor (the fastest way through the rows), a server-side cursor elsewhere."""
+        self._require_open()
+        return self._scan(low, high, batch_rows)
+
+    def _scan(self, low: int, high: int, batch_rows: int) -> Iterator[list[tuple[Any, ...]]]:
         with self._reading() as connection:
             params = (low, high)
             if connection.dialect.name == "sqlite":
@@ -339,11 +546,13 @@ class BudgetStore(Browsing):
                 result.close()
 
     def _reading(self) -> _Reading:
+        self._require_open()
         return _Reading(self)
 
     @property
     def engine(self) -> Engine:
         """The SQLAlchemy engine (for the auditor and tests)."""
+        self._require_open()
         return self._engine
 
 
@@ -558,9 +767,41 @@ def _readable(row: tuple[Any, ...]) -> StoredDecision:
 
 
 
+def _remove_unused_sqlite(path: Path) -> bool:
+    """Delete the SQLite store at `path` if no other connection has it open and it holds no row (see
+    `BudgetStore.discard_if_unused`)."""
+    uri = f"file:{urllib.parse.quote(str(path))}?mode=rw"
+    connection = sqlite3.connect(uri, uri=True, timeout=0.2, isolation_level=None)
+    try:
+        # Keep every lock taken from here on until the connection closes, then leave WAL mode: SQLite allows
+        # that only to the last connection, so from here on nobody else has the file open.
+        connection.execute("PRAGMA locking_mode = EXCLUSIVE")
+        if connection.execute("PRAGMA journal_mode = DELETE").fetchone()[0] != "delete":
+            return False
+        connection.execute("BEGIN EXCLUSIVE")
+        if connection.execute(f"SELECT count(*) FROM {TABLE_NAME}").fetchone()[0] != 0:
+            connection.execute("ROLLBACK")
+            return False
+        # Still holding the exclusive lock: a process that opened the path meanwhile waits, and SQLite then
+        # refuses its writes to the deleted file (SQLITE_READONLY_DBMOVED) instead of losing them.
+        path.unlink()
+        connection.execute("ROLLBACK")
+        return True
+    finally:
+        connection.close()
+
+
 def _utc_now() -> str:
     """Recording time, UTC, microseconds: diagnostic only, never part of a decision or its budget_id."""
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-__all__ = ["BatchResult", "BudgetStore", "RecordResult", "StoredDecision"]
+__all__ = [
+    "BatchResult",
+    "BudgetStore",
+    "GateResult",
+    "RecordResult",
+    "RowCheck",
+    "SkippedConflict",
+    "StoredDecision",
+]

@@ -6,12 +6,24 @@ costs a visible share there; the statements are plain strings built here once, n
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from compute_budget.core.row import ROW_COLUMNS
 from compute_budget.store.table import TABLE_NAME
 
 # A transaction-scoped PostgreSQL advisory lock that every compute-budget writer takes before it reads the
 # chain head: the key is fixed, so writers of any version queue on it (even before the table exists).
 APPEND_LOCK_KEY = 7227022700
+
+# What `listing` can filter on, each a condition on one parameter (the names are `iter_decisions`' keywords).
+LIST_FILTERS: dict[str, str] = {
+    "status": "status = {mark}",
+    "reason_code": "reason_code = {mark}",
+    "policy_version": "policy_version = {mark}",
+    "gate_decision_id": "gate_decision_id = {mark}",
+    "after_seq": "seq > {mark}",
+    "before_seq": "seq < {mark}",
+}
 
 
 class Statements:
@@ -23,7 +35,13 @@ class Statements:
         table, columns = TABLE_NAME, ", ".join(ROW_COLUMNS)
         self.select = f"SELECT {columns} FROM {table}"
         self.insert = f"INSERT INTO {table} ({columns}) VALUES ({', '.join([mark] * len(ROW_COLUMNS))})"
+        # The optimistic append of a chunk assumed new. On PostgreSQL a stored budget_id must not raise inside
+        # psycopg's executemany pipeline (the aborted pipeline is then logged on stderr while the error
+        # unwinds): the row is skipped instead and the facade sees fewer rows inserted than planned. SQLite's
+        # no-replace trigger fires before any conflict clause, so there the duplicate still raises.
+        self.insert_if_new = f"{self.insert} ON CONFLICT (budget_id) DO NOTHING" if backend == "postgresql" else None
         self.by_budget_id = f"{self.select} WHERE budget_id = {mark}"
+        self.by_gate = f"{self.select} WHERE gate_decision_id = {mark} ORDER BY seq"
         self.head = f"SELECT seq, chain_hash, budget_id FROM {table} ORDER BY seq DESC LIMIT 1"
         self.count = f"SELECT count(*) FROM {table}"
         # The highest seq that is an integer: a seq tampered into text or a real is not counted.
@@ -44,9 +62,16 @@ class Statements:
         between = f"budget_id >= {self.mark} AND budget_id < {self.mark}"
         return f"{self.select} WHERE {between} ORDER BY budget_id LIMIT {int(limit)}"
 
-    def listing(self, *, status: bool, limit: int | None) -> str:
-        """Rows in seq order, optionally of one status, optionally only the newest `limit`."""
-        where = f" WHERE status = {self.mark}" if status else ""
+    def ids_by_prefix(self, limit: int) -> str:
+        """The budget_ids (only) in [low, high), at most `limit`: resolving a prefix reads no row."""
+        between = f"budget_id >= {self.mark} AND budget_id < {self.mark}"
+        return f"SELECT budget_id FROM {TABLE_NAME} WHERE {between} ORDER BY budget_id LIMIT {int(limit)}"
+
+    def listing(self, filters: Sequence[str] = (), limit: int | None = None) -> str:
+        """Rows in seq order matching every named filter of `LIST_FILTERS` (one parameter each, in the order
+        given), optionally only the newest `limit`."""
+        conditions = [LIST_FILTERS[name].format(mark=self.mark) for name in filters]
+        where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
         if limit is None:
             return f"{self.select}{where} ORDER BY seq"
         return f"SELECT * FROM ({self.select}{where} ORDER BY seq DESC LIMIT {int(limit)}) AS newest ORDER BY seq"

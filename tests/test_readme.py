@@ -1,0 +1,275 @@
+"""The README cannot rot: its Python blocks, its quick start, its shell transcript, its nightly recipe (three
+nights) and its PostgreSQL section are run as they stand, in temporary folders (issue 11)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+
+from tests.backends import tamper
+from tests.conftest import REPO_ROOT, gate_lines
+
+README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+BIN = str(Path(sys.executable).parent)  # where this environment's compute-budget script is installed
+
+
+def fenced(language: str, section: str | None = None) -> list[str]:
+    """The text of every ```language block (of one `## section`, when given), in order."""
+    text = README
+    if section is not None:
+        start = README.index(f"\n## {section}\n")
+        end = README.find("\n## ", start + 1)
+        text = README[start : end if end != -1 else None]
+    return re.findall(rf"^```{language}\n(.*?)^```$", text, flags=re.DOTALL | re.MULTILINE)
+
+
+def commands(block: str) -> list[str]:
+    """The commands of a shell block: comments and blank lines dropped, backslash continuations joined."""
+    joined = re.sub(r"\\\n\s*", "", block)
+    return [line.strip() for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def shell(command: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run one command with `sh`, as cron or a person would, with this environment's compute-budget first on
+    PATH and no COMPUTE_BUDGET_DB unless given."""
+    environment = {key: value for key, value in os.environ.items() if key != "COMPUTE_BUDGET_DB"}
+    environment["PATH"] = BIN + os.pathsep + environment.get("PATH", "")
+    environment.update(env)
+    return subprocess.run(
+        ["sh", "-c", command], cwd=cwd, env=environment, capture_output=True, text=True, check=False, timeout=300
+    )
+
+
+def with_examples(folder: Path) -> Path:
+    """`folder` holding a copy of the repository's examples/, as the README's commands expect."""
+    shutil.copytree(REPO_ROOT / "examples", folder / "examples")
+    return folder
+
+
+# -- Python ---------------------------------------------------------------------------------------------------
+
+
+PYTHON_BLOCKS = fenced("python")
+
+
+def test_the_readme_has_python_blocks() -> None:
+    """There is something to run (a renamed fence would otherwise make the test below vacuous)."""
+    assert len(PYTHON_BLOCKS) >= 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", range(len(PYTHON_BLOCKS)))
+def test_every_python_block_runs(index: int, tmp_path: Path) -> None:
+    """Each python block runs as it stands, in an empty folder, in a fresh interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-c", PYTHON_BLOCKS[index]], cwd=tmp_path, capture_output=True, text=True, check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_the_python_blocks_print_what_their_comments_say(tmp_path: Path) -> None:
+    """The values the comments promise are the values printed."""
+    first = subprocess.run([sys.executable, "-c", PYTHON_BLOCKS[0]], cwd=tmp_path, capture_output=True, text=True,
+                           check=True)
+    assert first.stdout.splitlines()[-1] == "True 499"
+    assert first.stdout.splitlines()[0].endswith(" 10")
+    second = subprocess.run([sys.executable, "-c", PYTHON_BLOCKS[1]], cwd=tmp_path, capture_output=True, text=True,
+                            check=True)
+    assert second.stdout.splitlines()[:5] == ["0 2 True", "1 1 False", "3 3 True", "2 ('residual_ids',)", "1 True"]
+    assert "was closed" in second.stdout
+
+
+# -- shell ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_quick_start_runs(tmp_path: Path) -> None:
+    """The quick start's main line (without making a virtual environment: this one is installed) records the
+    examples and audits them clean."""
+    line = next(command for command in commands(fenced("sh", "Quick start")[0]) if "compute-budget record" in command)
+    steps = [step.strip() for step in line.split("&&")]
+    steps = [step.replace(".venv/bin/", "") for step in steps if not step.startswith("python3 -m venv")
+             and "pip install" not in step]
+    assert steps == ["compute-budget record examples/gates.jsonl", "compute-budget audit"]
+    done = shell(" && ".join(steps), with_examples(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "recorded 8 gates: 8 new, 0 already present" in done.stdout
+    assert "CLEAN" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_shell_transcript_matches(tmp_path: Path) -> None:
+    """Each `$ command` of the transcript gives the output shown ("…" stands for any text)."""
+    block = fenced("sh", "From the shell")[0]
+    folder = with_examples(tmp_path)
+    steps: list[tuple[str, list[str]]] = []
+    for line in block.splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        elif steps:
+            steps[-1][1].append(line)
+    assert len(steps) >= 3
+    for command, expected in steps:
+        done = shell(command, folder)
+        assert done.returncode == 0, (command, done.stderr)
+        pattern = ".*".join(re.escape(piece) for piece in "\n".join(expected).split("…"))
+        assert re.fullmatch(pattern, done.stdout.rstrip("\n"), flags=re.DOTALL), (command, expected, done.stdout)
+
+
+def _recipe() -> dict[str, str]:
+    """The nightly recipe's commands: the first-night step, the shell block's nightly command, the cron lines,
+    the systemd unit's command and folder, the CI step."""
+    first_night, nightly = commands(fenced("sh", "Nightly audit")[0])
+    cron = {}
+    for line in fenced("cron", "Nightly audit")[0].splitlines():
+        fields = line.split(None, 6)
+        cron["cron_weekday" if fields[4] == "1-6" else "cron_sunday"] = fields[6]
+    unit = fenced("ini", "Nightly audit")[0]
+    executable = re.search(r"^ExecStart=/bin/sh -c '(.*)'$", unit, flags=re.MULTILINE)
+    folder = re.search(r"^WorkingDirectory=(.*)$", unit, flags=re.MULTILINE)
+    ci = re.search(r"- run: (compute-budget audit .*)$", fenced("yaml", "Nightly audit")[0], flags=re.MULTILINE)
+    assert executable is not None
+    assert folder is not None
+    assert ci is not None
+    return {"first_night": first_night, "nightly": nightly, **cron, "systemd": executable.group(1),
+            "systemd_folder": folder.group(1), "ci": ci.group(1)}
+
+
+@pytest.mark.slow
+def test_the_nightly_recipe_for_three_nights(tmp_path: Path) -> None:
+    """The README's recipe from its first night: the one-time first-night step, then three nights (by the cron
+    line, the systemd unit and the shell block) with rows appended in between; the third night finds the row
+    tampered with that day (exit 1, checkpoint kept). A checkpoint deleted later is never a silent pass."""
+    recipe = _recipe()
+    practice, logs = tmp_path / "practice", tmp_path / "log"
+    practice.mkdir()
+    logs.mkdir()
+
+    def local(command: str) -> str:
+        return command.replace("/var/lib/practice", str(practice)).replace("/var/log/compute-budget", str(logs))
+
+    assert local(recipe["systemd_folder"]) == str(practice)
+    database = practice / "compute_budget.db"
+    checkpoint = practice / "checkpoint.json"
+
+    def day(name: str, count: int) -> None:
+        gates = tmp_path / f"{name}.jsonl"
+        gates.write_text("\n".join(gate_lines(count, prefix=name)) + "\n")
+        done = shell(f"compute-budget record {gates} --db {database}", tmp_path)
+        assert done.returncode == 0, done.stderr
+
+    def seq_of(path: Path) -> int:
+        return int(json.loads(path.read_text())["seq"])
+
+    day("day0", 20)
+    done = shell(local(recipe["first_night"]), tmp_path)  # the one-time step, by hand
+    assert done.returncode == 0, done.stderr
+    assert seq_of(checkpoint) == 20
+
+    day("day1", 15)  # night 1: cron
+    done = shell(recipe["cron_weekday"].replace("/var/lib/practice", str(practice)), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert seq_of(checkpoint) == 35
+    assert ElementTree.parse(practice / "audit.xml").getroot().find("testsuite").get("failures") == "0"  # type: ignore[union-attr]
+
+    day("day2", 15)  # night 2: systemd, in its working folder
+    done = shell(recipe["systemd"], practice)
+    assert done.returncode == 0, done.stderr
+    assert seq_of(checkpoint) == 50
+    done = shell(recipe["cron_sunday"].replace("/var/lib/practice", str(practice)), tmp_path)  # the weekly proof
+    assert done.returncode == 0, done.stderr
+    assert json.loads((practice / "audit-weekly.json").read_text())["clean"] is True
+    done = shell(recipe["ci"], practice, COMPUTE_BUDGET_DB=str(database))
+    assert done.returncode == 0, done.stderr
+
+    day("day3", 15)  # night 3: the shell block, after a row of the day was edited
+    tamper(database, "UPDATE compute_budget_decisions SET max_steps = 99 WHERE seq = 57")
+    done = shell(local(recipe["nightly"]), tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert seq_of(checkpoint) == 50  # last good checkpoint kept
+    assert not (practice / "checkpoint.next.json").exists()
+    report = json.loads((logs / "audit.json").read_text())
+    assert report["clean"] is False
+    assert [finding["seq"] for finding in report["findings"] if finding["kind"] == "rederive_mismatch"] == [57]
+    suite = ElementTree.parse(logs / "audit.xml").getroot().find("testsuite")
+    assert suite is not None
+    assert suite.get("failures") != "0"
+
+    checkpoint.unlink()  # a later night without its checkpoint: exit 2, and the report says why
+    done = shell(recipe["cron_weekday"].replace("/var/lib/practice", str(practice)), tmp_path)
+    assert done.returncode == 2
+    assert "does not exist" in done.stderr
+    error = ElementTree.parse(practice / "audit.xml").getroot().find("testsuite/testcase/error")
+    assert error is not None
+    assert "does not exist" in error.get("message", "")
+
+
+# -- PostgreSQL -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_the_postgresql_section_runs(pg_admin_url: str, tmp_path: Path) -> None:
+    """On a throwaway server: the section's roles and database, `copy` from SQLite, the SELECT-only auditor
+    role auditing clean, and that role refused when it tries to record."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    admin = make_url(pg_admin_url)
+    suffix = uuid.uuid4().hex[:10]
+    names = {"practice": f"practice_{suffix}", "auditor": f"auditor_{suffix}"}
+
+    def local(text: str) -> str:
+        text = text.replace("db.example:5432", f"{admin.host}:{admin.port}")
+        return re.sub(r"\b(practice|auditor)\b", lambda match: names[match.group(1)], text)
+
+    def run_sql(block: str, database: str) -> None:
+        engine = create_engine(admin.set(database=database), isolation_level="AUTOCOMMIT")
+        try:
+            with engine.connect() as connection:
+                for statement in filter(None, (part.strip() for part in local(block).split(";"))):
+                    connection.exec_driver_sql(statement)
+        finally:
+            engine.dispose()
+
+    create, grant = fenced("sql", "PostgreSQL")
+    writer, reader = fenced("sh", "PostgreSQL")
+    folder = with_examples(tmp_path)
+    assert shell("compute-budget record examples/gates.jsonl && compute-budget checkpoint > checkpoint.json",
+                 folder).returncode == 0
+    try:
+        run_sql(create, str(admin.database))
+        done = shell(local(writer), folder)
+        assert done.returncode == 0, done.stderr
+        assert "copied 8 rows" in done.stdout
+        run_sql(grant, names["practice"])
+        done = shell(local(reader), folder)
+        assert done.returncode == 0, done.stderr
+        suite = ElementTree.parse(folder / "audit.xml").getroot().find("testsuite")
+        assert suite is not None
+        assert suite.get("failures") == "0"
+        auditor_url = re.search(r"AUDITOR_DB=(\S+)", local(reader))
+        assert auditor_url is not None
+        refused = shell(f"compute-budget record examples/gates.jsonl --db '{auditor_url.group(1)}'", folder)
+        assert refused.returncode == 2
+        assert f"role '{names['auditor']}' may not do this" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+    finally:
+        cleanup = create_engine(admin, isolation_level="AUTOCOMMIT")
+        with cleanup.connect() as connection:
+            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{names["practice"]}" WITH (FORCE)')
+            for role in (names["auditor"], names["practice"]):
+                connection.exec_driver_sql(f'DROP ROLE IF EXISTS "{role}"')
+        cleanup.dispose()
