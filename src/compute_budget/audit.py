@@ -26,7 +26,7 @@ from compute_budget.chain import GENESIS_CHAIN_HASH, ChainHead, chain_hash
 from compute_budget.checkpoint import Checkpoint
 from compute_budget.engine import translate
 from compute_budget.errors import ComputeBudgetError, InputNotJson, MalformedDecision
-from compute_budget.gate_json import parse_gate_json
+from compute_budget.gate_json import decide_parsed, parse_gate_json
 from compute_budget.policy import POLICIES
 from compute_budget.schema import COLUMNS, TABLE_NAME
 from compute_budget.store import BudgetStore, spans_json, stored_from_row
@@ -399,7 +399,7 @@ def check_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result: _Ran
     except InputNotJson as error:
         findings.append(Finding(FindingKind.MALFORMED_ROW, budget_id, seq, f"gate_input is {error}"))
         return seq, stored_chain
-    derived = policy.decide(parsed.value, defect=parsed.defect)
+    derived = decide_parsed(parsed, policy)
     same = (
         derived.policy_version,
         derived.gate_decision_id,

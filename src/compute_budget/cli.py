@@ -16,8 +16,8 @@ from typing import BinaryIO
 import click
 
 from compute_budget.errors import ComputeBudgetError
+from compute_budget.gate_json import decide_parsed
 from compute_budget.gate_lines import BadLine, GateLine, read_gates
-from compute_budget.policy import V1
 from compute_budget.types import ComputeBudgetStatus
 from compute_budget.validation import is_valid_text
 
@@ -95,7 +95,7 @@ def decide_command(input_path: str) -> int:
                 out.flush()  # keep stdout and stderr in input order when both go to one terminal
                 _say(f"{_where(input_path)} line {item.line}: {item.message}")
                 continue
-            decision = V1.decide(item.parsed.value, defect=item.parsed.defect)
+            decision = decide_parsed(item.parsed)
             out.write(_json_bytes(decision.to_dict()))
     out.flush()
     return 2 if bad_lines else 0

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
 from compute_budget.errors import GateNotSerializable, InputNotJson
-from compute_budget.gate_json import ParsedGate, parse_gate_json
+from compute_budget.gate_json import ParsedGate, decide_parsed, parse_gate_json
 from compute_budget.gate_lines import GateLine
 from compute_budget.policy import V1, BudgetPolicy
 from compute_budget.types import DECISION_FIELDS, ComputeBudgetDecision, SearchGateDecision, SourceSpan
@@ -36,15 +36,15 @@ class PreparedGate:
 def prepare_gate(gate: object, policy: BudgetPolicy = V1) -> PreparedGate:
     """Decide `gate` (JSON text, a `GateLine`, a mapping or a `SearchGateDecision`) for storing."""
     if isinstance(gate, GateLine):
-        decision = policy.decide(gate.parsed.value, defect=gate.parsed.defect)
+        decision = decide_parsed(gate.parsed, policy)
         return PreparedGate(decision, gate.text, gate.parsed, gate.line)
     if isinstance(gate, str | bytes | bytearray):
         parsed = parse_gate_json(gate)  # InputNotJson: unreadable input, nothing to store
         text = gate if isinstance(gate, str) else bytes(gate).decode("utf-8")
-        return PreparedGate(policy.decide(parsed.value, defect=parsed.defect), text.strip(), parsed)
+        return PreparedGate(decide_parsed(parsed, policy), text.strip(), parsed)
     text = serialize_gate(gate)
     parsed = parse_gate_json(text)
-    decision = policy.decide(parsed.value, defect=parsed.defect)
+    decision = decide_parsed(parsed, policy)
     direct = policy.decide(gate)
     differing = [name for name in _COMPARED if getattr(direct, name) != getattr(decision, name)]
     if differing:

@@ -197,7 +197,8 @@ def vectors() -> list[tuple[str, str, str]]:
     v.append(("rule-3.1.7-duplicate-same-value", "3.1.7 duplicate top-level key with the same value",
               base.replace('"status": "eligible"', '"status": "eligible", "status": "eligible"', 1)))
     name = "rule-3.1.7-duplicate-decision_id"
-    v.append((name, "3.1.7 duplicate decision_id with different values (the last one is copied)",
+    v.append((name, "3.1.7 duplicate decision_id with different values (spec 3.2 revision 2: a key repeated in "
+              "the top-level object is copied as empty, neither its first nor its last value)",
               text(gate(name)).replace('"decision_id": ', f'"decision_id": "v:{name}:first", "decision_id": ', 1)))
     name = "rule-3.1.7-duplicate-in-span"
     v.append((name, "3.1.7 duplicate key inside a span",
