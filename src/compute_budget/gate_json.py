@@ -123,6 +123,29 @@ def nesting_depth(text: str) -> tuple[int, bool]:
     return deepest, False
 
 
+NO_BRACKET = 1 << 62  # `bracket_profile`'s lowest depth for a line without brackets: it closes nothing
+
+
+def bracket_profile(line: str) -> tuple[int, int, int]:
+    """One line's brackets: (net change of depth, lowest depth right after any bracket or NO_BRACKET, highest
+    depth reached, at least 0), depths relative to the line's start.
+
+    The same reading as `nesting_depth` (a string never runs past the line's end), one line at a time: a value
+    opened at depth d closes on the first later line whose depth at its start plus its lowest depth is <= d.
+    """
+    brackets = _NOT_A_BRACKET.sub("", line)
+    if not brackets:
+        return 0, NO_BRACKET, 0
+    lowest, highest = NO_BRACKET, 0
+    carry = 0
+    for start in range(0, len(brackets), _CHUNK):
+        depths = list(accumulate(map(_STEP, brackets[start : start + _CHUNK]), initial=carry))
+        lowest = min(lowest, min(depths[1:]))
+        highest = max(highest, max(depths))
+        carry = depths[-1]
+    return carry, lowest, highest
+
+
 def _parse_exact(text: str) -> ParsedGate:
     """The reference reader: the standard library's parser, watching every object for a repeated key."""
     duplicates: list[str] = []
