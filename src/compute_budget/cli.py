@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import BinaryIO
 
@@ -83,22 +83,50 @@ def cli() -> None:
 def decide_command(input_path: str) -> int:
     """Print one decision (a JSON line) per gate of INPUT (JSON Lines; '-' or nothing is stdin).
 
-    A line that is not JSON is reported on stderr with its number; the other gates are still decided and the
-    exit status is 2.
+    A line that is not JSON is reported on stderr with its number (the first 20, then how many more); the
+    other gates are still decided and the exit status is 2.
     """
-    bad_lines = 0
     out = sys.stdout.buffer
-    with open_input(input_path) as stream:
+
+    def decided_reporting_bad_lines(stream: Iterable[bytes]) -> Iterator[str]:
         for item in read_gates(stream):
             if isinstance(item, BadLine):
-                bad_lines += 1
                 out.flush()  # keep stdout and stderr in input order when both go to one terminal
-                _say(f"{_where(input_path)} line {item.line}: {item.message}")
+                yield f"{_where(input_path)} line {item.line}: {item.message}"
                 continue
             decision = decide_parsed(item.parsed)
             out.write(_json_bytes(decision.to_dict()))
+
+    with open_input(input_path) as stream:
+        bad_lines = report_capped(decided_reporting_bad_lines(stream), about=f"{_where(input_path)}: ")
     out.flush()
     return 2 if bad_lines else 0
+
+
+MAX_REPORTED_LINES = 20
+
+
+def report_capped(
+    messages: Iterable[str],
+    *,
+    about: str = "",
+    one: str = "line that is not JSON",
+    many: str = "lines that are not JSON",
+    limit: int = MAX_REPORTED_LINES,
+) -> int:
+    """Say the first `limit` messages on stderr, then one line counting the rest; return how many there were.
+
+    `messages` is consumed as it comes, so each is said in its place among other output. The count line reads
+    "{about}… and N more {one or many}".
+    """
+    count = 0
+    for count, message in enumerate(messages, start=1):
+        if count <= limit:
+            _say(message)
+    if count > limit:
+        unsaid = count - limit
+        _say(f"{about}… and {unsaid} more {one if unsaid == 1 else many}")
+    return count
 
 
 db_option = click.option(
