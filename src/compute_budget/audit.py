@@ -26,7 +26,7 @@ from compute_budget.chain import GENESIS_CHAIN_HASH, ChainHead, chain_hash
 from compute_budget.checkpoint import Checkpoint
 from compute_budget.engine import translate
 from compute_budget.errors import ComputeBudgetError, InputNotJson, MalformedDecision
-from compute_budget.gate_json import decide_parsed, parse_gate_json
+from compute_budget.gate_json import ParsedGate, decide_parsed, parse_gate_json
 from compute_budget.policy import POLICIES
 from compute_budget.schema import COLUMNS, TABLE_NAME
 from compute_budget.store import BudgetStore, spans_json, stored_from_row
@@ -423,7 +423,7 @@ def check_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result: _Ran
                 )
             )
         return seq, stored_chain
-    findings.extend(_rederive_findings(row, derived))
+    findings.extend(_rederive_findings(row, derived, parsed))
     return seq, stored_chain
 
 
@@ -458,7 +458,7 @@ def _unreadable_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result
     return next_seq, stored_chain if isinstance(stored_chain, str) else prev_chain
 
 
-def _rederive_findings(row: tuple[Any, ...], derived: ComputeBudgetDecision) -> list[Finding]:
+def _rederive_findings(row: tuple[Any, ...], derived: ComputeBudgetDecision, parsed: ParsedGate) -> list[Finding]:
     """Field-by-field differences between a stored row and its re-derived decision, and its hash check."""
     seq, budget_id = row[0], row[1]
     stored = dict(zip(COLUMNS, row, strict=True))
@@ -472,7 +472,8 @@ def _rederive_findings(row: tuple[Any, ...], derived: ComputeBudgetDecision) -> 
         differences.append(
             f"evidence_spans stored {_clip(stored['evidence_spans'])}, policy gives {_clip(derived_spans)}"
         )
-    findings = [Finding(FindingKind.REDERIVE_MISMATCH, budget_id, seq, "; ".join(differences))]
+    detail = "; ".join(differences) + _revision_2_note(parsed)
+    findings = [Finding(FindingKind.REDERIVE_MISMATCH, budget_id, seq, detail)]
     recomputed = _recompute_budget_id(row)
     if isinstance(recomputed, MalformedDecision):
         findings.append(
@@ -488,6 +489,26 @@ def _rederive_findings(row: tuple[Any, ...], derived: ComputeBudgetDecision) -> 
             )
         )
     return findings
+
+
+_COPIED_KEYS = frozenset({"decision_id", "policy_version", "input_digest"})
+
+
+def _revision_2_note(parsed: ParsedGate) -> str:
+    """Why a row stored before spec revision 2 may no longer re-derive: its gate is one revision 2 decides
+    differently (a repeated top-level key that is copied, or nesting deeper than 32 levels); else ""."""
+    if parsed.too_deep:
+        return (
+            " (spec revision 2: a gate nested more than 32 levels deep is now malformed and copies nothing; "
+            "a row stored before it may hold the copied fields)"
+        )
+    repeated = sorted(_COPIED_KEYS & parsed.repeated)
+    if repeated:
+        return (
+            f' (spec revision 2: a key repeated in the gate\'s top-level object now copies as "": '
+            f"{', '.join(repeated)}; a row stored before it may hold one of its values)"
+        )
+    return ""
 
 
 def _wrong_types(row: tuple[Any, ...]) -> str:
