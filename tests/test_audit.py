@@ -280,3 +280,60 @@ def test_audit_takes_a_checkpoint_in_any_form_at_hand(store: str, tmp_path: Path
     tamper(store, f"DELETE FROM compute_budget_decisions WHERE seq = {ROWS}")
     for form in forms:
         assert [f.kind.value for f in audit(store, checkpoint=form).findings] == ["checkpoint_mismatch"]
+
+
+def append_pre_revision_2_row(store: str, gate_text: str, decision: Any) -> int:
+    """Append, as a store written before spec revision 2 would hold it, a row for `gate_text` decided as
+    `decision` (consistent: its budget_id and chain hash are right). Returns its seq."""
+    last = rows(store)[-1]
+    values: list[Any] = [
+        last[0] + 1, decision.budget_id, decision.policy_version, decision.gate_decision_id,
+        decision.gate_policy_version, decision.gate_input_digest, decision.status.value, decision.reason_code,
+        decision.max_candidates, decision.max_depth, decision.max_steps, decision.max_wallclock_ms,
+        decision.max_parallelism, spans_json(decision.evidence_spans), decision.explanation, gate_text, last[16],
+    ]
+    values.append(chain_hash(last[-1], values))
+    tamper(store, insert_sql(values))
+    return int(values[0])
+
+
+def test_row_with_a_repeated_top_level_key_from_before_revision_2(store: str) -> None:
+    """Revision 1 copied the last of a repeated decision_id; revision 2 copies "": the audit says which rule
+    changed, and nothing else is wrong with the row."""
+    from compute_budget.core.policy import V1
+
+    text = json.dumps(make_gate()).replace('"decision_id": ', '"decision_id": "first", "decision_id": ', 1)
+    old = V1.decide(json.loads(text), defect="duplicate key 'decision_id' in a JSON object")
+    assert old.gate_decision_id == "gate-0001"
+    seq = append_pre_revision_2_row(store, text, old)
+    report = audit(store)
+    assert kinds_at(report, seq) == {"rederive_mismatch"}
+    assert len(report.findings) == 1
+    detail = report.findings[0].detail
+    assert "gate_decision_id stored 'gate-0001', policy gives ''" in detail
+    assert "spec revision 2" in detail
+    assert "decision_id" in detail.split("spec revision 2")[1]
+
+
+@pytest.mark.parametrize("levels", [40, 900, 100_000])
+def test_row_nested_too_deeply_from_before_revision_2(store: str, levels: int) -> None:
+    """A gate nested more than 32 levels deep copied its ids before revision 2 (where a parser could read it)
+    and copies nothing now; re-parsing it, however deep, never recurses."""
+    from compute_budget.core.policy import V1
+
+    text = json.dumps(make_gate())[:-1] + ', "note": ' + "[" * levels + "]" * levels + "}"
+    old = V1.decide(make_gate(note=[]), nesting_checked=True)  # what revision 1 decided: copied, malformed (3.1.1)
+    assert old.gate_decision_id == "gate-0001"
+    seq = append_pre_revision_2_row(store, text, old)
+    report = audit(store)
+    assert kinds_at(report, seq) == {"rederive_mismatch"}
+    detail = report.findings[0].detail
+    assert "gate_decision_id stored 'gate-0001', policy gives ''" in detail
+    assert "spec revision 2: a gate nested more than 32 levels deep" in detail
+
+
+def test_other_mismatches_do_not_name_revision_2(store: str) -> None:
+    """A row whose gate has neither property is a plain mismatch: revision 2 is not blamed."""
+    tamper(store, "UPDATE compute_budget_decisions SET max_steps = 100 WHERE seq = 7")
+    detail = next(f.detail for f in audit(store).findings if f.kind is FindingKind.REDERIVE_MISMATCH)
+    assert "revision 2" not in detail

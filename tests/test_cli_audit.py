@@ -70,6 +70,7 @@ def test_junit_report_fails_the_kind_that_was_found(run_cli: Run, recorded: Path
     failing = {case.get("name") for case in suite.iter("testcase") if case.find("failure") is not None}
     assert "unsupported_policy_version" in failing
     assert [case.get("name") for case in suite.iter("testcase")] == list(FINDING_KINDS)
+    assert {case.get("classname") for case in suite.iter("testcase")} == {"compute_budget.audit"}  # as released
 
 
 def test_checkpoint_rotation(run_cli: Run, recorded: Path, tmp_path: Path) -> None:

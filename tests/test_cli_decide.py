@@ -232,3 +232,37 @@ def test_no_traceback_in_a_real_process(tmp_path: Path) -> None:
         assert done.returncode == status, (args, err)
         assert "Traceback" not in err, (args, err)
         assert err.count("\n") == (0 if status == 0 else 1), (args, err)
+
+
+@pytest.mark.parametrize(("bad", "said"), [(20, 20), (21, 20), (25, 20), (3, 3)])
+def test_bad_lines_are_reported_up_to_twenty_then_counted(
+    tmp_path: Path, run_cli: RunCli, bad: int, said: int
+) -> None:
+    """At most 20 bad lines are reported one by one, then one line counts the rest; every gate is still decided
+    and the exit status is 2."""
+    status, out, err = run_cli("decide", write(tmp_path, f"{GATE}\n" + "nope\n" * bad + f"{BLOCKED}\n"))
+    assert status == 2
+    assert decisions(out) == expected(GATE, BLOCKED)
+    lines = err.splitlines()
+    assert [line for line in lines if "…" not in line] == [
+        f"compute-budget: {tmp_path / 'gates.jsonl'} line {number}: not JSON: Expecting value (column 1)"
+        for number in range(2, 2 + said)
+    ]
+    rest = [line for line in lines if "…" in line]
+    if bad == said:
+        assert rest == []
+    else:
+        more = bad - said
+        noun = "line that is" if more == 1 else "lines that are"
+        assert rest == [f"compute-budget: {tmp_path / 'gates.jsonl'}: … and {more} more {noun} not JSON"]
+
+
+def test_twenty_thousand_unclosed_lines_give_twenty_one_error_lines(tmp_path: Path, run_cli: RunCli) -> None:
+    """20,000 lines of `{` (each a cut-off record): 20 reported, one line for the other 19,980, exit 2."""
+    status, out, err = run_cli("decide", write(tmp_path, "{\n" * 20_000 + f"{GATE}\n"))
+    assert status == 2
+    assert decisions(out) == expected(GATE)
+    lines = err.splitlines()
+    assert len(lines) == 21
+    assert lines[0].endswith("line 1: not JSON: Expecting property name enclosed in double quotes (column 2)")
+    assert lines[-1].endswith(": … and 19980 more lines that are not JSON")

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import assume, given, settings
 
 from compute_budget import InputNotJson, decide, decide_json, parse_gate_json
+from compute_budget.core.parse import nesting_depth
 from compute_budget.core.policy import BudgetPolicy, Limits
 from tests import strategies
 from tests.conftest import make_gate
@@ -238,3 +239,163 @@ def test_integers_beyond_64_bits_are_read_as_integers(literal: str) -> None:
     start = parse_gate_json(text).value["evidence_spans"][0]["start"]
     assert type(start) is int
     assert start == int(literal)
+
+
+# Rule 3.1.8 (revision 2): nesting deeper than 32 levels, measured on the text before parsing.
+
+
+def nested_note(levels: int) -> str:
+    """A gate text (malformed only by its extra key `note`) whose arrays and objects nest exactly `levels` deep."""
+    inner = "[" * (levels - 1) + "1" + "]" * (levels - 1)
+    return GATE_TEXT[:-1] + f', "note": {inner}}}'
+
+
+def test_nesting_32_levels_still_copies() -> None:
+    """A text nested exactly 32 levels deep is parsed as usual: its valid identifying strings are copied."""
+    text = nested_note(32)
+    assert nesting_depth(text) == (32, True)
+    decision = decide_json(text)
+    assert decision.reason_code == "malformed_gate_decision"
+    assert "unexpected ['note']" in decision.explanation
+    assert decision.gate_decision_id == "gate-0001"
+
+
+def test_nesting_33_levels_copies_nothing() -> None:
+    """One level more (the gate itself is level 1) and the text is malformed by rule 3.1.8: nothing is copied."""
+    text = nested_note(33)
+    assert nesting_depth(text) == (33, True)
+    parsed = parse_gate_json(text)
+    assert (parsed.value, parsed.rule, parsed.too_deep) == (None, "3.1.8", True)
+    decision = decide_json(text)
+    assert decision.reason_code == "malformed_gate_decision"
+    assert (decision.gate_decision_id, decision.gate_policy_version, decision.gate_input_digest) == ("", "", "")
+    assert decision.evidence_spans == ()
+    assert "more than 32 levels deep" in decision.explanation
+
+
+def test_deep_text_that_would_not_parse_is_still_a_malformed_gate() -> None:
+    """The depth decides first: a closed text nested too deeply is malformed whether or not the rest parses."""
+    text = '{"decision_id": "x", "a": ' + "[" * 40 + "nope, , ]" + "]" * 39 + "}"
+    decision = decide_json(text)
+    assert decision.reason_code == "malformed_gate_decision"
+    assert decision.gate_decision_id == ""
+
+
+def test_brackets_in_strings_do_not_count() -> None:
+    """Brackets inside strings (escaped quotes and backslashes included) do not nest: the gate is well-formed."""
+    ids = ['[{' * 40, '\\"' + '[' * 40, '\\\\' + '{' * 40, '\\u005b' + '[' * 40]
+    for decision_id in ids:
+        text = GATE_TEXT.replace('"gate-0001"', f'"{decision_id}"', 1)
+        assert nesting_depth(text) == (3, True)
+        decision = decide_json(text)
+        assert decision.reason_code == "eligible_missing_role", decision_id
+        assert decision.gate_decision_id == json.loads(f'"{decision_id}"')
+
+
+def test_a_string_that_breaks_off_at_a_line_end_ends_there() -> None:
+    """A string has no raw line break: a quote left open ends at the line's end, so later brackets count."""
+    assert nesting_depth('["cut\n' + "[" * 40 + "]" * 41) == (41, True)
+    assert nesting_depth('["cut\\\n' + "[" * 40 + "]" * 41) == (41, True)
+
+
+def test_nesting_depth_of_the_first_value_only() -> None:
+    """Only the first value is measured (a parser stops where it ends); a text not opening a value nests 0."""
+    assert nesting_depth("[]" + "[" * 50 + "]" * 50) == (1, True)
+    assert nesting_depth('"x"' + "[" * 50) == (0, True)
+    assert nesting_depth(" \n\t[[" + "]" * 2) == (2, True)
+    assert nesting_depth("[" * 50) == (50, False)
+    assert nesting_depth("[" * 200_000 + "]" * 200_000) == (200_000, True)  # more than one chunk
+
+
+def test_text_within_the_opening_bracket_budget_is_not_scanned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A text with at most 32 `[` and `{` in all cannot nest deeper: decide's fast path skips the scan."""
+
+    def refuse(text: str) -> tuple[int, bool]:
+        raise AssertionError("scanned")
+
+    monkeypatch.setattr("compute_budget.core.parse.nesting_depth", refuse)
+    assert GATE_TEXT.count("[") + GATE_TEXT.count("{") <= 32
+    assert decide_json(GATE_TEXT).reason_code == "eligible_missing_role"
+    with pytest.raises(AssertionError, match="scanned"):
+        decide_json(nested_note(30))
+
+
+@pytest.mark.parametrize("depth", [5_000, 100_000])
+def test_very_deep_text_is_decided_without_recursion(depth: int) -> None:
+    """A closed text nested 100,000 levels deep is a malformed gate copying nothing; the parser never sees it."""
+    for text in ("[" * depth + "]" * depth, '{"decision_id": "x", "a": ' + "[" * depth + "]" * depth + "}"):
+        decision = decide_json(text)
+        assert decision.reason_code == "malformed_gate_decision"
+        assert decision.gate_decision_id == ""
+        assert "more than 32 levels deep" in decision.explanation
+
+
+def test_deep_value_that_never_closes_is_not_json() -> None:
+    """A value nested too deeply that never closes is an input error (no record), as any unclosed value is."""
+    for text in ("[" * 100_000, '{"a": ' + "[" * 40 + "]" * 39, "[" * 40 + '"open]]]' + "]" * 39):
+        with pytest.raises(InputNotJson, match="never closed") as raised:
+            parse_gate_json(text)
+        assert raised.value.incomplete
+
+
+# Repeated keys (spec 3.2, revision 2): a key repeated in the top-level object copies as "".
+
+
+def test_repeated_top_level_decision_id_copies_as_empty() -> None:
+    """Neither the first nor the last of a repeated top-level decision_id is copied; the others still are."""
+    text = GATE_TEXT.replace('"decision_id": "gate-0001"', '"decision_id": "first", "decision_id": "gate-0001"', 1)
+    parsed = parse_gate_json(text)
+    assert parsed.repeated == {"decision_id"}
+    decision = decide_json(text)
+    assert decision.reason_code == "malformed_gate_decision"
+    assert "duplicate key 'decision_id'" in decision.explanation
+    assert decision.gate_decision_id == ""
+    assert (decision.gate_policy_version, decision.gate_input_digest) == (
+        "search_gate.v1",
+        "sha256:5d41402abc4b2a76b9719d911017c592",
+    )
+
+
+def test_every_repeated_top_level_key_is_named() -> None:
+    """Every key repeated at the top level is found, not only the first duplicate the parser meets."""
+    text = GATE_TEXT.replace('"status"', '"policy_version": "a", "input_digest": "b", "status"', 1)
+    text = text.replace('"start": 0', '"start": 0, "start": 0', 1)
+    assert parse_gate_json(text).repeated == {"policy_version", "input_digest"}
+    decision = decide_json(text)
+    assert (decision.gate_decision_id, decision.gate_policy_version, decision.gate_input_digest) == (
+        "gate-0001",
+        "",
+        "",
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(GATE_TEXT.replace('"start"', '"start": 0, "start"', 1), id="inside-a-span"),
+        pytest.param(GATE_TEXT[:-1] + ', "x": {"decision_id": 1, "decision_id": 2}}', id="inside-an-extra-key"),
+        pytest.param(GATE_TEXT.replace('"status"', '"status": "eligible", "status"', 1), id="top-level-status"),
+    ],
+)
+def test_key_repeated_elsewhere_still_copies(text: str) -> None:
+    """A copied key that occurs once in the top-level object is copied, whatever is repeated elsewhere."""
+    decision = decide_json(text)
+    assert decision.reason_code == "malformed_gate_decision"
+    assert decision.gate_decision_id == "gate-0001"
+
+
+def test_repeated_keys_in_a_top_level_array_are_not_top_level() -> None:
+    """An array at the top is not an object: its objects' repeated keys are not top-level keys."""
+    parsed = parse_gate_json('[{"decision_id": "a", "decision_id": "b"}]')
+    assert parsed.defect is not None
+    assert parsed.repeated == frozenset()
+
+
+@pytest.mark.usefixtures("low_digit_limit")
+def test_repeated_key_next_to_a_huge_integer() -> None:
+    """The exact reader's second pass (for an integer past the digit limit) still finds repeated top-level keys."""
+    text = GATE_TEXT.replace('"start": 0', '"start": ' + "1" * 700, 1)
+    text = text.replace('"decision_id": "gate-0001"', '"decision_id": "a", "decision_id": "gate-0001"', 1)
+    parsed = parse_gate_json(text)
+    assert parsed.repeated == {"decision_id"}
+    assert decide_json(text).gate_decision_id == ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -205,3 +206,116 @@ def test_unclosed_object_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("compute_budget.core.lines.MAX_OBJECT_LINES", 3)
     data = ("{\n" + "\n".join(['"k": 1,'] * 5) + f"\n{GATE}\n").encode()
     assert shape(read(data)) == [("bad", 1), ("bad", 2), ("bad", 3), ("bad", 4), ("bad", 5), ("bad", 6), ("gate", 7)]
+
+
+class Work:
+    """Counts the characters read_gates hands to the parser and to the bracket tracker."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.characters = 0
+        from compute_budget.core import lines as gate_lines
+
+        parse, profile = gate_lines.parse_gate_json, gate_lines.bracket_profile
+
+        def counted_parse(text: str) -> Any:
+            self.characters += len(text)
+            return parse(text)
+
+        def counted_profile(line: str) -> tuple[int, int, int]:
+            self.characters += len(line)
+            return profile(line)
+
+        monkeypatch.setattr(gate_lines, "parse_gate_json", counted_parse)
+        monkeypatch.setattr(gate_lines, "bracket_profile", counted_profile, raising=False)
+
+
+def test_twenty_thousand_opening_brackets_are_read_in_linear_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """20,000 lines of `{`: each is a cut-off record of its own (one error each, for the CLI to cap), and the
+    reader never reads the lines after one again to find out."""
+    work = Work(monkeypatch)
+    data = b"{\n" * 20_000 + GATE.encode() + b"\n"
+    items = read(data)
+    assert shape(items) == [("bad", line) for line in range(1, 20_001)] + [("gate", 20_001)]
+    assert work.characters <= 4 * len(data)
+
+
+def test_unclosed_value_of_closing_lines_is_not_parsed_again_on_every_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A value that never closes, whose lines all end in a bracket, is parsed no more than a few times over
+    (it used to be parsed again at every line: minutes for a few megabytes)."""
+    work = Work(monkeypatch)
+    data = b'{"a": [[0]\n' + b"  , [1, 2, 3]\n" * 20_000
+    items = read(data)
+    assert shape(items) == [("bad", 1)]
+    assert isinstance(items[0], BadLine)
+    assert "never closed" in items[0].message
+    assert work.characters <= 4 * len(data)
+
+
+def test_typo_in_a_value_that_never_closes_is_reported_where_it_is() -> None:
+    """A value that never closes is still parsed once: a typo in it is the error, at the typo's line."""
+    items = read(b'{"a": [\n  [1, 2, 3]\n  [1, 2, 3]\n  [1, 2, 3]\n' + GATE.encode() + b"\n")
+    assert shape(items) == [("bad", 3), ("gate", 5)]
+    assert isinstance(items[0], BadLine)
+    assert "Expecting ',' delimiter" in items[0].message
+
+
+def test_broken_values_inside_broken_values_are_read_in_linear_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cut-off records, each followed by a pretty-printed gate, many times over: every gate is still found, and
+    no line is read again more than a bounded number of times."""
+    work = Work(monkeypatch)
+    pretty = json.dumps(make_gate(), indent=2)
+    height = pretty.count("\n") + 1
+    unit = f'{{"decision_id": \n{pretty}\n'
+    data = ("{\n" + unit * 500).encode()
+    items = read(data)
+    expected = [("bad", 1)]
+    for block in range(500):
+        start = 2 + block * (height + 1)
+        expected += [("bad", start), ("gate", start + 1)]
+    assert shape(items) == expected
+    assert work.characters <= 6 * len(data)
+
+
+def test_value_opened_on_a_line_read_again_closes_where_the_tracker_saw() -> None:
+    """After a cut-off record, a pretty-printed gate among the lines read again is one gate, numbered by its
+    first line, and the one-line gate after it is read too."""
+    pretty = json.dumps(make_gate(), indent=2)
+    height = pretty.count("\n") + 1
+    items = read(f'{{"decision_id": \n{pretty}\n{OTHER}\n'.encode())
+    assert shape(items) == [("bad", 1), ("gate", 2), ("gate", 2 + height)]
+    gate = items[1]
+    assert isinstance(gate, GateLine)
+    assert gate.parsed.value == make_gate()
+
+
+def test_broken_value_among_lines_read_again_is_reported_where_it_breaks() -> None:
+    """A pretty-printed gate with a typo, after a cut-off record: one error at the typo, and the rest read."""
+    pretty = json.dumps(make_gate(), indent=2).splitlines()
+    pretty[3] = pretty[3].rstrip(",")
+    text = "\n".join(pretty)
+    items = read(f'{{"decision_id": \n{text}\n{GATE}\n'.encode())
+    assert shape(items) == [("bad", 1), ("bad", 6), ("gate", len(pretty) + 2)]
+
+
+def test_line_that_is_not_utf8_ends_an_open_value() -> None:
+    """A line that is not UTF-8 inside an open value: the value never closes, and that line is reported too."""
+    items = read(b'{"decision_id": "x",\n\xff\n' + GATE.encode() + b"\n")
+    assert shape(items) == [("bad", 1), ("bad", 2), ("gate", 3)]
+
+
+def test_value_closed_on_a_line_that_opens_another_is_parsed_there() -> None:
+    """The tracker closes a value on the first line where its depth returns to 0, even if that line goes on to
+    open another value: the parser then says what is wrong."""
+    items = read(b'{\n"a": 1}, {\n"b": 2}\n' + GATE.encode() + b"\n")
+    assert shape(items) == [("bad", 1), ("bad", 2), ("bad", 3), ("gate", 4)]
+
+
+def test_deep_multi_line_value_is_a_malformed_gate() -> None:
+    """A value spread over lines and nested more than 32 levels deep is one gate, malformed (rule 3.1.8)."""
+    data = b"[\n" * 5_000 + b"]\n" * 5_000
+    items = read(data)
+    assert shape(items) == [("gate", 1)]
+    gate = items[0]
+    assert isinstance(gate, GateLine)
+    assert gate.parsed.too_deep
+    assert decide(gate.parsed.value).gate_decision_id == ""

@@ -23,6 +23,7 @@ from compute_budget import (
     decide,
     policy_for,
 )
+from compute_budget.core.gate import nests_too_deep
 from compute_budget.core.policy import V1
 from tests import strategies
 from tests.conftest import make_gate
@@ -473,3 +474,94 @@ def test_defect_makes_any_gate_malformed() -> None:
     assert decision.gate_decision_id == "gate-0001"
     assert decision.evidence_spans == ()
     assert "duplicate key" in decision.explanation
+
+
+# Rule 3.1.8 (revision 2) for Python gates: measured without recursion, before anything is copied.
+
+
+def nested(levels: int, leaf: Any = 1) -> Any:
+    """`levels` lists, one inside the other, around `leaf`."""
+    value = leaf
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def test_mapping_nested_32_levels_copies_and_33_copies_nothing() -> None:
+    """The gate is level 1: a value 31 lists deep makes 32 levels (copied as usual), 32 lists make 33."""
+    at_limit = decide(make_gate(note=nested(31)))
+    assert (at_limit.reason_code, at_limit.gate_decision_id) == (MALFORMED, "gate-0001")
+    too_deep = decide(make_gate(note=nested(32)))
+    assert too_deep.reason_code == MALFORMED
+    assert (too_deep.gate_decision_id, too_deep.gate_policy_version, too_deep.gate_input_digest) == ("", "", "")
+    assert "more than 32 levels deep" in too_deep.explanation
+    assert_consistent(too_deep)
+
+
+@pytest.mark.parametrize("depth", [5_000, 100_000])
+@pytest.mark.parametrize("where", ["residual_ids", "evidence_spans", "note", "gate", "gate-instance", "tuple"])
+def test_very_deep_python_gate_is_malformed_not_a_crash(depth: int, where: str) -> None:
+    """5,000 and 100,000 levels, wherever they hang, decide to a malformed gate copying nothing."""
+    gate: Any
+    if where == "gate":
+        gate = nested(depth)
+    elif where == "gate-instance":
+        gate = SearchGateDecision(**{**make_gate(), "residual_ids": nested(depth, "r")})
+    elif where == "tuple":
+        value: Any = "r"
+        for _ in range(depth):
+            value = (value,)
+        gate = make_gate(residual_ids=value)
+    else:
+        gate = make_gate(**{where: nested(depth)})
+    decision = decide(gate)
+    assert decision.reason_code == MALFORMED
+    assert decision.gate_decision_id == ""
+    assert "more than 32 levels deep" in decision.explanation
+    assert_consistent(decision)
+
+
+def test_nesting_wins_over_other_defects() -> None:
+    """A gate that is deep and wrong in other ways too copies nothing, as if depth were checked first."""
+    decision = decide({"decision_id": "gate-0001", "status": 5, "x": [nested(40)]})
+    assert (decision.gate_decision_id, decision.reason_code) == ("", MALFORMED)
+    assert "more than 32 levels deep" in decision.explanation
+
+
+def test_self_containing_mapping_is_too_deep() -> None:
+    """A mapping that contains itself nests without end: malformed by rule 3.1.8, decided at once."""
+    gate: dict[str, Any] = make_gate()
+    gate["note"] = gate
+    decision = decide(gate)
+    assert (decision.gate_decision_id, decision.reason_code) == ("", MALFORMED)
+
+
+def test_shared_parts_are_measured_once_per_level() -> None:
+    """A value 31 levels deep whose every level holds the level below twice (2**31 paths) is measured quickly."""
+    value: Any = 1
+    for _ in range(30):
+        value = [value, value]
+    assert not nests_too_deep(make_gate(note=value))
+    assert nests_too_deep(make_gate(note=[value, [value]]))
+    assert decide(make_gate(note=value)).gate_decision_id == "gate-0001"
+
+
+class MappingStr(str):
+    """A str that is also a mapping, whose one value nests 40 levels: a leaf that still nests (rule 3.1.8)."""
+
+    def values(self) -> Any:
+        """One deeply nested value."""
+        return [nested(40)]
+
+
+Mapping.register(MappingStr)
+
+
+def test_a_string_that_is_also_a_deep_mapping_is_too_deep() -> None:
+    """Validation accepts a str subclass as text, but one that is also a deep mapping still nests too deeply."""
+    assert isinstance(MappingStr("x"), Mapping)
+    for gate in (make_gate(decision_id=MappingStr("gate-0001")), make_gate(residual_ids=[MappingStr("r")])):
+        decision = decide(gate)
+        assert (decision.gate_decision_id, decision.reason_code) == ("", MALFORMED)
+    span = dict(make_gate()["evidence_spans"][0], text=MappingStr("the courier"))
+    assert decide(make_gate(evidence_spans=[span])).reason_code == MALFORMED

@@ -191,6 +191,112 @@ def test_gates_json_cannot_hold_are_refused(store_target: str, gate: object) -> 
         assert store.count() == 0
 
 
+def deep_text(levels: int, leaf: str = "1", *, spaced: bool = False) -> str:
+    """A gate text (otherwise the example gate) with a value nested `levels` deep in an extra key."""
+    opening, closing = ("[ ", " ]") if spaced else ("[", "]")
+    return json.dumps(make_gate())[:-1] + ', "note": ' + opening * levels + leaf + closing * levels + "}"
+
+
+def nested(levels: int) -> object:
+    """`levels` lists, one inside the other."""
+    value: object = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def test_deep_texts_rerecord_without_recursion(store_target: str) -> None:
+    """A 900-level gate text recorded again (alone, twice in one batch) is one row; the same value written
+    with other spacing is compared as text (rule 3.1.8): a conflict. Never a RecursionError."""
+    text = deep_text(900)
+    with BudgetStore.open(store_target) as store:
+        first = store.record(text)
+        assert first.decision.reason_code == "malformed_gate_decision"
+        assert first.decision.gate_decision_id == ""
+        assert store.record(text).new is False
+        assert store.record_many([text, text]).present == 2
+        with pytest.raises(GateConflict):
+            store.record(deep_text(900, spaced=True))
+        with pytest.raises(GateConflict):
+            store.record_many([deep_text(900, spaced=True), deep_text(900, spaced=True)])
+        assert store.count() == 1
+
+
+def test_deep_python_gate_is_recorded_and_rerecorded(store_target: str) -> None:
+    """A 5,000-deep Python gate is stored as its JSON text (written without recursion), which re-derives it."""
+    gate = make_gate(note=nested(5_000))
+    with BudgetStore.open(store_target) as store:
+        result = store.record(gate)
+        assert result.decision == decide(gate)
+        assert result.decision.gate_decision_id == ""
+        stored = store.get(result.decision.budget_id)
+        assert stored is not None
+        assert stored.gate_input.count("[") == 5_000 + 2
+        assert store.record(gate).new is False
+        assert store.record(stored.gate_input).new is False
+    from compute_budget.auditor.scan import audit
+
+    assert audit(store_target).clean
+
+
+def test_a_gate_that_contains_itself_is_refused(store_target: str) -> None:
+    """A Python gate inside itself has no JSON text: refused with a clear error, not a RecursionError."""
+    gate = make_gate()
+    gate["note"] = [gate]
+    with BudgetStore.open(store_target) as store:
+        with pytest.raises(GateNotSerializable, match="contains itself"):
+            store.record(gate)
+        assert store.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        pytest.param(deep_text(5_000, "1"), deep_text(5_000, "2"), id="different-deep-values"),
+        pytest.param(deep_text(40), deep_text(40, spaced=True), id="deep-written-differently"),
+        pytest.param(
+            json.dumps(make_gate())[:-1] + ', "status": "blocked"}',
+            json.dumps(make_gate())[:-1] + ',  "status": "blocked"}',
+            id="repeated-key-written-differently",
+        ),
+        pytest.param(
+            json.dumps(make_gate())[:-1] + ', "note": ' + "1" * 5_000 + "}",
+            json.dumps(make_gate())[:-1] + ', "note": ' + "2" * 5_000 + "}",
+            id="different-unreadable-integers",
+        ),
+    ],
+)
+def test_texts_without_a_json_value_are_the_same_gate_only_as_the_same_text(
+    store_target: str, first: str, second: str
+) -> None:
+    """A repeated key, nesting deeper than 32 or an unreadable integer: equal only to the byte-identical text.
+
+    Each pair shares one budget_id (nothing hashed differs), so the second is a conflict, not a silent no-op.
+    """
+    from compute_budget import decide_json
+
+    assert decide_json(first).budget_id == decide_json(second).budget_id
+    with BudgetStore.open(store_target) as store:
+        store.record(first)
+        assert store.record(first).new is False
+        with pytest.raises(GateConflict):
+            store.record(second)
+        assert store.count() == 1
+
+
+def test_json_equal_and_differing_keys_never_recurse() -> None:
+    """Comparing gates is iterative: 100,000-level values compare without recursion, typed as before."""
+    from compute_budget.core.prepare import differing_keys, json_equal, prepare_gate
+
+    assert json_equal(nested(100_000), nested(100_000))
+    assert not json_equal(nested(100_000), nested(99_999))
+    assert not json_equal([1, {"a": True}], [1, {"a": 1}])
+    assert not json_equal({"a": 1}, {"b": 1})
+    assert json_equal({"a": [1.5, None, "x"]}, {"a": [1.5, None, "x"]})
+    assert differing_keys(deep_text(5_000), prepare_gate(deep_text(5_000, "2"))) == ()
+    assert differing_keys(json.dumps(make_gate()), prepare_gate(make_gate(status="blocked"))) == ("status",)
+
+
 def test_iteration_filters_and_limits(store_target: str) -> None:
     """iter_decisions keeps seq order, filters by status, and --limit keeps the newest."""
     with BudgetStore.open(store_target) as store:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import rfc8785
 
-from compute_budget import ComputeBudgetDecision, compute_budget_id, decide_json
+from compute_budget import ComputeBudgetDecision, compute_budget_id, decide, decide_json
 from tests.contract import HASHED_FIELDS
 
 VECTORS_FILE = Path(__file__).parent / "vectors" / "decide_v1.json"
@@ -50,7 +50,7 @@ def test_vector_decision_reads_back(vector: dict[str, Any]) -> None:
 def test_vectors_cover_every_row_and_rule() -> None:
     """The vectors cover every row of 3.2, every rule of 3.1, and the Unicode cases the issue names."""
     covers = " ".join(vector["covers"] for vector in VECTORS)
-    for rule in ("3.1.1", "3.1.2", "3.1.3", "3.1.4", "3.1.5", "3.1.6", "3.1.7"):
+    for rule in ("3.1.1", "3.1.2", "3.1.3", "3.1.4", "3.1.5", "3.1.6", "3.1.7", "3.1.8"):
         assert rule in covers, rule
     outcomes = {(vector["decision"]["status"], vector["decision"]["reason_code"]) for vector in VECTORS}
     assert outcomes == {
@@ -98,6 +98,25 @@ def test_same_gate_written_differently_has_one_budget_id(one: str, other: str) -
 def test_different_gates_have_different_budget_ids(one: str, other: str) -> None:
     """Canonically different gates (no Unicode normalisation, span order kept) have different budget_ids."""
     assert by_name(one)["decision"]["budget_id"] != by_name(other)["decision"]["budget_id"]
+
+
+@pytest.mark.parametrize("name", ["rule-3.1.8-nested-32-levels", "rule-3.1.8-nested-33-levels"])
+def test_nested_vectors_decide_alike_as_mappings(name: str) -> None:
+    """Rule 3.1.8 holds for Python values too: the 32- and 33-level vector gates, as parsed mappings (33 levels
+    is well within the parser's reach), decide to exactly the recorded decisions."""
+    mapping = json.loads(by_name(name)["gate"])
+    assert decide(mapping).to_dict() == by_name(name)["decision"]
+
+
+def test_mapping_nested_100000_levels_decides_like_its_vector() -> None:
+    """A mapping nested 100,000 levels deep (built in Python: no parser can read the vector text into one)
+    decides, without recursion, to exactly the 100,000-level vector's decision."""
+    vector = by_name("rule-3.1.8-nested-100000-levels")
+    head = json.loads(vector["gate"][: vector["gate"].index(', "note"')] + "}")
+    note: Any = 1
+    for _ in range(100_000 - 1):
+        note = [note]
+    assert decide({**head, "note": note}).to_dict() == vector["decision"]
 
 
 def test_cli_decides_every_vector(tmp_path: Path, run_cli: Any) -> None:

@@ -59,7 +59,8 @@ def text(value: Any, *, ascii_only: bool = False) -> str:
 
 
 def spliced(name: str, placeholder_field: str, raw_json: str, **changes: Any) -> str:
-    """Gate text whose `placeholder_field` holds `raw_json` verbatim (escapes, -0, 5.0 ... exactly as written)."""
+    """Gate text whose `placeholder_field` holds `raw_json` verbatim (escapes, -0, 5.0 ... exactly as written);
+    a field the gate does not have is added (an extra key, 3.1.1)."""
     return text(gate(name, **{placeholder_field: "@@RAW@@"}, **changes)).replace('"@@RAW@@"', raw_json, 1)
 
 
@@ -197,7 +198,8 @@ def vectors() -> list[tuple[str, str, str]]:
     v.append(("rule-3.1.7-duplicate-same-value", "3.1.7 duplicate top-level key with the same value",
               base.replace('"status": "eligible"', '"status": "eligible", "status": "eligible"', 1)))
     name = "rule-3.1.7-duplicate-decision_id"
-    v.append((name, "3.1.7 duplicate decision_id with different values (the last one is copied)",
+    v.append((name, "3.1.7 duplicate decision_id with different values (spec 3.2 revision 2: a key repeated in "
+              "the top-level object is copied as empty, neither its first nor its last value)",
               text(gate(name)).replace('"decision_id": ', f'"decision_id": "v:{name}:first", "decision_id": ', 1)))
     name = "rule-3.1.7-duplicate-in-span"
     v.append((name, "3.1.7 duplicate key inside a span",
@@ -205,6 +207,33 @@ def vectors() -> list[tuple[str, str, str]]:
     name = "rule-3.1.7-duplicate-in-extra-value"
     v.append((name, "3.1.7 duplicate key nested in a non-gate value (also 3.1.1 extra key)",
               text(gate(name, note={"k": 1})).replace('"k": 1', '"k": 1, "k": 2', 1)))
+
+    # Spec 3.2 revision 2: a key repeated in the top-level object copies as "", one repeated elsewhere does not.
+    name = "rev2-3.2-repeated-decision_id-same-value"
+    v.append((name, "3.2 revision 2: a top-level decision_id repeated with the same value is still copied as empty",
+              text(gate(name)).replace('"decision_id": ', f'"decision_id": "v:{name}", "decision_id": ', 1)))
+    name = "rev2-3.2-repeated-input_digest"
+    v.append((name, "3.2 revision 2: a repeated top-level input_digest is copied as empty, the other ids as usual",
+              text(gate(name)).replace('"input_digest": ', '"input_digest": "sha256:first", "input_digest": ', 1)))
+    name = "rev2-3.2-decision_id-repeated-inside-a-span"
+    v.append((name, "3.2 revision 2: decision_id repeated inside a span (3.1.7) but once at the top level: copied",
+              text(gate(name)).replace('"start": 0', '"decision_id": "a", "decision_id": "b", "start": 0', 1)))
+
+    # Spec 3.1.8 (revision 2): arrays and objects nest at most 32 levels, the gate itself being level 1.
+    def nested_note(name: str, levels: int, inner: str = "1") -> str:
+        return spliced(name, "note", "[" * (levels - 1) + inner + "]" * (levels - 1))
+
+    v.append(("rule-3.1.8-nested-32-levels", "3.1.8 boundary: nested exactly 32 levels deep (malformed only by its "
+              "extra key, 3.1.1: ids copied)", nested_note("rule-3.1.8-nested-32-levels", 32)))
+    v.append(("rule-3.1.8-nested-33-levels", "3.1.8 nested 33 levels deep: malformed, nothing copied",
+              nested_note("rule-3.1.8-nested-33-levels", 33)))
+    v.append(("rule-3.1.8-nested-33-levels-not-json-inside", "3.1.8 nested 33 levels deep and not JSON inside: "
+              "the depth decides first, malformed, nothing copied",
+              nested_note("rule-3.1.8-nested-33-levels-not-json-inside", 33, "nope, ,")))
+    v.append(("rule-3.1.8-nested-100000-levels", "3.1.8 nested 100,000 levels deep: decided without recursion, "
+              "malformed, nothing copied", nested_note("rule-3.1.8-nested-100000-levels", 100_000)))
+    add("rule-3.1.8-brackets-in-strings", "3.1.8 brackets inside strings (escaped quotes too) do not nest: "
+        "well-formed", decision_id='v:[{"' + "[" * 40 + "{" * 40, evidence_spans=[dict(SPAN_A, text="]" * 50)])
 
     # Copy rule for malformed gates with valid non-ASCII identifying strings.
     add("copy-unicode-ids-of-malformed", "3.2 copy rule: valid non-ASCII strings of a malformed gate are copied",

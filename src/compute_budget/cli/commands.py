@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import click
 
@@ -19,7 +19,7 @@ from compute_budget.cli.io import check_writable, open_input, write_atomically
 from compute_budget.cli.progress import audit_progress, progress_bar
 from compute_budget.core.gate import is_valid_text
 from compute_budget.core.lines import BadLine, GateLine, read_gates
-from compute_budget.core.policy import V1
+from compute_budget.core.parse import decide_parsed
 from compute_budget.core.types import ComputeBudgetStatus
 from compute_budget.errors import InputUnreadable, StoreDamaged, clip
 
@@ -38,23 +38,51 @@ def cli(ctx: click.Context, debug: bool) -> None:
 def decide_command(input_path: str) -> None:
     """Print one decision (a JSON line) per gate of INPUT (JSON Lines; '-' or nothing is stdin).
 
-    A line that is not JSON is reported on stderr with its number; the other gates are still decided and the
-    exit status is 2.
+    A line that is not JSON is reported on stderr with its number (the first 20, then how many more); the
+    other gates are still decided and the exit status is 2.
     """
-    bad_lines = 0
     out = sys.stdout.buffer
-    with open_input(input_path) as stream:
+
+    def decided_reporting_bad_lines(stream: Iterable[bytes]) -> Iterator[str]:
         for item in read_gates(stream):
             if isinstance(item, BadLine):
-                bad_lines += 1
                 out.flush()  # keep stdout and stderr in input order when both go to one terminal
-                say(f"{_where(input_path)} line {item.line}: {item.message}")
+                yield f"{_where(input_path)} line {item.line}: {item.message}"
                 continue
-            decision = V1.decide(item.parsed.value, defect=item.parsed.defect)
+            decision = decide_parsed(item.parsed)
             out.write(_json_bytes(decision.to_dict()))
+
+    with open_input(input_path) as stream:
+        bad_lines = report_capped(decided_reporting_bad_lines(stream), about=f"{_where(input_path)}: ")
     out.flush()
     if bad_lines:
         click.get_current_context().exit(2)
+
+
+MAX_REPORTED_LINES = 20
+
+
+def report_capped(
+    messages: Iterable[str],
+    *,
+    about: str = "",
+    one: str = "line that is not JSON",
+    many: str = "lines that are not JSON",
+    limit: int = MAX_REPORTED_LINES,
+) -> int:
+    """Say the first `limit` messages on stderr, then one line counting the rest; return how many there were.
+
+    `messages` is consumed as it comes, so each is said in its place among other output. The count line reads
+    "{about}… and N more {one or many}".
+    """
+    count = 0
+    for count, message in enumerate(messages, start=1):
+        if count <= limit:
+            say(message)
+    if count > limit:
+        unsaid = count - limit
+        say(f"{about}… and {unsaid} more {one if unsaid == 1 else many}")
+    return count
 
 
 db_option = click.option(

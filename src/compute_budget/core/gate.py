@@ -91,6 +91,8 @@ class SearchGateDecision:
 
 
 MAX_SAFE_INTEGER = 2**53 - 1
+MAX_NESTING = 32  # rule 3.1.8: arrays and objects nest at most this deep, the gate itself being level 1
+NESTING_DEFECT = f"its arrays and objects nest more than {MAX_NESTING} levels deep"
 _STATUS_BY_VALUE: dict[str, SearchGateStatus] = {status.value: status for status in SearchGateStatus}
 _REQUIRED_TEXT = ("decision_id", "policy_version", "input_digest", "reason_code")
 
@@ -112,10 +114,23 @@ def _text(value: object, where: str) -> str:
     if type(value) is not str:
         if not isinstance(value, str):
             raise MalformedGate(_string_rule(where), f"{where} must be a string")
+        _check_nested_leaf(value, where)
         value = str.__str__(value)  # a str subclass (a StrEnum member, say) counts as its plain text
     if not value.isascii() and not is_valid_text(value):
         raise MalformedGate("3.1.6", f"{where} holds a lone surrogate code point (not valid Unicode text)")
     return value
+
+
+def _check_nested_leaf(value: object, where: str) -> None:
+    """A str or int that is also a mapping still nests like one (rule 3.1.8).
+
+    Only such values can make a gate that validation accepts nest deeper than 3 levels (gate, array, span,
+    value), so `decide` measures whole gates only when validation rejects them.
+    """
+    if isinstance(value, Mapping):
+        level = 4 if where.startswith("evidence_spans") else 3 if where.startswith("residual_ids") else 2
+        if nests_too_deep(value, MAX_NESTING - level + 1):
+            raise MalformedGate("3.1.8", NESTING_DEFECT)
 
 
 def _string_rule(where: str) -> str:
@@ -129,6 +144,7 @@ def _integer(value: object, where: str) -> int:
     if type(value) is not int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise MalformedGate("3.1.5", f"{where} must be an integer, not {type(value).__name__}")
+        _check_nested_leaf(value, where)
         value = int(value)
     if not 0 <= value <= MAX_SAFE_INTEGER:
         raise MalformedGate("3.1.5", f"{where} must be between 0 and 2**53 - 1")
@@ -139,6 +155,54 @@ def _sequence(value: object, where: str, rule: str) -> list[Any] | tuple[Any, ..
     if isinstance(value, list | tuple):
         return value
     raise MalformedGate(rule, f"{where} must be an array, not {type(value).__name__}")
+
+
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+_GATE_FIELDS = tuple(SearchGateDecision.__slots__)
+_SPAN_FIELDS = tuple(SourceSpan.__slots__)
+
+
+def nests_too_deep(gate: object, limit: int = MAX_NESTING) -> bool:
+    """True when lists, tuples and mappings nest deeper than `limit` in `gate` (rule 3.1.8), the gate itself
+    (a mapping or a `SearchGateDecision`) being level 1.
+
+    Breadth first, one level at a time and without recursion, so a 100,000-deep value (or one that contains
+    itself) costs `limit` levels of work, never a RecursionError. Each level keeps a container once however
+    often it is shared, so values built of shared parts cost no more than their distinct parts. A mapping whose
+    values cannot be read counts as a level but hides nothing: validation reports it.
+    """
+    level: list[Any] = [gate]
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        below: list[Any] = []
+        for node in level:
+            kind = type(node)
+            if kind is dict:
+                below.extend([child for child in node.values() if type(child) not in _LEAVES])
+            elif kind is list or kind is tuple:
+                below.extend([child for child in node if type(child) not in _LEAVES])
+            elif isinstance(node, Mapping | list | tuple | SearchGateDecision | SourceSpan):
+                try:
+                    below.extend([child for child in _children(node) if type(child) not in _LEAVES])
+                except Exception:  # a hostile object: unreadable, so nothing below it is counted
+                    continue
+        if len(below) > 8:
+            below = list({id(node): node for node in below}.values())
+        level = below
+    return False
+
+
+def _children(node: Any) -> list[Any]:
+    if isinstance(node, SearchGateDecision):
+        return [getattr(node, name) for name in _GATE_FIELDS]
+    if isinstance(node, SourceSpan):
+        return [getattr(node, name) for name in _SPAN_FIELDS]
+    if isinstance(node, Mapping):
+        return list(node.values())
+    return list(node)
 
 
 def validate_span(value: object, position: int) -> SourceSpan:
@@ -266,6 +330,8 @@ def check_gate(gate: object) -> CheckedGate:
         named = zip(_REQUIRED_TEXT, (decision_id, policy_version, input_digest, reason_code), strict=True)
         raise MalformedGate("3.1.2", f"{', '.join(name for name, text in named if not text)} must not be empty")
     gate_status = _STATUS_BY_VALUE.get(status) if isinstance(status, str) else None
+    if gate_status is not None and type(status) is not str and type(status) is not SearchGateStatus:
+        _check_nested_leaf(status, "status")
     if gate_status is None:
         raise MalformedGate("3.1.3", f"status {status!r} is not one of eligible, ineligible, blocked, unassessable")
     if type(residual_ids) is not tuple:

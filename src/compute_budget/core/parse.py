@@ -1,27 +1,42 @@
-"""The strict reader for gate text (spec 3.1.7): RFC 8259 JSON, and no object with a duplicate key.
+"""The strict reader for gate text (spec 3.1.7, 3.1.8): RFC 8259 JSON, no object with a duplicate key, and
+arrays and objects nested at most 32 levels deep.
 
 Text that is not JSON at all raises `InputNotJson` (an input error). JSON that is not a well-formed gate,
-including JSON with a duplicate key, still yields a decision: a malformed, fail-closed one.
+including JSON with a duplicate key or nested too deeply, still yields a decision: a malformed, fail-closed one.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from itertools import accumulate
 from typing import Any, NamedTuple, NoReturn
 
 import orjson
 
+from compute_budget.core.gate import MAX_NESTING, NESTING_DEFECT
 from compute_budget.core.policy import V1, BudgetPolicy
 from compute_budget.core.types import ComputeBudgetDecision
 from compute_budget.errors import InputNotJson
 
 
 class ParsedGate(NamedTuple):
-    """Parsed gate text: the JSON value, and why the text itself breaks rule 3.1.7 (None when it does not)."""
+    """Parsed gate text: the JSON value, and why the text itself breaks rule 3.1.7 or 3.1.8 (None when it does
+    not). `repeated` holds the keys its top-level object repeats, which copy as "" (spec 3.2); a text nested
+    more than 32 levels deep is not parsed at all (its value is None)."""
 
     value: Any
     defect: str | None
+    repeated: frozenset[str] = frozenset()
+    rule: str = "3.1.7"
+
+    @property
+    def too_deep(self) -> bool:
+        """True for a text that nests arrays and objects more than 32 levels deep (rule 3.1.8)."""
+        return self.rule == "3.1.8"
+
+
+TOO_DEEP = ParsedGate(None, NESTING_DEFECT, frozenset(), "3.1.8")
 
 
 class _HugeInteger:
@@ -54,26 +69,109 @@ def parse_gate_json(text: str | bytes | bytearray) -> ParsedGate:
             text = bytes(text).decode("utf-8")
         except UnicodeDecodeError as error:
             raise InputNotJson(f"not valid UTF-8 (byte {error.start})") from None
+    if text.count("[") + text.count("{") > MAX_NESTING:  # else it cannot nest deeper: no scan needed
+        depth, closed = nesting_depth(text)
+        if depth > MAX_NESTING:
+            if not closed:
+                raise InputNotJson("not JSON: the value is never closed", incomplete=True)
+            return TOO_DEEP
     fast = _parse_fast(text)
     if fast is not None:
         return fast
     return _parse_exact(text)
 
 
+def decide_parsed(parsed: ParsedGate, policy: BudgetPolicy = V1) -> ComputeBudgetDecision:
+    """Decide a parsed gate text: its defect, its repeated top-level keys and its measured nesting included."""
+    return policy.decide(
+        parsed.value,
+        defect=parsed.defect,
+        defect_rule=parsed.rule,
+        repeated_keys=parsed.repeated,
+        nesting_checked=True,
+    )
+
+
+# Inside a string a quote or a backslash ends a run of plain characters; a string that breaks off ends at the
+# line's end (JSON strings hold no raw line break) or at the text's end. Everything else but brackets is dropped.
+_NOT_A_BRACKET = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"?|[^\[\]{}"]+')
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}.__getitem__
+_CHUNK = 1 << 16
+
+
+def nesting_depth(text: str) -> tuple[int, bool]:
+    """How deep the text's first value nests arrays and objects (rule 3.1.8), and whether it closes.
+
+    Brackets inside strings do not count. Linear and without recursion: strings and everything but brackets
+    are dropped by one regular expression, then the brackets' running depth is summed a chunk at a time. A text
+    that does not start with `[` or `{` nests 0 levels (a parser stops at its first character). The value
+    closes where the depth first returns to 0; what follows it does not count.
+    """
+    if text.lstrip(" \t\r\n")[:1] not in ("[", "{"):
+        return 0, True
+    brackets = _NOT_A_BRACKET.sub("", text)
+    deepest = carry = 0
+    for start in range(0, len(brackets), _CHUNK):
+        depths = list(accumulate(map(_STEP, brackets[start : start + _CHUNK]), initial=carry))
+        try:
+            end = depths.index(0, 1)  # steps of one from a positive depth: the first return to 0 closes it
+        except ValueError:
+            deepest = max(deepest, max(depths))
+            carry = depths[-1]
+            continue
+        return max(deepest, max(depths[: end + 1])), True
+    return deepest, False
+
+
+NO_BRACKET = 1 << 62  # `bracket_profile`'s lowest depth for a line without brackets: it closes nothing
+
+
+def bracket_profile(line: str) -> tuple[int, int, int]:
+    """One line's brackets: (net change of depth, lowest depth right after any bracket or NO_BRACKET, highest
+    depth reached, at least 0), depths relative to the line's start.
+
+    The same reading as `nesting_depth` (a string never runs past the line's end), one line at a time: a value
+    opened at depth d closes on the first later line whose depth at its start plus its lowest depth is <= d.
+    """
+    brackets = _NOT_A_BRACKET.sub("", line)
+    if not brackets:
+        return 0, NO_BRACKET, 0
+    lowest, highest = NO_BRACKET, 0
+    carry = 0
+    for start in range(0, len(brackets), _CHUNK):
+        depths = list(accumulate(map(_STEP, brackets[start : start + _CHUNK]), initial=carry))
+        lowest = min(lowest, min(depths[1:]))
+        highest = max(highest, max(depths))
+        carry = depths[-1]
+    return carry, lowest, highest
+
+
 def _parse_exact(text: str) -> ParsedGate:
     """The reference reader: the standard library's parser, watching every object for a repeated key."""
     duplicates: list[str] = []
+    last: list[Any] = [None, frozenset()]  # the object built last (the top level, if any) and its repeated keys
 
     def unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         obj = dict(pairs)
-        if len(obj) != len(pairs) and not duplicates:
+        repeated: frozenset[str] = frozenset()
+        if len(obj) != len(pairs):
             seen: set[str] = set()
+            again: set[str] = set()
             for key, _ in pairs:
                 if key in seen:
-                    duplicates.append(key)
-                    break
+                    if not duplicates:
+                        duplicates.append(key)
+                    again.add(key)
                 seen.add(key)
+            repeated = frozenset(again)
+        last[0], last[1] = obj, repeated
         return obj
+
+    def result(value: Any, defect: str | None) -> ParsedGate:
+        if duplicates and defect is None:
+            defect = f"duplicate key {duplicates[0]!r} in a JSON object"
+        repeated = last[1] if value is last[0] else frozenset()  # the hook builds the top-level object last
+        return ParsedGate(value, defect, repeated)
 
     try:
         value = json.loads(text, object_pairs_hook=unique_pairs, parse_constant=_reject_constant)
@@ -87,19 +185,13 @@ def _parse_exact(text: str) -> ParsedGate:
             line=error.lineno,
             column=error.colno,
         ) from None
-    except RecursionError:
-        if text.rstrip(" \t\r\n")[-1:] not in ("]", "}"):  # a value this deep that never closes is not JSON
-            raise InputNotJson("not JSON: the value is never closed", incomplete=True) from None
-        return ParsedGate(None, "the JSON is nested too deeply to be a gate")
     except ValueError:  # an integer literal past Python's digit limit: valid JSON, never a valid gate field
         duplicates.clear()
         value = json.loads(
             text, object_pairs_hook=unique_pairs, parse_constant=_reject_constant, parse_int=_parse_integer
         )
-        return ParsedGate(value, "an integer has too many digits to be read")
-    if duplicates:
-        return ParsedGate(value, f"duplicate key {duplicates[0]!r} in a JSON object")
-    return ParsedGate(value, None)
+        return result(value, "an integer has too many digits to be read")
+    return result(value, None)
 
 
 # A closing quote followed by a colon: every object member ends its key this way (a key's closing quote is
@@ -149,5 +241,4 @@ def _members_at_most(value: Any) -> int:
 
 def decide_json(text: str | bytes | bytearray, policy: BudgetPolicy = V1) -> ComputeBudgetDecision:
     """Decide gate text; raises `InputNotJson` only when the text is not JSON at all."""
-    parsed = parse_gate_json(text)
-    return policy.decide(parsed.value, defect=parsed.defect)
+    return decide_parsed(parse_gate_json(text), policy)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from compute_budget.core.canonical import canonical_sha256
-from compute_budget.core.gate import CheckedGate, check_gate, is_valid_text
+from compute_budget.core.gate import NESTING_DEFECT, CheckedGate, check_gate, is_valid_text, nests_too_deep
 from compute_budget.core.hashing import hashed_payload
 from compute_budget.core.types import (
     DECISION_FIELDS,
@@ -47,17 +47,51 @@ class BudgetPolicy:
     version: str
     table: Mapping[str, Limits]
 
-    def decide(self, gate: object, *, defect: str | None = None) -> ComputeBudgetDecision:
-        """Map any gate to a decision; never raises. `defect` marks gate text that broke rule 3.1.7."""
+    def decide(
+        self,
+        gate: object,
+        *,
+        defect: str | None = None,
+        defect_rule: str = "3.1.7",
+        repeated_keys: Collection[str] = (),
+        nesting_checked: bool = False,
+    ) -> ComputeBudgetDecision:
+        """Map any gate to a decision; never raises.
+
+        For a gate that came as text: `defect` says how the text broke rule `defect_rule` (3.1.7 or 3.1.8),
+        `repeated_keys` are the keys its top-level object repeated (copied as "", spec 3.2), and
+        `nesting_checked` says the text's nesting was already measured (rule 3.1.8), so the value need not be.
+        """
         try:
             if defect is not None:
-                raise MalformedGate("3.1.7", defect)
+                raise MalformedGate(defect_rule, defect)
             valid = check_gate(gate)
-        except MalformedGate as error:
-            return self._malformed(gate, error.message)
         except Exception as error:  # a hostile mapping can raise anything: still a malformed gate, never a crash
-            return self._malformed(gate, f"the gate could not be read ({type(error).__name__})")
+            return self._rejected(gate, error, repeated_keys, nesting_checked=nesting_checked)
         return self._evaluate(valid)
+
+    def _rejected(
+        self, gate: object, error: Exception, repeated_keys: Collection[str], *, nesting_checked: bool
+    ) -> ComputeBudgetDecision:
+        """The decision for a gate that validation (or its text) rejected.
+
+        Rule 3.1.8 comes first: a gate nested more than 32 levels deep copies nothing, whatever else is wrong
+        with it. Only rejected gates need measuring: a gate validation accepts nests at most 3 levels (a str or
+        int that is also a mapping is measured where validation meets it), so the decision is the one a check
+        before validation would give, at no cost to well-formed gates.
+        """
+        if isinstance(error, MalformedGate) and error.rule == "3.1.8":
+            return self._malformed(gate, error.message, copy=False)
+        if not nesting_checked:
+            try:
+                too_deep = nests_too_deep(gate)
+            except Exception:  # unreadable all the way down: validation's own reason stands
+                too_deep = False
+            if too_deep:
+                return self._malformed(gate, NESTING_DEFECT, copy=False)
+        if isinstance(error, MalformedGate):
+            return self._malformed(gate, error.message, repeated_keys)
+        return self._malformed(gate, f"the gate could not be read ({type(error).__name__})", repeated_keys)
 
     def _evaluate(self, gate: CheckedGate) -> ComputeBudgetDecision:
         status = gate.status
@@ -100,11 +134,19 @@ class BudgetPolicy:
             _allowed_explanation(self.version, gate.reason_code, limits),
         )
 
-    def _malformed(self, gate: object, why: str) -> ComputeBudgetDecision:
+    def _malformed(
+        self, gate: object, why: str, repeated_keys: Collection[str] = (), *, copy: bool = True
+    ) -> ComputeBudgetDecision:
+        """A malformed gate's decision: valid identifying strings copied (spec 3.2), except keys the top-level
+        object repeated, and nothing at all from a gate nested too deeply (rule 3.1.8)."""
+
+        def copied(key: str) -> str:
+            return _copied(gate, key) if copy and key not in repeated_keys else ""
+
         return self._build(
-            _copied(gate, "decision_id"),
-            _copied(gate, "policy_version"),
-            _copied(gate, "input_digest"),
+            copied("decision_id"),
+            copied("policy_version"),
+            copied("input_digest"),
             ComputeBudgetStatus.BUDGET_UNASSESSABLE,
             MALFORMED_GATE_DECISION,
             NO_LIMITS,

@@ -13,7 +13,7 @@ from typing import Any
 
 from compute_budget.core.chain import GENESIS_CHAIN_HASH, chain_hash
 from compute_budget.core.hashing import compute_budget_id, spans_json
-from compute_budget.core.parse import parse_gate_json
+from compute_budget.core.parse import ParsedGate, decide_parsed, parse_gate_json
 from compute_budget.core.policy import POLICIES
 from compute_budget.core.row import ROW_COLUMNS, stored_from_row
 from compute_budget.core.types import REDERIVED_FIELDS, ComputeBudgetDecision
@@ -110,7 +110,7 @@ def check_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result: Rang
     except InputNotJson as error:
         findings.append(Finding(FindingKind.MALFORMED_ROW, budget_id, seq, f"gate_input is {error}"))
         return seq, stored_chain
-    derived = policy.decide(parsed.value, defect=parsed.defect)
+    derived = decide_parsed(parsed, policy)
     same = (
         derived.policy_version,
         derived.gate_decision_id,
@@ -134,7 +134,7 @@ def check_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result: Rang
                 )
             )
         return seq, stored_chain
-    findings.extend(_rederive_findings(row, derived))
+    findings.extend(_rederive_findings(row, derived, parsed))
     return seq, stored_chain
 
 
@@ -169,7 +169,7 @@ def _unreadable_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result
     return next_seq, stored_chain if isinstance(stored_chain, str) else prev_chain
 
 
-def _rederive_findings(row: tuple[Any, ...], derived: ComputeBudgetDecision) -> list[Finding]:
+def _rederive_findings(row: tuple[Any, ...], derived: ComputeBudgetDecision, parsed: ParsedGate) -> list[Finding]:
     """Field-by-field differences between a stored row and its re-derived decision, and its hash check."""
     seq, budget_id = row[0], row[1]
     stored = dict(zip(ROW_COLUMNS, row, strict=True))
@@ -183,7 +183,8 @@ def _rederive_findings(row: tuple[Any, ...], derived: ComputeBudgetDecision) -> 
         differences.append(
             f"evidence_spans stored {clip(stored['evidence_spans'], 120)}, policy gives {clip(derived_spans, 120)}"
         )
-    findings = [Finding(FindingKind.REDERIVE_MISMATCH, budget_id, seq, "; ".join(differences))]
+    detail = "; ".join(differences) + _revision_2_note(parsed)
+    findings = [Finding(FindingKind.REDERIVE_MISMATCH, budget_id, seq, detail)]
     recomputed = _recompute_budget_id(row)
     if isinstance(recomputed, MalformedDecision):
         findings.append(
@@ -199,6 +200,26 @@ def _rederive_findings(row: tuple[Any, ...], derived: ComputeBudgetDecision) -> 
             )
         )
     return findings
+
+
+_COPIED_KEYS = frozenset({"decision_id", "policy_version", "input_digest"})
+
+
+def _revision_2_note(parsed: ParsedGate) -> str:
+    """Why a row stored before spec revision 2 may no longer re-derive: its gate is one revision 2 decides
+    differently (a repeated top-level key that is copied, or nesting deeper than 32 levels); else ""."""
+    if parsed.too_deep:
+        return (
+            " (spec revision 2: a gate nested more than 32 levels deep is now malformed and copies nothing; "
+            "a row stored before it may hold the copied fields)"
+        )
+    repeated = sorted(_COPIED_KEYS & parsed.repeated)
+    if repeated:
+        return (
+            f' (spec revision 2: a key repeated in the gate\'s top-level object now copies as "": '
+            f"{', '.join(repeated)}; a row stored before it may hold one of its values)"
+        )
+    return ""
 
 
 def _wrong_types(row: tuple[Any, ...]) -> str:

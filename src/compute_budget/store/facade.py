@@ -672,6 +672,15 @@ def _require_head(location: Location, state: SchemaState, revision: str | None) 
 def _require_guard(connection: Connection, location: Location) -> None:
     """Writers append only under the guard this release created: a missing, disabled or altered trigger, or
     one added by hand on a guarded table, stops the append (inside its transaction, so nothing is written)."""
+    if connection.dialect.name == "postgresql" and not connection.exec_driver_sql(
+        "SELECT has_table_privilege(current_user, %s, 'INSERT')", (TABLE_NAME,)
+    ).scalar():
+        # Asked before inserting: a refused INSERT inside psycopg's pipeline would also log driver noise.
+        role = connection.exec_driver_sql("SELECT current_user").scalar()
+        raise StoreUnavailable(
+            f"role {role!r} may not do this on {location.display} (permission denied; a read-only role can audit, "
+            "list and show, but only a role allowed to insert can record, and only the owner can migrate)"
+        )
     problems = schema_problems(connection)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
