@@ -21,6 +21,10 @@ class AuditError(ComputeBudgetError):
     """An audit, a checkpoint or a copy cannot be carried out as asked."""
 
 
+class ArgumentTypeError(InputError, TypeError):
+    """An argument of a type the function cannot take (a programming error, still under the one root)."""
+
+
 class MalformedGate(InputError, ValueError):
     """A gate breaks a well-formedness rule of spec section 3.1; `rule` names it (for example ``"3.1.5"``)."""
 

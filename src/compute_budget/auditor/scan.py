@@ -21,7 +21,7 @@ from compute_budget.auditor.report import AuditReport, utc_now
 from compute_budget.core.chain import GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.checkpoint import Checkpoint
 from compute_budget.core.verify import Finding, FindingKind, RangeResult, check_row
-from compute_budget.errors import CheckpointError, NoHistory
+from compute_budget.errors import ArgumentTypeError, CheckpointError, NoHistory
 from compute_budget.store import BudgetStore
 from compute_budget.store.facade import Snapshot
 
@@ -289,6 +289,10 @@ def as_checkpoint(value: Checkpoint | ChainHead | Mapping[str, Any] | str | os.P
         return Checkpoint.from_head(value)
     if isinstance(value, Mapping):
         return Checkpoint.from_json(json.dumps(dict(value)))
+    if not isinstance(value, str | os.PathLike):
+        raise ArgumentTypeError(
+            f"a checkpoint is a Checkpoint, a chain head, a mapping, JSON text or a path, not {type(value).__name__}"
+        )
     text = os.fspath(value)
     if text.lstrip().startswith("{"):
         return Checkpoint.from_json(text)

@@ -6,7 +6,7 @@ from compute_budget.core.hashing import compute_budget_id
 from compute_budget.core.parse import decide_json
 from compute_budget.core.policy import POLICIES
 from compute_budget.core.types import REDERIVED_FIELDS, ComputeBudgetDecision, ComputeBudgetStatus
-from compute_budget.errors import BudgetRefused, InputNotJson, RefusalReason
+from compute_budget.errors import ArgumentTypeError, BudgetRefused, InputNotJson, RefusalReason
 
 # Every field but the two never hashed nor compared on re-derivation.
 
@@ -18,6 +18,8 @@ def admit(decision: ComputeBudgetDecision, *, gate: object = None) -> None:
     `gate` is given) re-derivation. A version is checked first because nothing else of a decision can be read
     without its policy; status and limits come before the hash so the plainest reason is the one reported.
     """
+    if not isinstance(decision, ComputeBudgetDecision):
+        raise ArgumentTypeError(f"admit takes a ComputeBudgetDecision, not {type(decision).__name__}")
     policy = POLICIES.get(decision.policy_version) if isinstance(decision.policy_version, str) else None
     if policy is None:
         raise BudgetRefused(

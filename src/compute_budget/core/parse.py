@@ -17,7 +17,7 @@ import orjson
 from compute_budget.core.gate import MAX_NESTING, NESTING_DEFECT
 from compute_budget.core.policy import V1, BudgetPolicy
 from compute_budget.core.types import ComputeBudgetDecision
-from compute_budget.errors import InputNotJson
+from compute_budget.errors import ArgumentTypeError, InputNotJson
 
 
 class ParsedGate(NamedTuple):
@@ -241,4 +241,6 @@ def _members_at_most(value: Any) -> int:
 
 def decide_json(text: str | bytes | bytearray, policy: BudgetPolicy = V1) -> ComputeBudgetDecision:
     """Decide gate text; raises `InputNotJson` only when the text is not JSON at all."""
+    if not isinstance(text, str | bytes | bytearray):
+        raise ArgumentTypeError(f"decide_json takes gate text (str or bytes), not {type(text).__name__}")
     return decide_parsed(parse_gate_json(text), policy)

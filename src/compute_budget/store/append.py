@@ -17,7 +17,7 @@ from typing import Any
 from compute_budget.core.chain import ChainHead, chain_hash
 from compute_budget.core.prepare import PreparedGate, differing_keys, prepare_gate, same_gate
 from compute_budget.core.row import chained_row
-from compute_budget.errors import GateConflict
+from compute_budget.errors import ArgumentTypeError, GateConflict
 
 CHUNK_SIZE = 500  # gates decided, looked up and inserted per round trip
 
@@ -43,7 +43,10 @@ def prepared_chunks(gates: Iterable[object], *, ahead: bool) -> Generator[list[P
     caller inserts this one: SQLite and psycopg release the GIL while the database works, so the two overlap.
     Whatever the helper raises (a bad line, a gate JSON cannot hold) is raised here, in the caller.
     """
-    source = iter(gates)
+    try:
+        source = iter(gates)
+    except TypeError:
+        raise ArgumentTypeError(f"record_many takes an iterable of gates, not {type(gates).__name__}") from None
     if not ahead:
         while chunk := list(itertools.islice(source, CHUNK_SIZE)):
             yield [prepare_gate(gate) for gate in chunk]

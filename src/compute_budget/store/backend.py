@@ -17,7 +17,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 
-from compute_budget.errors import ComputeBudgetError, NotABudgetStore, StoreUnavailable
+from compute_budget.errors import ArgumentTypeError, ComputeBudgetError, NotABudgetStore, StoreUnavailable
 
 ENV_VAR = "COMPUTE_BUDGET_DB"
 DEFAULT_DB_FILE = "compute_budget.db"
@@ -53,6 +53,8 @@ def default_target() -> str:
 
 def locate(target: str | os.PathLike[str] | None) -> Location:
     """Resolve a file path or SQLAlchemy URL (None: the default) into a `Location`."""
+    if target is not None and not isinstance(target, str | os.PathLike):
+        raise ArgumentTypeError(f"a store is a path or a SQLAlchemy URL, not {type(target).__name__}")
     raw = os.fspath(target) if target is not None else default_target()
     if not raw:
         raise StoreUnavailable("the database location is empty: give --db PATH or set COMPUTE_BUDGET_DB")
