@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import functools
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from sqlalchemy import Connection, Engine, inspect
 
 from compute_budget.core.row import ROW_COLUMNS
 from compute_budget.store.table import TABLE_NAME
+from compute_budget.store.text_codec import encode_text
 
 MAX_PAGE_ROWS = 500
 
@@ -136,6 +137,9 @@ class Browsing:
     def _reading(self) -> AbstractContextManager[Connection]:  # pragma: no cover - BudgetStore provides it
         raise NotImplementedError
 
+    def _logical(self, row: Any) -> tuple[Any, ...]:  # pragma: no cover - BudgetStore provides it
+        raise NotImplementedError
+
     @property
     def _browse(self) -> BrowseStatements:
         return browse_statements_for(self._engine.dialect.name)
@@ -146,7 +150,10 @@ class Browsing:
         sql = self._browse
         present = where.present()
         with self._reading() as connection:
-            rows = [tuple(row) for row in connection.exec_driver_sql(sql.page(present, limit + 1), where.values())]
+            rows = [
+                self._logical(row)
+                for row in connection.exec_driver_sql(sql.page(present, limit + 1), self._params(where))
+            ]
             more = len(rows) > limit
             rows = rows[:limit]
             newer_before, newer_first = self._newer(connection, where, rows, limit)
@@ -170,7 +177,7 @@ class Browsing:
         )
         seqs = [
             row[0]
-            for row in connection.exec_driver_sql(self._browse.newer(above.present(), limit + 1), above.values())
+            for row in connection.exec_driver_sql(self._browse.newer(above.present(), limit + 1), self._params(above))
         ]
         if not seqs:
             return None, False
@@ -182,7 +189,13 @@ class Browsing:
         """The stored row with this `budget_id` as raw column values (`ROW_COLUMNS` order), or None."""
         with self._reading() as connection:
             row = connection.exec_driver_sql(self._browse.by_budget_id, (budget_id,)).first()
-        return None if row is None else tuple(row)
+        return None if row is None else self._logical(row)
+
+    def _params(self, where: DecisionFilter) -> tuple[Any, ...]:
+        """The filter values as stored (PostgreSQL keeps a gate id holding NUL encoded, see `text_codec`)."""
+        if where.gate_decision_id is None or self._engine.dialect.name != "postgresql":
+            return where.values()
+        return replace(where, gate_decision_id=encode_text(where.gate_decision_id)).values()
 
     def neighbours(self, seq: int) -> tuple[Link | None, Link | None]:
         """The stored rows just before and just after `seq` (their links, as stored), each or None."""

@@ -48,6 +48,7 @@ from compute_budget.store.migrations import SchemaState, head_revision, schema_s
 from compute_budget.store.schema_check import restore_guard, schema_problems
 from compute_budget.store.statements import Statements, statements_for
 from compute_budget.store.table import TABLE_NAME
+from compute_budget.store.text_codec import decode_row, encode_rows, encode_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +136,7 @@ class BudgetStore(Browsing):
         self.created = created  # this open created the SQLite file (see `discard_if_unused`)
         self._engine = engine
         self._sql = statements_for(engine.dialect.name)
+        self._postgresql = engine.dialect.name == "postgresql"
         self._closed = False
 
     @classmethod
@@ -321,8 +323,11 @@ class BudgetStore(Browsing):
                             with connection.begin_nested():
                                 if insert_if_new is None:
                                     _insert_exactly(connection, insert, plan.rows, self.location)
-                                elif connection.exec_driver_sql(insert_if_new, plan.rows).rowcount != len(plan.rows):
-                                    raise _StoredAlready  # then every row is looked up and inserted exactly
+                                else:
+                                    stored_rows = encode_rows(plan.rows)  # PostgreSQL text holds no NUL
+                                    written = connection.exec_driver_sql(insert_if_new, stored_rows).rowcount
+                                    if written != len(plan.rows):
+                                        raise _StoredAlready  # then every row is looked up and inserted exactly
                         except (IntegrityError, _StoredAlready):
                             optimistic, plan = False, None
                     if plan is None:
@@ -364,7 +369,7 @@ class BudgetStore(Browsing):
         """The stored row with this `budget_id`, or None."""
         with self._reading() as connection:
             row = connection.exec_driver_sql(self._sql.by_budget_id, (budget_id,)).first()
-        return None if row is None else _readable(tuple(row))
+        return None if row is None else _readable(self._logical(row))
 
     def find(self, prefix: str, *, limit: int = 2) -> list[StoredDecision]:
         """Stored rows whose budget_id starts with `prefix` (lowercase hex), at most `limit` of them."""
@@ -376,7 +381,7 @@ class BudgetStore(Browsing):
                 self._sql.by_prefix(limit),
                 (prefix, prefix + "g"),  # "g" sorts after every hex digit: the range is exactly the prefix
             ).fetchall()
-        return [_readable(tuple(row)) for row in rows]
+        return [_readable(self._logical(row)) for row in rows]
 
     def find_ids(self, prefix: str, *, limit: int = 2) -> list[str]:
         """The stored budget_ids that start with `prefix` (lowercase hex), at most `limit`; reads no row, so a
@@ -392,8 +397,9 @@ class BudgetStore(Browsing):
         """The stored decisions of the gate with this `decision_id`, in `seq` order (several when different
         gates shared the id; none when it was never recorded)."""
         with self._reading() as connection:
-            rows = connection.exec_driver_sql(self._sql.by_gate, (decision_id,)).fetchall()
-        return [_readable(tuple(row)) for row in rows]
+            wanted = encode_text(decision_id) if self._postgresql else decision_id
+            rows = connection.exec_driver_sql(self._sql.by_gate, (wanted,)).fetchall()
+        return [_readable(self._logical(row)) for row in rows]
 
     def check(self, budget_id: str) -> RowCheck | None:
         """Check the stored row `budget_id` as the audit does (re-derive it from its gate input, recompute its
@@ -402,7 +408,7 @@ class BudgetStore(Browsing):
             row = connection.exec_driver_sql(self._sql.by_budget_id, (budget_id,)).first()
             if row is None:
                 return None
-            raw = tuple(row)
+            raw = self._logical(row)
             seq = raw[0]
             anchor: tuple[int, str] = (0, GENESIS_CHAIN_HASH)
             if type(seq) is int and seq > 1:
@@ -436,7 +442,9 @@ class BudgetStore(Browsing):
             "status": None if status is None else str(status),
             "reason_code": reason_code,
             "policy_version": policy_version,
-            "gate_decision_id": gate_decision_id,
+            "gate_decision_id": (
+                encode_text(gate_decision_id) if self._postgresql and gate_decision_id is not None else gate_decision_id
+            ),
             "after_seq": after_seq,
             "before_seq": before_seq,
         }
@@ -448,7 +456,7 @@ class BudgetStore(Browsing):
         with self._reading() as connection:
             result = connection.execution_options(stream_results=True, yield_per=1000).exec_driver_sql(query, params)
             for row in result:
-                yield _readable(tuple(row))
+                yield _readable(self._logical(row))
 
     def iter_raw_rows(self) -> Generator[tuple[Any, ...], None, None]:
         """Every stored row as raw column values (`row.ROW_COLUMNS` order), in `seq` order, streamed."""
@@ -462,7 +470,7 @@ class BudgetStore(Browsing):
             )
             for partition in result.partitions():
                 for row in partition:
-                    yield tuple(row)
+                    yield self._logical(row)
 
     def import_history(
         self, rows: Iterable[tuple[Any, ...]], *, on_progress: Callable[[int], None] | None = None
@@ -541,9 +549,13 @@ class BudgetStore(Browsing):
             )
             try:
                 for partition in result.partitions():
-                    yield [tuple(row) for row in partition]
+                    yield [decode_row(row) for row in partition]
             finally:
                 result.close()
+
+    def _logical(self, row: Any) -> tuple[Any, ...]:
+        """A stored row as its logical values (PostgreSQL's encoded copied ids decoded, see `text_codec`)."""
+        return decode_row(row) if self._postgresql else tuple(row)
 
     def _reading(self) -> _Reading:
         self._require_open()
@@ -693,7 +705,8 @@ def _require_guard(connection: Connection, location: Location) -> None:
 def _insert_exactly(connection: Connection, insert: str, rows: list[tuple[Any, ...]], location: Location) -> None:
     """Insert `rows`, and prove the database stored every one: a hand-made trigger that skips rows
     (`RAISE(IGNORE)`, a PostgreSQL trigger returning NULL) must not let a writer report rows it never wrote."""
-    written = connection.exec_driver_sql(insert, rows).rowcount
+    stored = encode_rows(rows) if connection.dialect.name == "postgresql" else rows
+    written = connection.exec_driver_sql(insert, stored).rowcount
     if written != len(rows):
         raise StoreDamaged(
             f"{location.display} stored {written} of the {len(rows)} rows just inserted: something on the table "
