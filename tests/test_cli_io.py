@@ -113,3 +113,52 @@ def test_a_checkpoint_written_by_the_first_release_still_reads(run_cli: Run, rec
     checkpoint = tmp_path / "old.json"
     checkpoint.write_text(text, encoding="utf-8")
     assert run_cli("audit", "--db", str(recorded), "--checkpoint", str(checkpoint))[0] == 0
+
+
+@pytest.mark.slow
+def test_a_slow_producer_on_stdin_does_not_hold_the_append_lock(tmp_path: Path) -> None:
+    """`record` reads a piped INPUT to its end before it takes the append lock: another writer records while
+    the producer is still writing, instead of waiting behind it."""
+    import json
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from compute_budget import BudgetStore
+    from tests.conftest import gate_lines
+
+    db = tmp_path / "store.db"
+    with BudgetStore.open(db) as store:
+        store.record(gate_lines(1, prefix="first")[0])
+    slow = subprocess.Popen(
+        [sys.executable, "-m", "compute_budget", "record", "-", "--db", str(db)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    assert slow.stdin is not None
+    # More than a whole chunk (500 gates), so a writer that did not spool would already hold the lock.
+    slow.stdin.write("".join(line + "\n" for line in gate_lines(700, prefix="slow")).encode())
+    slow.stdin.flush()
+    # Give a writer that did not spool the time to insert its first chunk (its WAL grows) and so hold the lock.
+    wal = db.with_name(db.name + "-wal")
+    size = wal.stat().st_size if wal.exists() else 0
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline and (wal.stat().st_size if wal.exists() else 0) <= size:
+        time.sleep(0.05)
+    finished = threading.Event()
+
+    def other_writer() -> None:
+        with BudgetStore.open(db) as store:
+            store.record(json.loads(gate_lines(1, prefix="other")[0]))
+        finished.set()
+
+    writer = threading.Thread(target=other_writer, daemon=True)
+    writer.start()
+    writer.join(timeout=30)  # a deadlock guard, not a timing: with the lock held it would wait for stdin's end
+    done_while_producing, still_writing = finished.is_set(), slow.poll() is None
+    _, err = slow.communicate((gate_lines(1, prefix="slow-late")[0] + "\n").encode(), timeout=120)
+    assert slow.returncode == 0, err
+    assert done_while_producing
+    assert still_writing
+    with BudgetStore.open(db, readonly=True) as store:
+        assert store.count() == 703

@@ -117,7 +117,7 @@ def record_command(input_path: str, db: str | None, on_conflict: str) -> None:
     """
     from compute_budget.store import BudgetStore
 
-    with open_input(input_path) as stream, BudgetStore.open(db) as store:
+    with open_input(input_path, spool=True) as stream, BudgetStore.open(db) as store:
         try:
             with progress_bar(stream, "recording") as lines:
                 gates = _gates_or_fail(read_gates(lines), input_path)

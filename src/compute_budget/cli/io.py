@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -20,9 +21,18 @@ from compute_budget.store.backend import locate
 
 
 @contextmanager
-def open_input(path: str) -> Iterator[BinaryIO]:
-    """Open INPUT (`-` is stdin) for binary reading, with one clear error for each way it can fail."""
+def open_input(path: str, *, spool: bool = False) -> Iterator[BinaryIO]:
+    """Open INPUT (`-` is stdin) for binary reading, with one clear error for each way it can fail.
+
+    With `spool`, an INPUT that is a pipe (stdin or a FIFO) is read to its end first, into memory and then a
+    temporary file: `record` holds the append lock while it reads its input, and a slow producer must not make
+    every other writer wait for it.
+    """
     if path == "-":
+        if spool and not _is_regular(sys.stdin.buffer):
+            with _spooled(sys.stdin.buffer, "stdin") as spooled:
+                yield spooled
+            return
         yield sys.stdin.buffer
         return
     if os.path.isdir(path):
@@ -34,7 +44,36 @@ def open_input(path: str) -> Iterator[BinaryIO]:
     except OSError as error:
         raise InputUnreadable(f"cannot read input file {path!r}: {error.strerror or error}") from None
     with stream:
+        if spool and not _is_regular(stream):
+            with _spooled(_ReadErrorsNamed(stream, path), path) as spooled:  # type: ignore[arg-type]
+                yield spooled
+            return
         yield _ReadErrorsNamed(stream, path)  # type: ignore[misc]
+
+
+SPOOL_IN_MEMORY_BYTES = 64 * 1024 * 1024
+
+
+def _is_regular(stream: BinaryIO) -> bool:
+    try:
+        return stat.S_ISREG(os.fstat(stream.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+@contextmanager
+def _spooled(stream: BinaryIO, name: str) -> Iterator[BinaryIO]:
+    """The whole of a streamed INPUT, read before the caller starts (memory first, then a temporary file)."""
+    import tempfile
+
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY_BYTES, prefix="compute-budget-input-") as spool:
+        try:
+            for line in stream:
+                spool.write(line)
+        except OSError as error:  # the temporary file (a full disk); a failed read says so itself
+            raise InputUnreadable(f"cannot keep input {name!r} aside: {error.strerror or error}") from None
+        spool.seek(0)
+        yield spool  # type: ignore[misc]
 
 
 class _ReadErrorsNamed:
