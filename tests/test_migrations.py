@@ -50,9 +50,9 @@ def _triggers(path: Path) -> set[str]:
 
 
 GUARD = {
-    "compute_budget_decisions_no_update",
-    "compute_budget_decisions_no_delete",
-    "compute_budget_decisions_no_replace",
+    f"compute_budget_{table}_{trigger}"
+    for table in ("decisions", "origin", "tree_nodes", "checkpoints")
+    for trigger in ("no_update", "no_delete", "no_replace")
 }
 
 

@@ -1,6 +1,6 @@
-"""Appending: gates decided in chunks (the next one ahead, in a helper thread), numbered and chained after the
-head. Pure planning (`plan_chunk`) is kept apart from the SQL the facade runs, so the chain is computed in one
-place for every backend.
+"""Appending: gates decided in chunks (the next one ahead, in a helper thread), numbered, chained and hashed into
+Merkle leaves after the head. Pure planning (`plan_chunk`) is kept apart from the SQL the facade runs, so the chain
+and the leaves are computed in one place for every backend.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from compute_budget.core.chain import ChainHead, chain_hash
+from compute_budget.core.chain import ChainHead
+from compute_budget.core.leaf import leaf_and_chain
 from compute_budget.core.prepare import PreparedGate, differing_keys, prepare_gate, same_gate
 from compute_budget.core.row import chained_row
 from compute_budget.core.types import ComputeBudgetDecision
@@ -86,11 +87,13 @@ def prepared_chunks(gates: Iterable[object], *, ahead: bool) -> Generator[list[P
 
 @dataclass(frozen=True, slots=True)
 class ChunkPlan:
-    """What appending one chunk does: the rows to insert, the head after them, each gate's outcome."""
+    """What appending one chunk does: the rows to insert (and their Merkle leaf hashes), the head after them,
+    each gate's outcome."""
 
     rows: list[tuple[Any, ...]]
     head: ChainHead
     results: list[tuple[ComputeBudgetDecision, bool, int]]
+    leaves: list[bytes]
 
 
 def plan_chunk(
@@ -104,6 +107,7 @@ def plan_chunk(
     seq, prev, last_id = head.seq, head.chain_hash, head.budget_id
     seen = dict(stored)
     rows: list[tuple[Any, ...]] = []
+    leaves: list[bytes] = []
     results: list[tuple[ComputeBudgetDecision, bool, int]] = []
     for item in prepared:
         budget_id = item.decision.budget_id
@@ -117,9 +121,10 @@ def plan_chunk(
             continue
         seq += 1
         row = chained_row(seq, item.decision, item.gate_input, recorded_at)
-        prev = chain_hash(prev, row)
+        leaf, prev = leaf_and_chain(prev, row)
         rows.append((*row, prev))
+        leaves.append(leaf)
         seen[budget_id] = (seq, item.gate_input)
         last_id = budget_id
         results.append((item.decision, True, seq))
-    return ChunkPlan(rows, ChainHead(seq, prev, last_id), results)
+    return ChunkPlan(rows, ChainHead(seq, prev, last_id), results, leaves)
