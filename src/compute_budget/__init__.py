@@ -40,19 +40,32 @@ from compute_budget.errors import (
     InputNotJson,
     MalformedDecision,
     MalformedGate,
+    MalformedProof,
     NotABudgetStore,
+    NotConsistent,
+    ProofError,
     ReadOnlyStore,
     RefusalReason,
     SchemaBehindHead,
     StoreDamaged,
     StoreError,
     StoreUnavailable,
+    UnknownBudgetId,
     UnsupportedPolicyVersion,
 )
 
 if TYPE_CHECKING:  # what the lazy names below really are, for a client's type checker
+    from compute_budget.auditor.proofs import prove, prove_consistency
     from compute_budget.auditor.report import AuditReport
     from compute_budget.auditor.scan import audit
+    from compute_budget.core.note import SignerKey, VerifierKey
+    from compute_budget.core.proof import (
+        ConsistencyProof,
+        ProofBundle,
+        ProofVerification,
+        verify_consistency,
+        verify_proof,
+    )
     from compute_budget.core.verify import Finding, FindingKind
     from compute_budget.store import BatchResult, BudgetStore, RecordResult, StoredDecision
 
@@ -71,6 +84,7 @@ __all__ = [
     "ComputeBudgetDecision",
     "ComputeBudgetError",
     "ComputeBudgetStatus",
+    "ConsistencyProof",
     "Finding",
     "FindingKind",
     "GateConflict",
@@ -80,19 +94,27 @@ __all__ = [
     "Limits",
     "MalformedDecision",
     "MalformedGate",
+    "MalformedProof",
     "NotABudgetStore",
+    "NotConsistent",
+    "ProofBundle",
+    "ProofError",
+    "ProofVerification",
     "ReadOnlyStore",
     "RecordResult",
     "RefusalReason",
     "SchemaBehindHead",
     "SearchGateDecision",
     "SearchGateStatus",
+    "SignerKey",
     "SourceSpan",
     "StoreDamaged",
     "StoreError",
     "StoreUnavailable",
     "StoredDecision",
+    "UnknownBudgetId",
     "UnsupportedPolicyVersion",
+    "VerifierKey",
     "admit",
     "audit",
     "budget_payload",
@@ -102,6 +124,10 @@ __all__ = [
     "decide_json",
     "parse_gate_json",
     "policy_for",
+    "prove",
+    "prove_consistency",
+    "verify_consistency",
+    "verify_proof",
 ]
 
 _LAZY = {
@@ -113,6 +139,15 @@ _LAZY = {
     "AuditReport": "compute_budget.auditor.report",
     "Finding": "compute_budget.core.verify",
     "FindingKind": "compute_budget.core.verify",
+    "prove": "compute_budget.auditor.proofs",
+    "prove_consistency": "compute_budget.auditor.proofs",
+    "verify_proof": "compute_budget.core.proof",
+    "verify_consistency": "compute_budget.core.proof",
+    "ProofBundle": "compute_budget.core.proof",
+    "ProofVerification": "compute_budget.core.proof",
+    "ConsistencyProof": "compute_budget.core.proof",
+    "SignerKey": "compute_budget.core.note",
+    "VerifierKey": "compute_budget.core.note",
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,10 @@ class AuditReport:
     checkpoint: Checkpoint | None = None
     since: Checkpoint | None = None
     jobs: int = 1
+    origin: str | None = None  # the store's log name (spec section 8), None while it has none
+    root: bytes | None = None  # the Merkle root the audit recomputed for the head
+    trusted_keys: tuple[str, ...] = ()  # the verifier keys given
+    attested_size: int | None = None  # rows covered by the newest checkpoint a trusted key signed (keys given)
 
     @property
     def clean(self) -> bool:
@@ -41,6 +46,10 @@ class AuditReport:
         counts = Counter(finding.kind for finding in self.findings)
         return {kind.value: counts[kind] for kind in FindingKind if counts[kind]}
 
+    def head_checkpoint(self) -> Checkpoint:
+        """The checkpoint of the head this audit reached, with the store's origin and the recomputed root."""
+        return Checkpoint.from_head(self.head, origin=self.origin, root=self.root)
+
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON (spec section 7: `clean`, `rows_checked`, `findings`, and more)."""
         return {
@@ -49,7 +58,15 @@ class AuditReport:
             "findings": [finding.to_dict() for finding in self.findings],
             "findings_by_kind": self.findings_by_kind(),
             "database": self.database,
-            "head": {"seq": self.head.seq, "chain_hash": self.head.chain_hash, "budget_id": self.head.budget_id},
+            "head": {
+                "seq": self.head.seq,
+                "chain_hash": self.head.chain_hash,
+                "budget_id": self.head.budget_id,
+                "root": base64.b64encode(self.root).decode("ascii") if self.root is not None else None,
+            },
+            "origin": self.origin,
+            "trusted_keys": list(self.trusted_keys),
+            "attested_size": self.attested_size,
             "status_counts": dict(sorted(self.status_counts.items())),
             "reason_counts": dict(sorted(self.reason_counts.items())),
             "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,

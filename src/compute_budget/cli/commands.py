@@ -6,6 +6,7 @@ an error the group (`cli.app.BudgetGroup`) turns into one line on stderr and exi
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
@@ -14,7 +15,7 @@ import click
 
 from compute_budget.cli.app import PROG, BudgetGroup, say
 from compute_budget.cli.app import run as run_group
-from compute_budget.cli.io import check_writable, open_input, write_atomically
+from compute_budget.cli.io import check_keys_apart, check_writable, open_input, write_atomically
 from compute_budget.cli.progress import audit_progress, progress_bar
 from compute_budget.core.gate import is_valid_text
 from compute_budget.core.lines import BadLine, GateLine, read_gates
@@ -65,10 +66,27 @@ db_option = click.option(
 )
 
 
+origin_option = click.option(
+    "--origin",
+    metavar="NAME",
+    default=None,
+    help="The log name of a new store [default: compute-budget/ and 32 random hex digits].",
+)
+
+
 @cli.command("record")
 @click.argument("input_path", metavar="[INPUT]", default="-")
 @db_option
-def record_command(input_path: str, db: str | None) -> None:
+@click.option(
+    "--signing-key",
+    "signing_key",
+    metavar="FILE",
+    default=None,
+    help="Sign a checkpoint of the new head with this key, in the same transaction "
+    "[default: the file $COMPUTE_BUDGET_SIGNING_KEY names, if set].",
+)
+@origin_option
+def record_command(input_path: str, db: str | None, signing_key: str | None, origin: str | None) -> None:
     """Decide every gate of INPUT and append them all to the store, atomically (all or nothing).
 
     Re-recording a stored gate is a no-op; the same budget_id with a different gate is a conflict (exit 2,
@@ -76,7 +94,7 @@ def record_command(input_path: str, db: str | None) -> None:
     """
     from compute_budget.store import BudgetStore
 
-    with open_input(input_path) as stream, BudgetStore.open(db) as store:
+    with open_input(input_path) as stream, BudgetStore.open(db, origin=origin, signing_key=signing_key) as store:
         with progress_bar(stream, "recording") as lines:
             result = store.record_many(_gates_or_fail(read_gates(lines), input_path))
         total = result.new + result.present
@@ -151,11 +169,13 @@ def list_command(db: str | None, status: str | None, limit: int | None, output_f
 
 @cli.command("migrate")
 @db_option
-def migrate_command(db: str | None) -> None:
-    """Bring the database schema to this release's head (creating it when the database is empty)."""
+@origin_option
+def migrate_command(db: str | None, origin: str | None) -> None:
+    """Bring the database schema to this release's head (creating it when the database is empty), build the
+    Merkle tree of rows recorded before it, and set the origin of a store that holds rows but has none."""
     from compute_budget.store import BudgetStore
 
-    before, after = BudgetStore.migrate(db)
+    before, after = BudgetStore.migrate(db, origin=origin)
     if before == after:
         click.echo(f"schema already at head revision {after}")
     else:
@@ -164,12 +184,23 @@ def migrate_command(db: str | None) -> None:
 
 @cli.command("checkpoint")
 @db_option
-def checkpoint_command(db: str | None) -> None:
-    """Print a checkpoint of the chain head (keep it outside the database for the next audit)."""
+@click.option(
+    "--signing-key",
+    "signing_keys",
+    metavar="FILE",
+    multiple=True,
+    help="Print the head's checkpoint note signed with this key (repeatable); nothing is stored.",
+)
+def checkpoint_command(db: str | None, signing_keys: tuple[str, ...]) -> None:
+    """Print a checkpoint of the head (keep it outside the database for the next audit): JSON, or with
+    --signing-key a signed checkpoint note."""
     from compute_budget.store import BudgetStore
 
     with BudgetStore.open(db, readonly=True) as store:
-        click.echo(store.checkpoint().to_json())
+        if signing_keys:
+            click.echo(store.signed_checkpoint(signing_keys), nl=False)
+        else:
+            click.echo(store.checkpoint().to_json())
 
 
 @cli.command("audit")
@@ -197,6 +228,22 @@ def checkpoint_command(db: str | None) -> None:
     show_default=True,
     help="Processes to split the rows across.",
 )
+@click.option(
+    "--trusted-key",
+    "trusted_keys",
+    metavar="KEY",
+    multiple=True,
+    help="A verifier key (name+hash+key) or a file holding one, whose signatures vouch for the rows; repeatable.",
+)
+@click.option(
+    "--all-signatures", is_flag=True, help="Verify every stored checkpoint signed by a trusted key, not the newest."
+)
+@click.option(
+    "--cosign",
+    "cosign_path",
+    metavar="FILE",
+    help="After a clean audit, sign the checkpoint --save-checkpoint writes with this key (a witness).",
+)
 def audit_command(
     db: str | None,
     checkpoint_path: str | None,
@@ -205,27 +252,52 @@ def audit_command(
     output_format: str,
     output_path: str | None,
     jobs: int,
+    trusted_keys: tuple[str, ...],
+    all_signatures: bool,
+    cosign_path: str | None,
 ) -> None:
     """Replay-audit the store read-only: exit 0 clean, 1 findings, 2 cannot run."""
     from compute_budget.auditor.scan import audit, load_checkpoint
     from compute_budget.cli.render_audit import render
-    from compute_budget.core.checkpoint import Checkpoint
+    from compute_budget.store.keys import load_signer_key, verifier_key
 
     checkpoint = load_checkpoint(checkpoint_path) if checkpoint_path else None
     since = load_checkpoint(since_path) if since_path else None
     for option, path in (("--output", output_path), ("--save-checkpoint", save_path)):
         if path:
             check_writable(option, path, db)  # before the audit: a nightly run must not fail only at its end
+    key_files = [("--cosign", cosign_path)] if cosign_path else []
+    key_files += [("--trusted-key", item) for item in trusted_keys if os.path.exists(item)]
+    check_keys_apart(key_files, [("--output", output_path), ("--save-checkpoint", save_path)])
+    keys = [verifier_key(item) for item in trusted_keys]
+    if cosign_path and not save_path:
+        raise click.BadParameter(
+            "--cosign signs the checkpoint --save-checkpoint writes: give both", param_hint="--cosign"
+        )
+    cosigner = load_signer_key(cosign_path) if cosign_path else None
     with audit_progress(enabled=jobs == 1) as on_progress:
-        report = audit(db, checkpoint=checkpoint, since=since, jobs=jobs, on_progress=on_progress)
+        report = audit(
+            db,
+            checkpoint=checkpoint,
+            since=since,
+            jobs=jobs,
+            on_progress=on_progress,
+            trusted_keys=keys,
+            all_signatures=all_signatures,
+        )
     text = render(report, output_format)
     if output_path:
         write_atomically(output_path, text + "\n")
     else:
         click.echo(text)
     if save_path:
-        if report.clean:
-            write_atomically(save_path, Checkpoint.from_head(report.head).to_json() + "\n")
+        if report.clean and cosigner is not None:
+            from compute_budget.auditor.proofs import cosign
+
+            given = [item for item in (checkpoint, since) if item is not None]
+            write_atomically(save_path, cosign(db, report, cosigner, given))
+        elif report.clean:
+            write_atomically(save_path, report.head_checkpoint().to_json() + "\n")
         else:
             say(f"audit not clean: checkpoint {save_path} was not written")
     if not report.clean:

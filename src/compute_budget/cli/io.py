@@ -79,6 +79,17 @@ def check_writable(option: str, path: str, db: str | None) -> None:
         raise click.BadParameter(f"folder {folder} is not writable", param_hint=option)
 
 
+def check_keys_apart(keys: list[tuple[str, str]], outputs: list[tuple[str, str | None]]) -> None:
+    """Refuse a key file that is also a file this command writes: the output would destroy the key."""
+    for key_option, key_path in keys:
+        for output_option, output_path in outputs:
+            if output_path and os.path.realpath(key_path) == os.path.realpath(output_path):
+                raise click.BadParameter(
+                    f"{key_path} is the key file of {key_option}; {output_option} must not overwrite it",
+                    param_hint=output_option,
+                )
+
+
 def write_atomically(path: str, text: str) -> None:
     """Write a whole file or nothing: a half-written checkpoint would fail tomorrow's audit."""
     import tempfile

@@ -143,7 +143,11 @@ class Checkpoint:
         start = text.lstrip()[:1]
         if start in ("{", b"{"):
             return cls.from_json(text, source=source)
-        return cls.from_note(text, source=source)
+        try:
+            return cls.from_note(text, source=source)
+        except CheckpointError as error:
+            detail = str(error).removeprefix(f"{source}: ")
+            raise CheckpointError(f"{source} is not JSON and not a checkpoint note ({detail})") from None
 
 
 def _root(value: object, source: str) -> bytes:

@@ -325,7 +325,6 @@ class BudgetStore:
         rows: Iterable[tuple[Any, ...]],
         *,
         origin: str | None = None,
-        leaves: Callable[[list[tuple[Any, ...]]], list[bytes]] | None = None,
         checkpoints: Iterable[tuple[int, str, str, str, str]] = (),
         on_progress: Callable[[int], None] | None = None,
     ) -> ChainHead:
@@ -334,7 +333,7 @@ class BudgetStore:
         recorded_at), oldest first, read after the rows); the tree is rebuilt from the rows.
 
         All or nothing: an error from `rows` or `checkpoints` (a row failing verification, say) leaves this store
-        empty. `leaves` gives the leaf hashes of a chunk of rows (default: computed here).
+        empty.
         """
         if self.readonly:
             raise ReadOnlyStore(f"{self.location.display} was opened read-only; open it for writing to copy into it")
@@ -362,7 +361,7 @@ class BudgetStore:
                 source = iter(rows)
                 while chunk := list(itertools.islice(source, CHUNK_SIZE * 4)):
                     connection.exec_driver_sql(insert, chunk)
-                    hashes = leaves(chunk) if leaves is not None else [unreadable_leaf_hash(row[:17]) for row in chunk]
+                    hashes = [unreadable_leaf_hash(row[:17]) for row in chunk]
                     sealing.insert_nodes(connection, self._seal, frontier.extend(hashes, min_level=TILE_LEVEL))
                     last = chunk[-1]
                     head = ChainHead(int(last[0]), str(last[-1]), str(last[1]))
@@ -556,6 +555,14 @@ class Snapshot:
                 yield int(row[0]), str(row[1])
             if len(rows) < sealing.PAGE_ROWS:
                 return
+
+    def rows_between(self, low: int, high: int, *, batch_rows: int = 2000) -> Iterator[list[tuple[Any, ...]]]:
+        """Raw rows with low < seq <= high in seq order, a batch per query."""
+        while low < high:
+            upper = min(low + batch_rows, high)
+            rows = self._connection.exec_driver_sql(self._statements.seq_range, (low, upper)).fetchall()
+            yield [tuple(row) for row in rows]
+            low = upper
 
     # -- the chain ----------------------------------------------------------------------------------------------
 
