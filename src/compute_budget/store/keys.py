@@ -74,13 +74,13 @@ def verifier_key(value: VerifierKey | str | os.PathLike[str]) -> VerifierKey:
     if isinstance(value, VerifierKey):
         return value
     text = os.fspath(value)
-    if text.count("+") == 2 and not os.path.exists(text):
+    if not os.path.exists(text):
+        if "+" not in text:
+            raise InputError(f"trusted key {text!r} is neither a verifier key (<name>+<hash>+<key>) nor a file")
         try:
             return VerifierKey.parse(text)
         except NoteError as error:
-            raise InputError(f"trusted key {text!r}: {error}") from None
-    if not os.path.exists(text):
-        raise InputError(f"trusted key {text!r} is neither a verifier key (<name>+<hash>+<key>) nor a file")
+            raise InputError(f"trusted key {text[:80]!r}: {error}") from None
     content = _read_key_file(text, "trusted key file")
     try:
         return VerifierKey.parse(content)
