@@ -83,11 +83,13 @@ class BudgetStore:
         self._sql = statements_for(engine.dialect.name)
         self._seal = seal_statements_for(engine.dialect.name)
         self._signer = signer
+        self._verifier = signer.verifier() if signer is not None else None
         self._wanted_origin = origin
         # The tree's frontier after this process's last append, keyed by the head it belongs to: a process that
         # appends one gate at a time then never rereads its tile of rows.
         self._frontier_cache: tuple[ChainHead, CompactRange] | None = None
         self._verified_notes: set[str] = set()  # own checkpoints whose signature this process already verified
+        self._last_signed: tuple[str, ChainHead] | None = None  # the note this process signed last, and its head
 
     @classmethod
     def open(
@@ -168,7 +170,7 @@ class BudgetStore:
     @property
     def signing_key(self) -> VerifierKey | None:
         """The verifier key of the key this store signs its appends with, if any."""
-        return self._signer.verifier() if self._signer is not None else None
+        return self._verifier
 
     def close(self) -> None:
         """Release the database connections."""
@@ -224,9 +226,9 @@ class BudgetStore:
                 origin = sealing.ensure_origin(connection, self._seal, self._wanted_origin, create=True)
                 assert origin is not None
                 frontier = self._frontier(connection, head)
-                if self._signer is not None:
+                if self._verifier is not None and not self._still_signed_by_me(connection, head):
                     sealing.require_extends(
-                        connection, self._sql, self._seal, self._signer.verifier(), origin, head, frontier.root(),
+                        connection, self._sql, self._seal, self._verifier, origin, head, frontier.root(),
                         verified=self._verified_notes,
                     )
                 start = head
@@ -264,8 +266,16 @@ class BudgetStore:
             chunks.close()  # stops the decide-ahead thread whatever happened
         if self._signer is not None and head != start:
             self._verified_notes = {note}
+            self._last_signed = (note, head)
         self._frontier_cache = (head, frontier)
         return head, new, present
+
+    def _still_signed_by_me(self, connection: Connection, head: ChainHead) -> bool:
+        """True when the head is the one this process signed last and that note is still the newest filed under
+        its key: then the store trivially extends it, with nothing to reread or re-verify."""
+        if self._last_signed is None or self._last_signed[1] != head or self._verifier is None:
+            return False
+        return sealing.newest_note_by_key(connection, self._seal, self._verifier) == self._last_signed[0]
 
     def _frontier(self, connection: Connection, head: ChainHead) -> CompactRange:
         """The tree's frontier at `head`: this process's own from its last append when nobody appended since,

@@ -72,6 +72,10 @@ class SealStatements:
             f"SELECT {_CHECKPOINT_COLUMNS} FROM {CHECKPOINTS_TABLE} WHERE key_name = {m} AND key_hash = {m} "
             f"AND {before} ORDER BY tree_size DESC, id DESC LIMIT 50"
         )
+        self.newest_note_by_key = (
+            f"SELECT note FROM {CHECKPOINTS_TABLE} WHERE key_name = {m} AND key_hash = {m} "
+            "ORDER BY tree_size DESC, id DESC LIMIT 1"
+        )
         self.newest_covering = (
             f"SELECT {_CHECKPOINT_COLUMNS} FROM {CHECKPOINTS_TABLE} WHERE tree_size >= {m} AND tree_size <= {m} "
             "ORDER BY tree_size DESC, id DESC LIMIT 1"
@@ -300,6 +304,12 @@ def newest_own_checkpoint(
             )
         return stored, found
     return None
+
+
+def newest_note_by_key(connection: Connection, seal: SealStatements, key: VerifierKey | SignerKey) -> str | None:
+    """The note of the newest stored checkpoint filed under `key` (unverified), or None."""
+    value = connection.exec_driver_sql(seal.newest_note_by_key, (key.name, f"{key.key_hash:08x}")).scalar()
+    return value if isinstance(value, str) else None
 
 
 def chain_at(connection: Connection, statements: Statements) -> Callable[[int], str | None]:
