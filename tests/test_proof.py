@@ -45,6 +45,7 @@ from compute_budget.core.tree import TiledTree
 from tests.backends import rows, tamper
 from tests.conftest import gate_lines, make_gate
 from tests.sealing import rewrite_consistently, signer
+from tests.strategies import decisions
 
 # -- leaves -----------------------------------------------------------------------------------------------------
 
@@ -70,6 +71,33 @@ def test_a_leaf_is_the_rfc8785_object_of_the_17_columns(values: tuple[Any, ...],
     leaf, chained = leaf_and_chain(prev, values)
     assert leaf == leaf_hash(rfc8785.dumps(obj))
     assert chained == chain_hash(prev, values)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    decision=decisions,
+    gate_input=texts,
+    seq=st.integers(1, 2**53 - 1),
+    recorded_at=texts,
+    prev=st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
+)
+def test_hashing_a_row_ahead_gives_the_same_leaf_and_chain(
+    decision: Any, gate_input: str, seq: int, recorded_at: str, prev: str
+) -> None:
+    """The writer hashes the bulk of a row before its seq is known (`RowHasher`); the result is the leaf and
+    chain hash of the complete row, and the row it stores is the one `chained_row` describes."""
+    from compute_budget.core.chain import ChainHead
+    from compute_budget.core.leaf import row_hasher
+    from compute_budget.core.prepare import PreparedGate
+    from compute_budget.store.append import plan_chunk
+
+    values = chained_row(seq, decision, gate_input, recorded_at)
+    expected = leaf_and_chain(prev, values)
+    hasher = row_hasher(decision, gate_input)
+    assert hasher.finish(prev, seq, recorded_at, decision.reason_code, decision.status.value) == expected
+    plan = plan_chunk([PreparedGate(decision, gate_input, None)], {}, ChainHead(seq - 1, prev, None), recorded_at)
+    assert plan.rows == [(*values, expected[1])]
+    assert plan.leaves == [expected[0]]
 
 
 def test_a_stored_row_leaf_is_fixed() -> None:

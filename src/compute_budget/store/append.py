@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from compute_budget.core.chain import ChainHead
-from compute_budget.core.leaf import leaf_and_chain
+from compute_budget.core.leaf import RowHasher, row_hasher
 from compute_budget.core.prepare import PreparedGate, differing_keys, prepare_gate, same_gate
-from compute_budget.core.row import chained_row
 from compute_budget.core.types import ComputeBudgetDecision
 from compute_budget.errors import GateConflict
 
@@ -40,15 +39,26 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+class PreparedChunk(list[PreparedGate]):
+    """A chunk of decided gates, with each one's row hashes worked out as far as they go before its seq."""
+
+    __slots__ = ("hashers",)
+
+    def __init__(self, gates: Iterable[PreparedGate]) -> None:
+        super().__init__(gates)
+        self.hashers = [row_hasher(item.decision, item.gate_input) for item in self]
+
+
 def prepared_chunks(gates: Iterable[object], *, ahead: bool) -> Generator[list[PreparedGate], None, None]:
-    """The gates in decided chunks. With `ahead`, a helper thread reads and decides the next chunk while the
-    caller inserts this one: SQLite and psycopg release the GIL while the database works, so the two overlap.
-    Whatever the helper raises (a bad line, a gate JSON cannot hold) is raised here, in the caller.
+    """The gates in decided chunks. With `ahead`, a helper thread reads and decides the next chunk (and hashes
+    the bulk of its rows) while the caller inserts this one: SQLite and psycopg release the GIL while the database
+    works, so the two overlap. Whatever the helper raises (a bad line, a gate JSON cannot hold) is raised here,
+    in the caller.
     """
     source = iter(gates)
     if not ahead:
         while chunk := list(itertools.islice(source, CHUNK_SIZE)):
-            yield [prepare_gate(gate) for gate in chunk]
+            yield PreparedChunk(prepare_gate(gate) for gate in chunk)
         return
     handoff: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=2)
     stop = threading.Event()
@@ -64,7 +74,7 @@ def prepared_chunks(gates: Iterable[object], *, ahead: bool) -> Generator[list[P
     def work() -> None:
         try:
             while not stop.is_set() and (chunk := list(itertools.islice(source, CHUNK_SIZE))):
-                offer(("chunk", [prepare_gate(gate) for gate in chunk]))
+                offer(("chunk", PreparedChunk(prepare_gate(gate) for gate in chunk)))
             offer(("end", None))
         except BaseException as error:  # handed to the caller, who decides what it means
             offer(("error", error))
@@ -109,8 +119,14 @@ def plan_chunk(
     rows: list[tuple[Any, ...]] = []
     leaves: list[bytes] = []
     results: list[tuple[ComputeBudgetDecision, bool, int]] = []
-    for item in prepared:
-        budget_id = item.decision.budget_id
+    hashers: list[RowHasher] = (
+        prepared.hashers
+        if isinstance(prepared, PreparedChunk)
+        else [row_hasher(item.decision, item.gate_input) for item in prepared]
+    )
+    for item, hasher in zip(prepared, hashers, strict=True):
+        decision = item.decision
+        budget_id = decision.budget_id
         existing = seen.get(budget_id)
         if existing is not None:
             if not same_gate(existing[1], item):
@@ -120,9 +136,30 @@ def plan_chunk(
             results.append((item.decision, False, existing[0]))
             continue
         seq += 1
-        row = chained_row(seq, item.decision, item.gate_input, recorded_at)
-        leaf, prev = leaf_and_chain(prev, row)
-        rows.append((*row, prev))
+        status = decision.status.value
+        leaf, prev = hasher.finish(prev, seq, recorded_at, decision.reason_code, status)
+        rows.append(
+            (
+                seq,
+                budget_id,
+                decision.policy_version,
+                decision.gate_decision_id,
+                decision.gate_policy_version,
+                decision.gate_input_digest,
+                status,
+                decision.reason_code,
+                decision.max_candidates,
+                decision.max_depth,
+                decision.max_steps,
+                decision.max_wallclock_ms,
+                decision.max_parallelism,
+                hasher.spans,
+                decision.explanation,
+                item.gate_input,
+                recorded_at,
+                prev,
+            )
+        )
         leaves.append(leaf)
         seen[budget_id] = (seq, item.gate_input)
         last_id = budget_id
