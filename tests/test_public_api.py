@@ -14,18 +14,25 @@ import compute_budget
 CLIENT = textwrap.dedent(
     """
     from compute_budget import (
-        AuditReport, BatchResult, BudgetStore, ChainHead, Checkpoint, RecordResult, StoredDecision, audit, decide,
+        AuditReport, BatchResult, BudgetStore, ChainHead, Checkpoint, ConsistencyProof, ProofBundle,
+        ProofVerification, RecordResult, StoredDecision, VerifierKey, audit, decide, prove, prove_consistency,
+        verify_consistency, verify_proof,
     )
 
-    def practice(path: str, gate: dict[str, object]) -> tuple[str, int, bool]:
-        with BudgetStore.open(path) as store:
+    def practice(path: str, gate: dict[str, object], key: VerifierKey) -> tuple[str, int, bool]:
+        with BudgetStore.open(path, signing_key="writer.key") as store:
             result: RecordResult = store.{record}(gate)
             batch: BatchResult = store.record_many([gate])
             stored: StoredDecision | None = store.get(result.decision.budget_id)
             head: ChainHead = store.head()
             checkpoint: Checkpoint = store.checkpoint()
-        report: AuditReport = audit(path, checkpoint=checkpoint)
-        assert stored is not None and batch.new >= 0 and head.seq >= 0
+            note: str = store.signed_checkpoint(["writer.key"])
+        report: AuditReport = audit(path, checkpoint=checkpoint, trusted_keys=[key])
+        bundle: ProofBundle = prove(result.decision.budget_id, path)
+        outcome: ProofVerification = verify_proof(bundle.to_json(), [key], origin=checkpoint.origin)
+        proof: ConsistencyProof = prove_consistency(note, path, trusted_keys=[key])
+        assert stored is not None and batch.new >= 0 and head.seq >= 0 and outcome.valid
+        assert verify_consistency(proof, old=checkpoint)
         return decide(gate).budget_id, result.seq, report.clean
     """
 )

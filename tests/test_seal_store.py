@@ -233,6 +233,25 @@ def test_a_forged_checkpoint_row_is_a_bad_signature_and_stops_the_writer(store_t
         store.record_many(gate_lines(1, prefix="x"))
 
 
+def test_all_signatures_verifies_the_older_checkpoints_too(store_target: str) -> None:
+    """By default only the newest signature of each trusted key is verified; --all-signatures finds a broken older
+    one (its note text, and so its root, unchanged)."""
+    key = signer()
+    with BudgetStore.open(store_target, signing_key=key) as store:
+        for index in range(4):
+            store.record_many(gate_lines(3, prefix=f"batch{index}"))
+    note = stored_checkpoints(store_target)[1][1]
+    broken = note[: note.rindex(" ") + 1] + base64.b64encode(key.key_hash.to_bytes(4, "big") + bytes(64)).decode()
+    tamper_all(
+        store_target,
+        ("UPDATE compute_budget_checkpoints SET note = :note WHERE tree_size = 6", {"note": broken + "\n"}),
+    )
+    assert audit(store_target, trusted_keys=[key.verifier()]).clean
+    report = audit(store_target, trusted_keys=[key.verifier()], all_signatures=True)
+    assert kinds(report) == ["bad_signature"]
+    assert report.findings[0].seq == 6
+
+
 def test_truncation_below_the_newest_signature_needs_an_outside_checkpoint(store_target: str) -> None:
     """The documented limit: dropping the last rows together with their checkpoints leaves a store that audits
     clean; only a checkpoint kept outside (here the auditor's cosigned note) catches it."""
