@@ -177,6 +177,26 @@ def test_the_tiled_tree_root_and_proofs_equal_the_naive_tree(size: int, tile_lev
         assert not merkle_verify_consistency(old, size, naive_root([*leaves[: old - 1], bytes(32)]), root, proof)
 
 
+@settings(max_examples=100, deadline=None)
+@given(chunks=st.lists(st.integers(0, 70), max_size=8), min_level=st.integers(0, 5))
+def test_the_writers_tree_is_the_naive_tree_whatever_the_chunking(chunks: list[int], min_level: int) -> None:
+    """Appending leaves chunk by chunk (as append transactions do) keeps the naive root, and the nodes it reports
+    are exactly the perfect nodes of `min_level` and up, each once, in completion order."""
+    from compute_budget.core.merkle import CompactRange
+
+    frontier, one_by_one = CompactRange(), MemoryTree()
+    leaves: list[bytes] = []
+    reported = []
+    for size in chunks:
+        batch = [leaf_hash(f"{len(leaves) + index}".encode()) for index in range(size)]
+        leaves += batch
+        reported += frontier.extend(batch, min_level=min_level)
+        expected = [node for item in batch for node in one_by_one.append(item) if node.level >= min_level]
+        assert reported[len(reported) - len(expected) :] == expected
+        assert frontier.root() == naive_root(leaves)
+    assert frontier == one_by_one.compact_range()
+
+
 # -- proof bundles ----------------------------------------------------------------------------------------------
 
 

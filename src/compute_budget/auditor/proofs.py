@@ -130,10 +130,7 @@ def prove_consistency(
             raise NotConsistent("origin", f"the old checkpoint is of log {body.origin}, this store is {origin}")
         size = snapshot.max_seq()
         reader = snapshot.tree(size)
-        try:
-            root = snapshot.frontier(size).root()
-        except StoreDamaged:
-            raise
+        root = snapshot.frontier(size).root()
         outcome = extends(body, size=size, root=root, chain_at=snapshot.chain_at, reader=reader)
         if not outcome.ok:
             raise NotConsistent(outcome.reason or "rewritten", outcome.message)

@@ -20,7 +20,6 @@ from compute_budget.core.merkle import (
     Node,
     NodeReader,
     consistency_proof,
-    root_from_reader,
     verify_consistency,
 )
 from compute_budget.core.note import CheckpointBody, VerifierKey, format_checkpoint, verify_note
@@ -307,11 +306,6 @@ def _stored_mismatch(stored: StoredCheckpoint, origin: str | None, root: bytes, 
         f"{where} says root {_b64(found.root)} and chain {found.chain_hash}; the rows now give root {_b64(root)} "
         f"and chain {chain}: history was rewritten after it was signed"
     )
-
-
-def root_at(reader: NodeReader, size: int) -> bytes:
-    """The root of the first `size` leaves (a `MerkleError` when the reader lacks a node)."""
-    return root_from_reader(reader, size)
 
 
 def _b64(value: bytes | None) -> str:
