@@ -13,7 +13,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from compute_budget.store.table import COLUMNS
-from compute_budget.store.triggers import POSTGRESQL_GUARD, POSTGRESQL_UNGUARD, SQLITE_GUARD, SQLITE_UNGUARD
+from compute_budget.store.triggers import (
+    POSTGRESQL_GUARD,
+    POSTGRESQL_SEAL_GUARD,
+    POSTGRESQL_SEAL_UNGUARD,
+    POSTGRESQL_UNGUARD,
+    SQLITE_GUARD,
+    SQLITE_SEAL_GUARD,
+    SQLITE_SEAL_UNGUARD,
+    SQLITE_UNGUARD,
+)
 
 Statement = str | tuple[str, Mapping[str, Any]]
 
@@ -37,32 +46,39 @@ def _pg_sql(sql: str) -> str:
     return re.sub(r"(?<!:):([a-z_][a-z0-9_]*)", r"%(\1)s", sql)
 
 
-def execute(target: str | os.PathLike[str], *statements: Statement, lift_guard: bool = False) -> None:
-    """Run statements in one transaction; with `lift_guard`, drop the guard first and put it back after."""
+def execute(
+    target: str | os.PathLike[str], *statements: Statement, lift_guard: bool = False, lift_seal: bool = False
+) -> None:
+    """Run statements in one transaction; with `lift_guard` (`lift_seal`: the seal tables' guard too), drop the
+    guard first and put it back after."""
     target = str(target)
     if is_postgres(target):
+        unguard = (*POSTGRESQL_UNGUARD, *POSTGRESQL_SEAL_UNGUARD) if lift_seal else POSTGRESQL_UNGUARD
+        guard = (*POSTGRESQL_GUARD, *POSTGRESQL_SEAL_GUARD) if lift_seal else POSTGRESQL_GUARD
         with _pg_connect(target) as connection, connection.cursor() as cursor:
             if lift_guard:
-                for statement in POSTGRESQL_UNGUARD:
+                for statement in unguard:
                     cursor.execute(statement)
             for item in statements:
                 sql, params = (item, {}) if isinstance(item, str) else item
                 cursor.execute(_pg_sql(sql), dict(params) or None)
             if lift_guard:
-                for statement in POSTGRESQL_GUARD:
+                for statement in guard:
                     cursor.execute(statement)
         return
+    unguard = (*SQLITE_UNGUARD, *SQLITE_SEAL_UNGUARD) if lift_seal else SQLITE_UNGUARD
+    guard = (*SQLITE_GUARD, *SQLITE_SEAL_GUARD) if lift_seal else SQLITE_GUARD
     connection = sqlite3.connect(target)
     try:
         connection.execute("PRAGMA ignore_check_constraints = ON")
         if lift_guard:
-            for statement in SQLITE_UNGUARD:
+            for statement in unguard:
                 connection.execute(statement)
         for item in statements:
             sql, params = (item, {}) if isinstance(item, str) else item
             connection.execute(sql, dict(params))
         if lift_guard:
-            for statement in SQLITE_GUARD:
+            for statement in guard:
                 connection.execute(statement)
         connection.commit()
     finally:
@@ -72,6 +88,22 @@ def execute(target: str | os.PathLike[str], *statements: Statement, lift_guard: 
 def tamper(target: str | os.PathLike[str], *statements: Statement) -> None:
     """Lift the append-only guard with a raw client, change rows, and put the guard back."""
     execute(target, *statements, lift_guard=True)
+
+
+def tamper_all(target: str | os.PathLike[str], *statements: Statement) -> None:
+    """Lift every guard (the decisions table's and the seal's tables'), run the statements, put them back."""
+    execute(target, *statements, lift_guard=True, lift_seal=True)
+
+
+def query(target: str | os.PathLike[str], sql: str) -> list[tuple[Any, ...]]:
+    """The rows of one read-only query, through a raw client."""
+    target = str(target)
+    if is_postgres(target):
+        with _pg_connect(target) as connection, connection.cursor() as cursor:
+            cursor.execute(sql)
+            return [tuple(row) for row in cursor.fetchall()]
+    with sqlite3.connect(target) as connection:
+        return connection.execute(sql).fetchall()
 
 
 def rows(target: str | os.PathLike[str]) -> list[tuple[Any, ...]]:

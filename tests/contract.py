@@ -44,5 +44,7 @@ FINDING_KINDS: tuple[str, ...] = (
     "unsupported_policy_version",
     "malformed_row",
     "checkpoint_mismatch",
+    "bad_signature",
+    "unattested_rows",
     "schema_tampered",
 )

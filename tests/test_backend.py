@@ -82,3 +82,14 @@ def test_fifo_and_device_are_refused_by_every_reading_command(run_cli: Run, tmp_
         status, _, err = run_cli(*argv)
         assert status == 2, argv
         assert "not a regular file" in err, argv
+
+
+def test_each_sqlite_connection_is_its_own(tmp_path: Path) -> None:
+    """Two connections of one store are two SQLite connections (a read transaction held on one does not make
+    the other start a transaction inside it)."""
+    with (
+        BudgetStore.open(tmp_path / "store.db") as store,
+        store.engine.connect() as first,
+        store.engine.connect() as second,
+    ):
+        assert first.connection.driver_connection is not second.connection.driver_connection

@@ -50,9 +50,9 @@ def _triggers(path: Path) -> set[str]:
 
 
 GUARD = {
-    "compute_budget_decisions_no_update",
-    "compute_budget_decisions_no_delete",
-    "compute_budget_decisions_no_replace",
+    f"compute_budget_{table}_{trigger}"
+    for table in ("decisions", "origin", "tree_nodes", "checkpoints")
+    for trigger in ("no_update", "no_delete", "no_replace")
 }
 
 
@@ -147,6 +147,11 @@ def test_offline_sql_prints_the_ddl_with_the_guard(tmp_path: Path, database: str
         assert line in done.stdout
     assert "Running upgrade 0001 -> 0002" in done.stdout
     assert "ck_compute_budget_decisions_seq_positive" in done.stdout
+    assert "Running upgrade 0002 -> 0003" in done.stdout
+    for table in ("compute_budget_origin", "compute_budget_tree_nodes", "compute_budget_checkpoints"):
+        assert f"CREATE TABLE {table}" in done.stdout
+        assert f"CREATE TRIGGER {table}_no_" in done.stdout
+    assert "INSERT INTO compute_budget_origin" not in done.stdout  # the store names itself, never the script
     assert not (tmp_path / database).exists()  # offline: nothing was opened or created
 
 

@@ -14,12 +14,13 @@ import compute_budget
 CLIENT = textwrap.dedent(
     """
     from compute_budget import (
-        AuditReport, BatchResult, BudgetStore, ChainHead, Checkpoint, GateResult, RecordResult, RowCheck,
-        SkippedConflict, StoreClosed, StoredDecision, audit, decide,
+        AuditReport, BatchResult, BudgetStore, ChainHead, Checkpoint, ConsistencyProof, GateResult, ProofBundle,
+        ProofVerification, RecordResult, RowCheck, SkippedConflict, StoreClosed, StoredDecision, VerifierKey, audit,
+        decide, prove, prove_consistency, verify_consistency, verify_proof,
     )
 
-    def practice(path: str, gate: dict[str, object]) -> tuple[str, int, bool]:
-        with BudgetStore.open(path) as store:
+    def practice(path: str, gate: dict[str, object], key: VerifierKey) -> tuple[str, int, bool]:
+        with BudgetStore.open(path, signing_key="writer.key") as store:
             result: RecordResult = store.{record}(gate)
             batch: BatchResult = store.record_many([gate], results=True, on_conflict="skip")
             per_gate: tuple[GateResult, ...] = batch.results
@@ -29,13 +30,18 @@ CLIENT = textwrap.dedent(
             check: RowCheck | None = store.check(result.decision.budget_id)
             head: ChainHead = store.head()
             checkpoint: Checkpoint = store.checkpoint()
+            note: str = store.signed_checkpoint(["writer.key"])
         try:
             store.count()
         except StoreClosed:
             pass
-        report: AuditReport = audit(path, checkpoint=checkpoint)
+        report: AuditReport = audit(path, checkpoint=checkpoint, trusted_keys=[key])
+        bundle: ProofBundle = prove(result.decision.budget_id, path)
+        outcome: ProofVerification = verify_proof(bundle.to_json(), [key], origin=checkpoint.origin)
+        proof: ConsistencyProof = prove_consistency(note, path, trusted_keys=[key])
         assert stored is not None and batch.new >= 0 and head.seq >= 0 and per_gate and not skipped
-        assert by_gate and check is not None and check.holds
+        assert by_gate and check is not None and check.holds and outcome.valid
+        assert verify_consistency(proof, old=checkpoint)
         return decide(gate).budget_id, result.seq, report.clean
     """
 )

@@ -357,7 +357,7 @@ def test_schema_behind_head_is_refused_until_migrated(tmp_path: Path) -> None:
         with pytest.raises(SchemaBehindHead, match="compute-budget migrate"):
             BudgetStore.open(path, readonly=readonly)
     before, after = BudgetStore.migrate(path)
-    assert (before, after) == ("0001", "0002")
+    assert (before, after) == ("0001", "0003")
     with BudgetStore.open(path, readonly=True) as store:
         rows = list(store)
     assert [row.seq for row in rows] == list(range(1, 10))

@@ -472,8 +472,8 @@ def test_a_second_audit_while_one_runs_is_409(client: TestClient, monkeypatch: p
     real_audit = audit_runner.audit
 
     def slow_audit(*args: Any, **kwargs: Any) -> Any:
+        kwargs["on_progress"](3, 10)  # before `started`: the page read next must see this progress
         started.set()
-        kwargs["on_progress"](3, 10)
         release.wait(10)
         return real_audit(*args, **kwargs)
 
@@ -530,14 +530,37 @@ def test_the_checkpoints_page_shows_the_head_and_the_trusted_keys(sqlite_store: 
         body = test_client.get("/api/checkpoints").json()
     assert f"<dt>seq</dt><dd>{head.seq}</dd>" in html
     assert head.chain_hash in html
-    assert "No signed checkpoints are stored yet: this store has no signed-checkpoint table." in html
+    assert "No signed checkpoints are stored yet: record with a signing key" in html
     assert "<td>PeterNeumann</td><td><code>c74f20a3</code></td>" in html
     assert "<td>EnochRoot</td><td><code>af0cfe78</code></td>" in html
     assert "&lt;b&gt;not a key&lt;/b&gt;" in html
     assert "not a verifier key" in html
     assert body["head"] == head.to_dict()
-    assert body["signed_checkpoints"] == {"table": None, "items": []}
+    assert body["signed_checkpoints"] == {"table": "compute_budget_checkpoints", "items": []}
     assert [key["name"] for key in body["trusted_keys"]] == ["PeterNeumann", "EnochRoot", None]
+
+
+def test_the_checkpoints_page_lists_signed_checkpoints_and_who_vouches(tmp_path: Path) -> None:
+    """A store recorded with a signing key: its checkpoints are listed newest first with their signers, marked
+    trusted for a key given with --trusted-key, and not for an unknown one."""
+    from compute_budget.core.note import generate_signer
+
+    signer = generate_signer("writer")
+    target = str(tmp_path / "signed.db")
+    with BudgetStore.open(target, signing_key=signer) as store:
+        store.record_many(gate_lines(3))
+        store.record_many(gate_lines(2, prefix="later"))
+    writer_key = signer.verifier().format()
+    with TestClient(create_app(target, trusted_keys=[writer_key])) as test_client:
+        items = test_client.get("/api/checkpoints").json()["signed_checkpoints"]["items"]
+        html = test_client.get("/checkpoints").text
+    assert [item["tree_size"] for item in items] == [5, 3]
+    assert all(item["signers"] == [f"writer+{signer.key_hash:08x}"] for item in items)
+    assert all(item["trusted"] == "yes: writer" for item in items)
+    assert "yes: writer" in html
+    with TestClient(create_app(target, trusted_keys=[VERIFIER_KEY])) as test_client:
+        items = test_client.get("/api/checkpoints").json()["signed_checkpoints"]["items"]
+    assert {item["trusted"] for item in items} == {"no trusted signature"}
 
 
 def test_the_checkpoints_page_without_keys_says_how_to_give_them(client: TestClient) -> None:

@@ -190,7 +190,7 @@ def test_a_person_lists_filters_opens_a_detail_and_runs_an_audit(
     shot(page, tmp_path, "4-audit")
 
     page.get_by_role("link", name="Checkpoints").click()
-    expect(page.get_by_text("No signed checkpoints are stored yet")).to_be_visible()
+    expect(page.get_by_text("No signed checkpoints are stored yet")).to_be_visible()  # recorded without a key
     expect(page.locator("dl.facts dd").first).to_have_text(str(ROWS + 2))
     shot(page, tmp_path, "5-checkpoints")
 

@@ -40,7 +40,10 @@ from compute_budget.errors import (
     InputNotJson,
     MalformedDecision,
     MalformedGate,
+    MalformedProof,
     NotABudgetStore,
+    NotConsistent,
+    ProofError,
     ReadOnlyStore,
     RefusalReason,
     SchemaBehindHead,
@@ -48,12 +51,22 @@ from compute_budget.errors import (
     StoreDamaged,
     StoreError,
     StoreUnavailable,
+    UnknownBudgetId,
     UnsupportedPolicyVersion,
 )
 
 if TYPE_CHECKING:  # what the lazy names below really are, for a client's type checker
+    from compute_budget.auditor.proofs import prove, prove_consistency
     from compute_budget.auditor.report import AuditReport
     from compute_budget.auditor.scan import audit
+    from compute_budget.core.note import SignerKey, VerifierKey
+    from compute_budget.core.proof import (
+        ConsistencyProof,
+        ProofBundle,
+        ProofVerification,
+        verify_consistency,
+        verify_proof,
+    )
     from compute_budget.core.verify import Finding, FindingKind
     from compute_budget.store import (
         BatchResult,
@@ -80,6 +93,7 @@ __all__ = [
     "ComputeBudgetDecision",
     "ComputeBudgetError",
     "ComputeBudgetStatus",
+    "ConsistencyProof",
     "Finding",
     "FindingKind",
     "GateConflict",
@@ -90,7 +104,12 @@ __all__ = [
     "Limits",
     "MalformedDecision",
     "MalformedGate",
+    "MalformedProof",
     "NotABudgetStore",
+    "NotConsistent",
+    "ProofBundle",
+    "ProofError",
+    "ProofVerification",
     "ReadOnlyStore",
     "RecordResult",
     "RefusalReason",
@@ -98,6 +117,7 @@ __all__ = [
     "SchemaBehindHead",
     "SearchGateDecision",
     "SearchGateStatus",
+    "SignerKey",
     "SkippedConflict",
     "SourceSpan",
     "StoreClosed",
@@ -105,7 +125,9 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "StoredDecision",
+    "UnknownBudgetId",
     "UnsupportedPolicyVersion",
+    "VerifierKey",
     "admit",
     "audit",
     "budget_payload",
@@ -115,6 +137,10 @@ __all__ = [
     "decide_json",
     "parse_gate_json",
     "policy_for",
+    "prove",
+    "prove_consistency",
+    "verify_consistency",
+    "verify_proof",
 ]
 
 _LAZY = {
@@ -129,6 +155,15 @@ _LAZY = {
     "AuditReport": "compute_budget.auditor.report",
     "Finding": "compute_budget.core.verify",
     "FindingKind": "compute_budget.core.verify",
+    "prove": "compute_budget.auditor.proofs",
+    "prove_consistency": "compute_budget.auditor.proofs",
+    "verify_proof": "compute_budget.core.proof",
+    "verify_consistency": "compute_budget.core.proof",
+    "ProofBundle": "compute_budget.core.proof",
+    "ProofVerification": "compute_budget.core.proof",
+    "ConsistencyProof": "compute_budget.core.proof",
+    "SignerKey": "compute_budget.core.note",
+    "VerifierKey": "compute_budget.core.note",
 }
 
 

@@ -170,3 +170,24 @@ def clip(text: str, limit: int = 160) -> str:
     """`text` on one line and at most `limit` characters, for messages and finding details about huge values."""
     flat = text.replace("\n", " ")
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+class ProofError(AuditError):
+    """A proof cannot be made as asked: a checkpoint that does not cover the row, or is of another store."""
+
+
+class UnknownBudgetId(ProofError, LookupError):
+    """No decision with this budget_id is stored (nothing to prove)."""
+
+
+class MalformedProof(InputError, ValueError):
+    """A proof bundle or consistency document that cannot be read or lacks a part; the message says which."""
+
+
+class NotConsistent(AuditError):
+    """The store does not extend an older checkpoint; `reason` is ``origin``, ``untrusted``, ``truncated`` or
+    ``rewritten``."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"does not extend the old checkpoint ({reason}): {message}")
+        self.reason = reason

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 from collections import Counter
 from dataclasses import dataclass, field
@@ -48,6 +49,10 @@ class AuditReport:
     started_at: str = ""  # UTC, ISO 8601 with a Z
     finished_at: str = ""
     tool_version: str = field(default_factory=lambda: tool_version())
+    origin: str | None = None  # the store's log name (spec section 8), None while it has none
+    root: bytes | None = None  # the Merkle root the audit recomputed for the head
+    trusted_keys: tuple[str, ...] = ()  # the verifier keys given
+    attested_size: int | None = None  # rows covered by the newest checkpoint a trusted key signed (keys given)
 
     @property
     def clean(self) -> bool:
@@ -64,6 +69,10 @@ class AuditReport:
         counts = Counter(finding.kind for finding in self.findings)
         return {kind.value: counts[kind] for kind in FindingKind if counts[kind]}
 
+    def head_checkpoint(self) -> Checkpoint:
+        """The checkpoint of the head this audit reached, with the store's origin and the recomputed root."""
+        return Checkpoint.from_head(self.head, origin=self.origin, root=self.root)
+
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON (spec section 7: `clean`, `rows_checked`, `findings`, and more)."""
         return {
@@ -76,7 +85,15 @@ class AuditReport:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "policy_versions": dict(sorted(self.policy_counts.items())),
-            "head": {"seq": self.head.seq, "chain_hash": self.head.chain_hash, "budget_id": self.head.budget_id},
+            "head": {
+                "seq": self.head.seq,
+                "chain_hash": self.head.chain_hash,
+                "budget_id": self.head.budget_id,
+                "root": base64.b64encode(self.root).decode("ascii") if self.root is not None else None,
+            },
+            "origin": self.origin,
+            "trusted_keys": list(self.trusted_keys),
+            "attested_size": self.attested_size,
             "status_counts": dict(sorted(self.status_counts.items())),
             "reason_counts": dict(sorted(self.reason_counts.items())),
             "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,

@@ -1,46 +1,69 @@
-"""The replay auditor (spec section 6): re-derive every stored row, re-link the chain, check checkpoints.
+"""The replay auditor (spec sections 6 and 8): re-derive every stored row, re-link the chain, recompute the Merkle
+tree, and hold every checkpoint (stored, signed, given) against them.
 
 It opens the store read-only and streams it in `seq` order, so memory does not grow with the row count.
 Each row is checked against the row stored before it (its `seq` and `chain_hash`), never against a running
 state, so a bad row never hides or multiplies findings about the rows after it, and `--jobs N` can split
 the rows into `seq` ranges that give exactly the single-process report.
+
+The tree is the one running state. With `--jobs N` each range starts from the frontier the stored tree gives at
+its first row (claimed, not trusted), and the parent proves every claim: range k's claimed start must equal the
+frontier range k-1 computed, starting from the empty tree (or a verified `--since` checkpoint). A claim that does
+not hold (a damaged or unbuilt stored tree) is recomputed in the parent, so the tree's findings are always those of
+one pass from the start.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import stat
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from compute_budget.auditor.report import AuditReport, utc_now
 from compute_budget.core.chain import GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.checkpoint import Checkpoint
+from compute_budget.core.leaf import unreadable_leaf_hash
+from compute_budget.core.merkle import CompactRange, root_from_reader
+from compute_budget.core.note import VerifierKey
+from compute_budget.core.seal import StoredCheckpoint, TreeCheck, TreeOutcome, signature_problem, trusted_signers
 from compute_budget.core.verify import Finding, FindingKind, RangeResult, check_row
-from compute_budget.errors import ArgumentTypeError, CheckpointError, NoHistory
+from compute_budget.errors import ArgumentTypeError, CheckpointError, MerkleError, NoHistory, NoteError, StoreDamaged
 from compute_budget.store import BudgetStore
 from compute_budget.store.facade import Snapshot
+from compute_budget.store.keys import verifier_key
 
 BATCH_ROWS = 2000
 MIN_ROWS_PER_JOB = 10_000  # below this a range is not worth a process of its own
+MAX_BAD_SIGNATURES_PER_KEY = 20  # a forged checkpoint table is reported, not verified to the end
+
+CheckpointLike = Checkpoint | ChainHead | Mapping[str, Any] | str | os.PathLike[str]
 
 
 def audit(
     target: str | os.PathLike[str] | None = None,
     *,
-    checkpoint: Checkpoint | ChainHead | Mapping[str, Any] | str | os.PathLike[str] | None = None,
-    since: Checkpoint | ChainHead | Mapping[str, Any] | str | os.PathLike[str] | None = None,
+    checkpoint: CheckpointLike | None = None,
+    since: CheckpointLike | None = None,
     jobs: int = 1,
     on_progress: Callable[[int, int], None] | None = None,
+    trusted_keys: Iterable[VerifierKey | str | os.PathLike[str]] = (),
+    all_signatures: bool = False,
     through: int | None = None,
 ) -> AuditReport:
     """Audit the store at `target` read-only. `checkpoint`: prove history extends it. `since`: prove it,
-    then check only the rows after it. `through`: check only the rows up to this `seq` (with `since`, a
-    `seq` range). `jobs`: processes, each auditing a `seq` range.
+    then check only the rows after it. `through`: check only the rows up to this `seq` (with `since`, a `seq`
+    range). `jobs`: processes, each auditing a `seq` range.
+
+    Every stored checkpoint's root and chain head is checked against the recomputed tree and chain. With
+    `trusted_keys` (verifier keys, their text or files holding them) the newest stored checkpoint signed by each is
+    verified (every one with `all_signatures`), rows after the newest trusted one are `unattested_rows`, and a given
+    `checkpoint`/`since` must carry a trusted signature.
 
     `on_progress(rows_done, rows_total)` is called as ranges advance (single process: every batch).
     Raises `StoreUnavailable` (and its subclasses) when the audit cannot run at all.
@@ -49,6 +72,7 @@ def audit(
     started_at = utc_now()
     checkpoint = as_checkpoint(checkpoint) if checkpoint is not None else None
     since = as_checkpoint(since) if since is not None else None
+    keys = _unique_keys(verifier_key(item) for item in trusted_keys)
     try:
         opened = BudgetStore.open(target, readonly=True)
     except NoHistory as gone:
@@ -60,10 +84,17 @@ def audit(
         with store.snapshot() as snapshot:
             plan = _plan(snapshot, since, jobs, through)
             anchors = [_anchor(snapshot, low, since) for low, _ in plan.ranges]
+            origin = snapshot.origin()
             findings_before: list[Finding] = []
+            held: list[Checkpoint] = []
             for proof in (checkpoint, since):
                 if proof is not None:
-                    findings_before += _check_checkpoint(snapshot, proof, plan.max_seq)
+                    problems = _check_checkpoint(snapshot, proof, plan.max_seq) + _check_origin(proof, origin)
+                    findings_before += problems
+                    if not problems:
+                        held.append(proof)
+                    if keys:
+                        findings_before += _check_given_signature(proof, keys)
             if since is None and plan.end_seq == plan.max_seq:
                 outliers = _outliers(snapshot, plan)
             elif plan.end_seq == plan.max_seq:
@@ -80,20 +111,28 @@ def audit(
                 Finding(FindingKind.SCHEMA_TAMPERED, None, None, problem) for problem in snapshot.schema_problems()
             ]
             privileges = snapshot.write_privileges()
+            seal = _plan_seal(snapshot, plan, since, held, origin, keys, all_signatures)
+            findings_before += seal.findings
+            attested, attestation_findings = _attestation(snapshot, keys, origin, plan.max_seq)
+            unattested = _unattested(snapshot, keys, attested, plan.max_seq)
         tasks = [(low, high, anchor) for (low, high), anchor in zip(plan.ranges, anchors, strict=True)]
         processes = len(tasks) if jobs > 1 and len(tasks) > 1 else 1
         if processes > 1:
-            results = _run_parallel(store.location.target, tasks, jobs)
+            results = _run_parallel(store.location.target, tasks, jobs, seal)
         else:
             total = sum(high - low for low, high in plan.ranges)
-            results = [_audit_range(store, low, high, anchor, on_progress, total) for low, high, anchor in tasks]
+            results = [
+                _audit_range(store, low, high, anchor, on_progress, total, seal.task(index))
+                for index, (low, high, anchor) in enumerate(tasks)
+            ]
+        tree_findings, frontier = _prove_tree(store, plan, seal, [outcome for _, outcome in results])
         database = store.location.display
     merged = RangeResult()
-    findings = list(findings_before)
+    findings = list(findings_before) + attestation_findings
     last = stored_head or ChainHead(
         plan.start_seq, since.chain_hash if since else GENESIS_CHAIN_HASH, since.budget_id if since else None
     )
-    for result in results:
+    for result, _ in results:
         merged.rows += result.rows
         findings += result.findings
         merged.status_counts.update(result.status_counts)
@@ -101,7 +140,7 @@ def audit(
         merged.policy_counts.update(result.policy_counts)
         if result.rows:
             last = ChainHead(result.last_seq, result.last_chain_hash, result.last_budget_id)
-    findings += outliers
+    findings += tree_findings + outliers + unattested
     return AuditReport(
         database=database,
         rows_checked=merged.rows + sum(finding.kind is FindingKind.MALFORMED_ROW for finding in outliers),
@@ -122,6 +161,10 @@ def audit(
         policy_counts=dict(merged.policy_counts),
         started_at=started_at,
         finished_at=utc_now(),
+        origin=origin,
+        root=frontier.root() if frontier is not None else None,
+        trusted_keys=tuple(key.format() for key in keys),
+        attested_size=max((size for size, _ in attested.values()), default=0) if keys else None,
     )
 
 
@@ -141,6 +184,7 @@ def _plan(snapshot: Snapshot, since: Checkpoint | None, jobs: int, through: int 
     parts = max(1, min(jobs, span // MIN_ROWS_PER_JOB + 1)) if jobs > 1 else 1
     bounds = [start + span * index // parts for index in range(parts + 1)]
     return _Plan(start, max_seq, end, [(bounds[index], bounds[index + 1]) for index in range(parts)])
+
 
 
 def _stored_row_head(snapshot: Snapshot, max_seq: int) -> ChainHead | None:
@@ -199,6 +243,39 @@ def _check_checkpoint(snapshot: Snapshot, proof: Checkpoint, max_seq: int) -> li
     return []
 
 
+def _check_origin(proof: Checkpoint, origin: str | None) -> list[Finding]:
+    """A checkpoint naming an origin must name this store's."""
+    if proof.origin is None or proof.origin == origin:
+        return []
+    return [
+        Finding(
+            FindingKind.CHECKPOINT_MISMATCH,
+            proof.budget_id,
+            proof.seq,
+            f"the checkpoint is of log {proof.origin}, but this store is {origin or 'a store without an origin'}",
+        )
+    ]
+
+
+def _check_given_signature(proof: Checkpoint, keys: list[VerifierKey]) -> list[Finding]:
+    """With trusted keys, a given checkpoint must be a note carrying a valid signature by one of them."""
+    def finding(detail: str) -> Finding:
+        return Finding(FindingKind.BAD_SIGNATURE, proof.budget_id, proof.seq, detail)
+
+    if proof.note is None or not proof.signatures():
+        form = "a JSON checkpoint" if proof.note is None else "an unsigned note"
+        return [finding(f"the given checkpoint is {form}: it carries no signature by a trusted key")]
+    try:
+        verified, failed = trusted_signers(proof.note, keys)
+    except NoteError as error:
+        return [finding(f"the given checkpoint's signatures cannot be read: {error}")]
+    found = [finding(f"the given checkpoint's signature by {_label(key)} does not verify") for key in failed]
+    if not verified and not failed:
+        names = ", ".join(sorted({signature.name for signature in proof.signatures()}))
+        found.append(finding(f"the given checkpoint carries no signature by a trusted key (it is signed by {names})"))
+    return found
+
+
 def _outliers(snapshot: Snapshot, plan: _Plan) -> list[Finding]:
     """Rows no `seq` range covers: a seq that is missing, not a positive integer, or beyond the head."""
     rows = snapshot.misplaced_rows(plan.max_seq)
@@ -206,6 +283,266 @@ def _outliers(snapshot: Snapshot, plan: _Plan) -> list[Finding]:
         Finding(FindingKind.MALFORMED_ROW, str(budget_id), None, f"seq {seq!r} is not a positive integer in 1..head")
         for budget_id, seq in rows
     ]
+
+
+# -- the seal ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _SealTask:
+    """What a range needs to check the tree: where it starts (a claimed frontier, or None to skip), the store's
+    origin, given checkpoints to hold against the tree, whether to compare stored nodes, and keys for
+    ``--all-signatures``."""
+
+    start: tuple[int, list[str]] | None
+    origin: str | None
+    given: tuple[Checkpoint, ...]
+    nodes: bool
+    keys: tuple[str, ...]
+    all_signatures: bool
+
+    def frontier(self) -> CompactRange | None:
+        return None if self.start is None else CompactRange.from_hex(*self.start)
+
+
+@dataclass(slots=True)
+class _Seal:
+    """The seal's part of the audit plan: each range's task, and findings made while planning."""
+
+    tasks: list[_SealTask] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    first: CompactRange = field(default_factory=CompactRange)  # the trusted frontier the first range starts from
+
+    def task(self, index: int) -> _SealTask:
+        return self.tasks[index]
+
+
+def _plan_seal(
+    snapshot: Snapshot,
+    plan: _Plan,
+    since: Checkpoint | None,
+    held: list[Checkpoint],
+    origin: str | None,
+    keys: list[VerifierKey],
+    all_signatures: bool,
+) -> _Seal:
+    """Plan the tree's checks: the trusted starting frontier, each range's claimed one, and the stored entries no
+    range will meet (checkpoints beyond the rows, misplaced nodes)."""
+    seal = _Seal()
+    nodes = snapshot.has_tree_nodes()
+    start = plan.start_seq
+    if since is not None:
+        seal.first, problem = _since_frontier(snapshot, since, plan.max_seq)
+        if problem is not None:
+            seal.findings.append(problem)
+    given = tuple(item for item in held if item.root is not None and item.seq > start)
+    for item in held:
+        if item.root is not None and 0 < item.seq <= start:  # before an incremental audit's first row
+            seal.findings += _claimed_root_check(snapshot, item, plan.max_seq)
+    key_texts = tuple(key.format() for key in keys)
+    for index, (low, _) in enumerate(plan.ranges):
+        claimed: tuple[int, list[str]] | None
+        if index == 0:
+            claimed = (seal.first.size, seal.first.to_hex())
+        else:
+            try:
+                frontier = snapshot.frontier(low)
+                claimed = (frontier.size, frontier.to_hex())
+            except StoreDamaged:
+                claimed = None
+        seal.tasks.append(_SealTask(claimed, origin, given, nodes, key_texts, all_signatures))
+    for stored in snapshot.checkpoints_beyond(plan.max_seq):
+        seal.findings.append(
+            Finding(
+                FindingKind.CHECKPOINT_MISMATCH,
+                None,
+                stored.tree_size,
+                f"stored checkpoint #{stored.id} (signed by {stored.key_label()}) names {stored.tree_size} rows, "
+                f"but the store ends at seq {plan.max_seq}: history was truncated",
+            )
+        )
+    if nodes:
+        for level, index in snapshot.misplaced_nodes(plan.max_seq):
+            seal.findings.append(
+                Finding(
+                    FindingKind.CHECKPOINT_MISMATCH,
+                    None,
+                    None,
+                    f"stored tree node (level {level!r}, index {index!r}) lies outside the tree of {plan.max_seq} rows",
+                )
+            )
+    return seal
+
+
+def _since_frontier(
+    snapshot: Snapshot, since: Checkpoint, max_seq: int
+) -> tuple[CompactRange, Finding | None]:
+    """The tree's frontier at an incremental audit's checkpoint: from the stored tree, proven by the checkpoint's
+    root when it has one; recomputed from the rows when the stored tree cannot give it or does not prove out."""
+    if since.seq > max_seq:
+        return CompactRange(), None  # truncated: reported already
+    try:
+        frontier = snapshot.frontier(since.seq)
+    except StoreDamaged:
+        frontier = None
+    if frontier is not None and (since.root is None or frontier.root() == since.root):
+        return frontier, None
+    recomputed = _prefix_frontier(snapshot, since.seq)
+    if since.root is not None and recomputed.root() != since.root:
+        return recomputed, Finding(
+            FindingKind.CHECKPOINT_MISMATCH,
+            since.budget_id,
+            since.seq,
+            f"the rows up to seq {since.seq} give tree root {_b64(recomputed.root())}, the checkpoint says "
+            f"{_b64(since.root)}: history before it was rewritten",
+        )
+    return recomputed, None
+
+
+def _prefix_frontier(snapshot: Snapshot, size: int) -> CompactRange:
+    """The frontier of the first `size` rows, recomputed from them (a stored tree that cannot be used)."""
+    frontier = CompactRange()
+    for batch in snapshot.rows_between(0, size):
+        frontier.extend([unreadable_leaf_hash(row[:17]) for row in batch])
+    return frontier
+
+
+def _claimed_root_check(snapshot: Snapshot, proof: Checkpoint, max_seq: int) -> list[Finding]:
+    """A given checkpoint before an incremental audit's rows: its root against the stored tree's."""
+    try:
+        root = root_from_reader(snapshot.tree(max_seq), proof.seq)
+    except MerkleError:
+        return []  # the stored tree cannot say; the chain check stands
+    if root == proof.root:
+        return []
+    return [
+        Finding(
+            FindingKind.CHECKPOINT_MISMATCH,
+            proof.budget_id,
+            proof.seq,
+            f"the stored tree's root at size {proof.seq} is {_b64(root)}, the checkpoint says {_b64(proof.root)}",
+        )
+    ]
+
+
+def _attestation(
+    snapshot: Snapshot, keys: list[VerifierKey], origin: str | None, max_seq: int
+) -> tuple[dict[str, tuple[int, int]], list[Finding]]:
+    """For each trusted key, the newest stored checkpoint of this origin whose signature by it verifies: label ->
+    (tree size, checkpoint id). Newer ones claiming the key whose signature fails are `bad_signature`."""
+    attested: dict[str, tuple[int, int]] = {}
+    findings: list[Finding] = []
+    for key in keys:
+        label = _label(key)
+        bad = 0
+        for stored in snapshot.newest_by_key(key, at_most=max_seq):
+            try:
+                found = Checkpoint.from_note(stored.note)
+            except CheckpointError:
+                found = None
+            if found is not None and found.origin != origin:
+                continue  # another log's note: the tree check reports it
+            problem = signature_problem(stored.note, key)
+            if problem is None and found is not None:
+                attested[label] = (stored.tree_size, stored.id)
+                break
+            bad += 1
+            findings.append(_bad_stored(stored, problem or "its note cannot be read"))
+            if bad >= MAX_BAD_SIGNATURES_PER_KEY:
+                findings.append(
+                    Finding(
+                        FindingKind.BAD_SIGNATURE,
+                        None,
+                        None,
+                        f"stopped after {bad} stored checkpoints claiming key {label} failed to verify",
+                    )
+                )
+                break
+    return attested, findings
+
+
+def _bad_stored(stored: StoredCheckpoint, problem: str) -> Finding:
+    return Finding(
+        FindingKind.BAD_SIGNATURE,
+        None,
+        stored.tree_size,
+        f"stored checkpoint #{stored.id} (size {stored.tree_size}, filed as signed by {stored.key_label()}): {problem}",
+    )
+
+
+def _unattested(
+    snapshot: Snapshot, keys: list[VerifierKey], attested: dict[str, tuple[int, int]], max_seq: int
+) -> list[Finding]:
+    """The rows after the newest stored checkpoint a trusted key signed, as one finding naming the first."""
+    if not keys:
+        return []
+    newest = max(attested.items(), key=lambda item: item[1][0], default=None)
+    covered = newest[1][0] if newest is not None else 0
+    if covered >= max_seq:
+        return []
+    first = covered + 1
+    link = snapshot.link_at(first)
+    budget_id = link[2] if link is not None and isinstance(link[2], str) else None
+    count = max_seq - covered
+    after = (
+        f"the newest checkpoint signed by a trusted key (size {covered}, by {newest[0]})"
+        if newest is not None
+        else "any checkpoint signed by a trusted key (none is stored)"
+    )
+    return [
+        Finding(
+            FindingKind.UNATTESTED_ROWS,
+            budget_id,
+            first,
+            f"rows {first}..{max_seq} ({count} row{'s' if count != 1 else ''}) come after {after}: no trusted key "
+            "vouches for them (appended without the writer's key?)",
+        )
+    ]
+
+
+def _tree_check(snapshot: Snapshot, low: int, high: int, task: _SealTask, frontier: CompactRange) -> TreeCheck:
+    keys = [VerifierKey.parse(text) for text in task.keys]
+
+    def signatures(stored: StoredCheckpoint) -> list[Finding]:
+        try:
+            _, failed = trusted_signers(stored.note, keys)
+        except NoteError as error:
+            return [_bad_stored(stored, f"its note cannot be read ({error})")]
+        return [_bad_stored(stored, f"its signature by {_label(key)} does not verify") for key in failed]
+
+    return TreeCheck(
+        frontier,
+        end=high,
+        origin=task.origin,
+        checkpoints=snapshot.checkpoints_between(low, high),
+        given=task.given,
+        nodes=snapshot.nodes_at if task.nodes else None,
+        signatures=signatures if task.all_signatures and keys else None,
+    )
+
+
+def _prove_tree(
+    store: BudgetStore, plan: _Plan, seal: _Seal, outcomes: list[TreeOutcome | None]
+) -> tuple[list[Finding], CompactRange | None]:
+    """Chain the ranges' tree outcomes from the trusted start; recompute any range whose claimed start fails."""
+    findings: list[Finding] = []
+    expected = seal.first
+    for index, ((low, high), outcome) in enumerate(zip(plan.ranges, outcomes, strict=True)):
+        task = seal.tasks[index]
+        if outcome is None or task.frontier() != expected:
+            outcome = _tree_range(store, low, high, task, expected)
+        findings += outcome.findings
+        expected = outcome.compact_range()
+    return findings, expected
+
+
+def _tree_range(store: BudgetStore, low: int, high: int, task: _SealTask, frontier: CompactRange) -> TreeOutcome:
+    """The tree's checks alone over rows low < seq <= high, from a proven frontier."""
+    with store.snapshot() as snapshot:
+        tree = _tree_check(snapshot, low, high, task, frontier.copy())
+        for batch in store.scan(low, high, batch_rows=BATCH_ROWS):
+            tree.add([unreadable_leaf_hash(row[:17]) for row in batch], batch)
+        return tree.finish()
 
 
 def _history_gone(
@@ -248,15 +585,22 @@ def _count_mismatch(rows_stored: int, max_seq: int) -> Finding:
     )
 
 
-def _run_parallel(url: str, tasks: list[tuple[int, int, tuple[int, str]]], jobs: int) -> list[RangeResult]:
+def _run_parallel(
+    url: str, tasks: list[tuple[int, int, tuple[int, str]]], jobs: int, seal: _Seal
+) -> list[tuple[RangeResult, TreeOutcome | None]]:
     with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
-        futures = [pool.submit(_audit_range_in_worker, url, low, high, anchor) for low, high, anchor in tasks]
+        futures = [
+            pool.submit(_audit_range_in_worker, url, low, high, anchor, seal.task(index))
+            for index, (low, high, anchor) in enumerate(tasks)
+        ]
         return [future.result() for future in futures]
 
 
-def _audit_range_in_worker(url: str, low: int, high: int, anchor: tuple[int, str]) -> RangeResult:
+def _audit_range_in_worker(
+    url: str, low: int, high: int, anchor: tuple[int, str], task: _SealTask
+) -> tuple[RangeResult, TreeOutcome | None]:
     with BudgetStore.open(url, readonly=True) as store:
-        return _audit_range(store, low, high, anchor, None, 0)
+        return _audit_range(store, low, high, anchor, None, 0, task)
 
 
 def _audit_range(
@@ -266,23 +610,49 @@ def _audit_range(
     anchor: tuple[int, str],
     on_progress: Callable[[int, int], None] | None,
     total: int,
-) -> RangeResult:
-    """Check rows with low < seq <= high, in order, each against the stored row before it."""
+    task: _SealTask,
+) -> tuple[RangeResult, TreeOutcome | None]:
+    """Check rows with low < seq <= high, in order, each against the stored row before it, and the tree over them
+    from the task's starting frontier (none: the parent recomputes it)."""
     result = RangeResult()
     prev_seq, prev_chain = anchor
-    for batch in store.scan(low, high, batch_rows=BATCH_ROWS):
-        for row in batch:
-            prev_seq, prev_chain = check_row(row, prev_seq, prev_chain, result)
-        if on_progress is not None:
-            on_progress(result.rows, total)
+    frontier = task.frontier()
+    with store.snapshot() as snapshot:
+        tree = _tree_check(snapshot, low, high, task, frontier) if frontier is not None else None
+        leaves = result.leaves
+        for batch in store.scan(low, high, batch_rows=BATCH_ROWS):
+            for row in batch:
+                prev_seq, prev_chain = check_row(row, prev_seq, prev_chain, result)
+            if tree is not None:
+                tree.add(leaves, batch)
+            leaves.clear()
+            if on_progress is not None:
+                on_progress(result.rows, total)
+        outcome = tree.finish() if tree is not None else None
     if on_progress is not None:
         on_progress(result.rows, total)
-    return result
+    return result, outcome
 
 
-def as_checkpoint(value: Checkpoint | ChainHead | Mapping[str, Any] | str | os.PathLike[str]) -> Checkpoint:
+def _unique_keys(keys: Iterable[VerifierKey]) -> list[VerifierKey]:
+    unique: list[VerifierKey] = []
+    for key in keys:
+        if key not in unique:
+            unique.append(key)
+    return unique
+
+
+def _label(key: VerifierKey) -> str:
+    return f"{key.name}+{key.key_hash:08x}"
+
+
+def _b64(value: bytes | None) -> str:
+    return "none" if value is None else base64.b64encode(value).decode("ascii")
+
+
+def as_checkpoint(value: CheckpointLike) -> Checkpoint:
     """A checkpoint from what a caller has at hand: a `Checkpoint`, a chain head, the document (as a mapping
-    or as JSON text), or the path of a checkpoint file."""
+    or as JSON text), a checkpoint note (signed or not), or the path of a file holding either."""
     if isinstance(value, Checkpoint):
         return value
     if isinstance(value, ChainHead):
@@ -294,14 +664,14 @@ def as_checkpoint(value: Checkpoint | ChainHead | Mapping[str, Any] | str | os.P
             f"a checkpoint is a Checkpoint, a chain head, a mapping, JSON text or a path, not {type(value).__name__}"
         )
     text = os.fspath(value)
-    if text.lstrip().startswith("{"):
-        return Checkpoint.from_json(text)
+    if text.lstrip().startswith("{") or "\n" in text:
+        return Checkpoint.parse(text)
     return load_checkpoint(text)
 
 
 def load_checkpoint(path: str) -> Checkpoint:
-    """Read a checkpoint file; raises `CheckpointError` when it is missing, not a regular file, or not a
-    checkpoint. A FIFO or device is refused without blocking on it."""
+    """Read a checkpoint file (JSON or a checkpoint note); raises `CheckpointError` when it is missing, not a
+    regular file, or not a checkpoint. A FIFO or device is refused without blocking on it."""
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -324,7 +694,7 @@ def load_checkpoint(path: str) -> Checkpoint:
         os.close(descriptor)
     if len(text) > _MAX_CHECKPOINT_BYTES:
         raise CheckpointError(f"checkpoint {path} is larger than any checkpoint ({_MAX_CHECKPOINT_BYTES} bytes)")
-    return Checkpoint.from_json(text, source=f"checkpoint {path}")
+    return Checkpoint.parse(text, source=f"checkpoint {path}")
 
 
 _MAX_CHECKPOINT_BYTES = 1 << 20

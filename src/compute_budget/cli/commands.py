@@ -15,7 +15,7 @@ import click
 
 from compute_budget.cli.app import PROG, BudgetGroup, say
 from compute_budget.cli.app import run as run_group
-from compute_budget.cli.io import check_writable, open_input, write_atomically
+from compute_budget.cli.io import check_keys_apart, check_writable, open_input, read_ahead, write_atomically
 from compute_budget.cli.progress import audit_progress, progress_bar
 from compute_budget.core.gate import is_valid_text
 from compute_budget.core.lines import BadLine, GateLine, read_gates
@@ -97,6 +97,14 @@ db_option = click.option(
 MAX_CONFLICTS_SHOWN = 20
 
 
+origin_option = click.option(
+    "--origin",
+    metavar="NAME",
+    default=None,
+    help="The log name of a new store [default: compute-budget/ and 32 random hex digits].",
+)
+
+
 @cli.command("record")
 @click.argument("input_path", metavar="[INPUT]", default="-")
 @db_option
@@ -108,7 +116,18 @@ MAX_CONFLICTS_SHOWN = 20
     help="raise: a conflict stops the run (exit 2, nothing written); skip: record every other gate and list "
     "the conflicts.",
 )
-def record_command(input_path: str, db: str | None, on_conflict: str) -> None:
+@click.option(
+    "--signing-key",
+    "signing_key",
+    metavar="FILE",
+    default=None,
+    help="Sign a checkpoint of the new head with this key, in the same transaction "
+    "[default: the file $COMPUTE_BUDGET_SIGNING_KEY names, if set].",
+)
+@origin_option
+def record_command(
+    input_path: str, db: str | None, on_conflict: str, signing_key: str | None, origin: str | None
+) -> None:
     """Decide every gate of INPUT and append them all to the store, atomically (all or nothing).
 
     Re-recording a stored gate is a no-op; the same budget_id with a different gate is a conflict (exit 2,
@@ -117,9 +136,9 @@ def record_command(input_path: str, db: str | None, on_conflict: str) -> None:
     """
     from compute_budget.store import BudgetStore
 
-    with open_input(input_path, spool=True) as stream, BudgetStore.open(db) as store:
+    with open_input(input_path) as raw, BudgetStore.open(db, origin=origin, signing_key=signing_key) as store:
         try:
-            with progress_bar(stream, "recording") as lines:
+            with read_ahead(raw, _where(input_path)) as stream, progress_bar(stream, "recording") as lines:
                 gates = _gates_or_fail(read_gates(lines), input_path)
                 result = store.record_many(gates, on_conflict="skip" if on_conflict == "skip" else "raise")
         except BaseException:
@@ -286,15 +305,17 @@ def list_command(
 
 @cli.command("migrate")
 @db_option
-def migrate_command(db: str | None) -> None:
-    """Bring the database schema to this release's head (creating it when the database is empty)."""
+@origin_option
+def migrate_command(db: str | None, origin: str | None) -> None:
+    """Bring the database schema to this release's head (creating it when the database is empty), build the
+    Merkle tree of rows recorded before it, and set the origin of a store that holds rows but has none."""
     from compute_budget.store import BudgetStore
 
     def restored(problems: list[str]) -> None:
         for problem in problems:
             say(f"restored the append-only guard: {problem}")
 
-    before, after = BudgetStore.migrate(db, on_restore=restored)
+    before, after = BudgetStore.migrate(db, origin=origin, on_restore=restored)
     if before == after:
         click.echo(f"schema already at head revision {after}")
     else:
@@ -303,12 +324,23 @@ def migrate_command(db: str | None) -> None:
 
 @cli.command("checkpoint")
 @db_option
-def checkpoint_command(db: str | None) -> None:
-    """Print a checkpoint of the chain head (keep it outside the database for the next audit)."""
+@click.option(
+    "--signing-key",
+    "signing_keys",
+    metavar="FILE",
+    multiple=True,
+    help="Print the head's checkpoint note signed with this key (repeatable); nothing is stored.",
+)
+def checkpoint_command(db: str | None, signing_keys: tuple[str, ...]) -> None:
+    """Print a checkpoint of the head (keep it outside the database for the next audit): JSON, or with
+    --signing-key a signed checkpoint note."""
     from compute_budget.store import BudgetStore
 
     with BudgetStore.open(db, readonly=True) as store:
-        click.echo(store.checkpoint().to_json())
+        if signing_keys:
+            click.echo(store.signed_checkpoint(signing_keys), nl=False)
+        else:
+            click.echo(store.checkpoint().to_json())
 
 
 def _report_spec(value: str) -> tuple[str, str]:
@@ -357,6 +389,22 @@ def _report_spec(value: str) -> tuple[str, str]:
     show_default=True,
     help="Processes to split the rows across.",
 )
+@click.option(
+    "--trusted-key",
+    "trusted_keys",
+    metavar="KEY",
+    multiple=True,
+    help="A verifier key (name+hash+key) or a file holding one, whose signatures vouch for the rows; repeatable.",
+)
+@click.option(
+    "--all-signatures", is_flag=True, help="Verify every stored checkpoint signed by a trusted key, not the newest."
+)
+@click.option(
+    "--cosign",
+    "cosign_path",
+    metavar="FILE",
+    help="After a clean audit, sign the checkpoint --save-checkpoint writes with this key (a witness).",
+)
 def audit_command(
     db: str | None,
     checkpoint_path: str | None,
@@ -366,6 +414,9 @@ def audit_command(
     output_path: str | None,
     reports: tuple[str, ...],
     jobs: int,
+    trusted_keys: tuple[str, ...],
+    all_signatures: bool,
+    cosign_path: str | None,
 ) -> None:
     """Replay-audit the store read-only: exit 0 clean, 1 findings, 2 cannot run.
 
@@ -379,6 +430,8 @@ def audit_command(
     targets += [_report_spec(value) for value in reports]
     writable: list[tuple[str, str]] = []
     inputs = [("--checkpoint", checkpoint_path or ""), ("--since", since_path or "")]
+    key_files = [("--cosign", cosign_path)] if cosign_path else []
+    key_files += [("--trusted-key", item) for item in trusted_keys if os.path.exists(item)]
     try:
         # Before the audit: a nightly run must not fail only at its end. A path the output guards refuse gets
         # no report at all; the others get one whatever happens next.
@@ -388,6 +441,7 @@ def audit_command(
         ):
             try:
                 check_writable(option, path, db=db, keep=inputs)
+                check_keys_apart(key_files, [(option, path)])  # a key is never an output, not even an error report
                 writable.append((target_format, path))
             except click.BadParameter as error:
                 refused.append(error)
@@ -396,7 +450,20 @@ def audit_command(
         _distinct_outputs([path for _, path in targets] + ([save_path] if save_path else []))
         if save_path:
             check_writable("--save-checkpoint", save_path, db=db, keep=inputs)
-        _audit_and_report(db, checkpoint_path, since_path, save_path, output_format, output_path, writable, jobs)
+            check_keys_apart(key_files, [("--save-checkpoint", save_path)])
+        _audit_and_report(
+            db,
+            checkpoint_path,
+            since_path,
+            save_path,
+            output_format,
+            output_path,
+            writable,
+            jobs,
+            trusted_keys,
+            all_signatures,
+            cosign_path,
+        )
     except click.exceptions.Exit:
         raise  # a result (exit 0 or 1), its reports written
     except Exception as error:  # the audit cannot run (exit 2): every report file says why
@@ -413,11 +480,14 @@ def _audit_and_report(
     output_path: str | None,
     targets: list[tuple[str, str]],
     jobs: int,
+    trusted_keys: tuple[str, ...],
+    all_signatures: bool,
+    cosign_path: str | None,
 ) -> None:
     from compute_budget.auditor.scan import audit, load_checkpoint
     from compute_budget.cli.render_audit import render
-    from compute_budget.core.checkpoint import Checkpoint
     from compute_budget.errors import CheckpointError
+    from compute_budget.store.keys import load_signer_key, verifier_key
 
     checkpoint = load_checkpoint(checkpoint_path) if checkpoint_path else None
     if since_path and not os.path.lexists(since_path):
@@ -427,8 +497,22 @@ def _audit_and_report(
             "on any later night a missing checkpoint was lost or removed: find out why before making a new one"
         )
     since = load_checkpoint(since_path) if since_path else None
+    keys = [verifier_key(item) for item in trusted_keys]
+    if cosign_path and not save_path:
+        raise click.BadParameter(
+            "--cosign signs the checkpoint --save-checkpoint writes: give both", param_hint="--cosign"
+        )
+    cosigner = load_signer_key(cosign_path) if cosign_path else None
     with audit_progress(enabled=jobs == 1) as on_progress:
-        report = audit(db, checkpoint=checkpoint, since=since, jobs=jobs, on_progress=on_progress)
+        report = audit(
+            db,
+            checkpoint=checkpoint,
+            since=since,
+            jobs=jobs,
+            on_progress=on_progress,
+            trusted_keys=keys,
+            all_signatures=all_signatures,
+        )
     for warning in report.warnings:
         say(f"warning: {warning}")
     for target_format, path in targets:
@@ -436,8 +520,13 @@ def _audit_and_report(
     if not output_path:
         click.echo(render(report, output_format))
     if save_path:
-        if report.clean:
-            write_atomically(save_path, Checkpoint.from_head(report.head).to_json() + "\n")
+        if report.clean and cosigner is not None:
+            from compute_budget.auditor.proofs import cosign
+
+            given = [item for item in (checkpoint, since) if item is not None]
+            write_atomically(save_path, cosign(db, report, cosigner, given))
+        elif report.clean:
+            write_atomically(save_path, report.head_checkpoint().to_json() + "\n")
         else:
             say(f"audit not clean: checkpoint {save_path} was not written")
     if not report.clean:

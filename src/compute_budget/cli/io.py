@@ -21,18 +21,9 @@ from compute_budget.store.backend import locate
 
 
 @contextmanager
-def open_input(path: str, *, spool: bool = False) -> Iterator[BinaryIO]:
-    """Open INPUT (`-` is stdin) for binary reading, with one clear error for each way it can fail.
-
-    With `spool`, an INPUT that is a pipe (stdin or a FIFO) is read to its end first, into memory and then a
-    temporary file: `record` holds the append lock while it reads its input, and a slow producer must not make
-    every other writer wait for it.
-    """
+def open_input(path: str) -> Iterator[BinaryIO]:
+    """Open INPUT (`-` is stdin) for binary reading, with one clear error for each way it can fail."""
     if path == "-":
-        if spool and not _is_regular(sys.stdin.buffer):
-            with _spooled(sys.stdin.buffer, "stdin") as spooled:
-                yield spooled
-            return
         yield sys.stdin.buffer
         return
     if os.path.isdir(path):
@@ -44,10 +35,6 @@ def open_input(path: str, *, spool: bool = False) -> Iterator[BinaryIO]:
     except OSError as error:
         raise InputUnreadable(f"cannot read input file {path!r}: {error.strerror or error}") from None
     with stream:
-        if spool and not _is_regular(stream):
-            with _spooled(_ReadErrorsNamed(stream, path), path) as spooled:  # type: ignore[arg-type]
-                yield spooled
-            return
         yield _ReadErrorsNamed(stream, path)  # type: ignore[misc]
 
 
@@ -59,6 +46,17 @@ def _is_regular(stream: BinaryIO) -> bool:
         return stat.S_ISREG(os.fstat(stream.fileno()).st_mode)
     except (OSError, ValueError, AttributeError):
         return False
+
+
+@contextmanager
+def read_ahead(stream: BinaryIO, name: str) -> Iterator[BinaryIO]:
+    """`stream` itself when it is a regular file; the whole of it, read first, when it is a pipe (stdin or a
+    FIFO): `record` holds the append lock while it reads, and a slow producer must not make other writers wait."""
+    if _is_regular(stream):
+        yield stream
+        return
+    with _spooled(stream, name) as spooled:
+        yield spooled
 
 
 @contextmanager
@@ -130,6 +128,17 @@ def check_writable(option: str, path: str, *, db: str | None, keep: Sequence[tup
         raise click.BadParameter(f"folder {folder} does not exist", param_hint=option)
     if not os.access(folder, os.W_OK):
         raise click.BadParameter(f"folder {folder} is not writable", param_hint=option)
+
+
+def check_keys_apart(keys: list[tuple[str, str]], outputs: list[tuple[str, str | None]]) -> None:
+    """Refuse a key file that is also a file this command writes: the output would destroy the key."""
+    for key_option, key_path in keys:
+        for output_option, output_path in outputs:
+            if output_path and os.path.realpath(key_path) == os.path.realpath(output_path):
+                raise click.BadParameter(
+                    f"{key_path} is the key file of {key_option}; {output_option} must not overwrite it",
+                    param_hint=output_option,
+                )
 
 
 def write_atomically(path: str, text: str) -> None:

@@ -3,6 +3,7 @@ audit that could not run, in the same three forms."""
 
 from __future__ import annotations
 
+import base64
 import json
 from xml.etree import ElementTree
 
@@ -34,6 +35,11 @@ def render_text(report: AuditReport) -> str:
         f"in {report.elapsed_seconds:.2f} s, {report.rows_per_second:,.0f} rows/s",
         f"  head          seq {report.head.seq}, chain_hash {escaped(report.head.chain_hash)}",
     ]
+    if report.origin is not None and report.root is not None:
+        lines.append(f"  tree          {escaped(report.origin)}, root {base64.b64encode(report.root).decode('ascii')}")
+    if report.trusted_keys:
+        names = ", ".join(key.rsplit("+", 1)[0] for key in report.trusted_keys)
+        lines.append(f"  attested      through seq {report.attested_size} by trusted keys ({names})")
     held = not any(finding.kind is FindingKind.CHECKPOINT_MISMATCH for finding in report.findings)
     for label, proof in (("checkpoint", report.checkpoint), ("since", report.since)):
         if proof is not None:

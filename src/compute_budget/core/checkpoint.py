@@ -1,18 +1,29 @@
-"""Checkpoints: a small JSON document naming the head of a chain, kept outside the database.
+"""Checkpoints: the head of a store at some moment, kept outside the database, as JSON or as a checkpoint note.
 
-An audit given a checkpoint proves the stored chain still passes through it, that is, history was only
-appended to since the checkpoint was taken.
+An audit given a checkpoint proves the stored chain still passes through it (and, when it names a tree root, that
+the Merkle tree of the rows still has that root at its size): history was only appended to since.
+
+Two forms (spec sections 6 and 8):
+
+* JSON: ``{"format": "compute_budget.core.checkpoint.v1", "seq", "chain_hash", "budget_id", "origin",
+  "tree_size", "root"}``, the last three (origin, tree size = seq, base64 root) written since revision 2 and
+  optional on reading: an older document without them still proves the chain.
+* A C2SP checkpoint note (origin, size, base64 root, ``chain <hex>``), signed or not; `note` keeps the whole text
+  with its signature lines.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from compute_budget.core.chain import ChainHead
-from compute_budget.errors import CheckpointError
+from compute_budget.core.note import CheckpointBody, Signature, format_checkpoint, parse_checkpoint, parse_note
+from compute_budget.errors import CheckpointError, NoteError
 
 CHECKPOINT_FORMAT = "compute_budget.checkpoint.v1"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -20,25 +31,61 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """The chain head at some moment: `seq` rows, the last with `chain_hash` and `budget_id`."""
+    """The chain head at some moment: `seq` rows, the last with `chain_hash` and `budget_id`; since revision 2
+    also the store's `origin` and the Merkle `root` of those `seq` rows, and the signed `note` it was read from."""
 
     seq: int
     chain_hash: str
     budget_id: str | None
+    origin: str | None = None
+    root: bytes | None = None
+    note: str | None = None
+
+    @property
+    def tree_size(self) -> int:
+        """The tree size: the number of rows, which is the head's seq."""
+        return self.seq
 
     @classmethod
-    def from_head(cls, head: ChainHead) -> Checkpoint:
-        """The checkpoint of a chain head."""
-        return cls(head.seq, head.chain_hash, head.budget_id)
+    def from_head(cls, head: ChainHead, *, origin: str | None = None, root: bytes | None = None) -> Checkpoint:
+        """The checkpoint of a chain head (with the store's origin and tree root when known)."""
+        return cls(head.seq, head.chain_hash, head.budget_id, origin, root)
+
+    @property
+    def has_root(self) -> bool:
+        """True when it names an origin and a tree root (a note, or a JSON checkpoint of revision 2)."""
+        return self.origin is not None and self.root is not None
+
+    def body(self) -> CheckpointBody:
+        """The checkpoint note's fields; `CheckpointError` for an old JSON checkpoint without origin and root."""
+        if self.origin is None or self.root is None:
+            raise CheckpointError("this checkpoint names no origin and tree root (an older JSON checkpoint)")
+        return CheckpointBody(self.origin, self.seq, self.root, self.chain_hash)
+
+    def note_text(self) -> str:
+        """The checkpoint note text (no signatures): origin, size, base64 root, ``chain <hex>``."""
+        body = self.body()
+        return format_checkpoint(body.origin, body.size, body.root, body.chain_hash)
+
+    def signatures(self) -> list[Signature]:
+        """The signature lines of the note it was read from (none for JSON or an unsigned note)."""
+        if self.note is None or "\n\n" not in self.note:
+            return []
+        return parse_note(self.note)[1]
 
     def to_dict(self) -> dict[str, Any]:
-        """The checkpoint document."""
-        return {
+        """The checkpoint document (with origin, tree_size and root when known)."""
+        document: dict[str, Any] = {
             "format": CHECKPOINT_FORMAT,
             "seq": self.seq,
             "chain_hash": self.chain_hash,
             "budget_id": self.budget_id,
         }
+        if self.origin is not None and self.root is not None:
+            document["origin"] = self.origin
+            document["tree_size"] = self.seq
+            document["root"] = base64.b64encode(self.root).decode("ascii")
+        return document
 
     def to_json(self) -> str:
         """The checkpoint document as one line of JSON."""
@@ -60,4 +107,57 @@ class Checkpoint:
             raise CheckpointError(f"{source}: chain_hash must be 64 lowercase hex digits")
         if budget_id is not None and not isinstance(budget_id, str):
             raise CheckpointError(f"{source}: budget_id must be a string or null")
-        return cls(seq, chain_hash, budget_id)
+        sealed = [name for name in ("origin", "tree_size", "root") if value.get(name) is not None]
+        if not sealed:
+            return cls(seq, chain_hash, budget_id)
+        if len(sealed) != 3:
+            missing = ", ".join(name for name in ("origin", "tree_size", "root") if name not in sealed)
+            raise CheckpointError(f"{source}: origin, tree_size and root go together ({missing} missing)")
+        if value["tree_size"] != seq or isinstance(value["tree_size"], bool):
+            raise CheckpointError(f"{source}: tree_size {value['tree_size']!r} differs from seq {seq}")
+        root = _root(value["root"], source)
+        try:
+            body = CheckpointBody(value["origin"], seq, root, chain_hash)
+        except NoteError as error:
+            raise CheckpointError(f"{source}: {error}") from None
+        return cls(seq, chain_hash, budget_id, body.origin, body.root)
+
+    @classmethod
+    def from_note(cls, text: str | bytes, *, source: str = "checkpoint") -> Checkpoint:
+        """Read a checkpoint note, signed (text, empty line, signature lines) or not (the text alone)."""
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError:
+                raise CheckpointError(f"{source} is not UTF-8 text") from None
+        try:
+            body_text = parse_note(text)[0] if "\n\n" in text else text
+            body = parse_checkpoint(body_text)
+        except NoteError as error:
+            raise CheckpointError(f"{source}: {error}") from None
+        return cls(body.size, body.chain_hash, None, body.origin, body.root, text)
+
+    @classmethod
+    def parse(cls, text: str | bytes, *, source: str = "checkpoint") -> Checkpoint:
+        """A JSON checkpoint or a checkpoint note, told apart by the first character (``{`` for JSON)."""
+        start = text.lstrip()[:1]
+        if start in ("{", b"{"):
+            return cls.from_json(text, source=source)
+        try:
+            return cls.from_note(text, source=source)
+        except CheckpointError as error:
+            detail = str(error).removeprefix(f"{source}: ")
+            raise CheckpointError(f"{source} is not JSON and not a checkpoint note ({detail})") from None
+
+
+def _root(value: object, source: str) -> bytes:
+    """A 32-byte root from canonical standard base64."""
+    if not isinstance(value, str):
+        raise CheckpointError(f"{source}: root must be the base64 of a 32-byte hash")
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) != 32 or base64.b64encode(raw).decode("ascii") != value:
+        raise CheckpointError(f"{source}: root must be the base64 of a 32-byte hash")
+    return raw

@@ -153,6 +153,31 @@ class CompactRange:
         self._size += 1
         return completed
 
+    def extend(self, leaf_hashes: Iterable[bytes], *, min_level: int = 0) -> list[Node]:
+        """Append many leaf hashes; returns the perfect nodes they complete at `min_level` and above, in the
+        order they complete (as repeated `append` would, without building the nodes below `min_level`)."""
+        hashes, size, completed = self._hashes, self._size, []
+        sha256 = hashlib.sha256
+        try:
+            for leaf in leaf_hashes:
+                if not _is_hash(leaf):
+                    raise MerkleError("compact range: a leaf hash must be 32 bytes")
+                hashes.append(leaf)
+                if min_level <= 0:
+                    completed.append(Node(0, size, leaf))
+                level, index, merges = 0, size, size
+                while merges & 1:
+                    right = hashes.pop()
+                    merged = sha256(b"\x01" + hashes.pop() + right).digest()
+                    hashes.append(merged)
+                    level, index, merges = level + 1, index >> 1, merges >> 1
+                    if level >= min_level:
+                        completed.append(Node(level, index, merged))
+                size += 1
+        finally:
+            self._size = size
+        return completed
+
     def root(self) -> bytes:
         """The Merkle Tree Hash of the leaves appended so far (`EMPTY_ROOT` for none)."""
         if not self._hashes:

@@ -16,6 +16,7 @@ Ed25519 is the `cryptography` package's; signing is deterministic. The one sourc
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import re
 from collections.abc import Iterable
@@ -202,7 +203,7 @@ class SignerKey:
     @property
     def public_key(self) -> bytes:
         """The 32-byte Ed25519 public key of the seed."""
-        return Ed25519PrivateKey.from_private_bytes(self.seed).public_key().public_bytes_raw()
+        return _public_key(self.seed)
 
     def format(self) -> str:
         """The key as text, ``PRIVATE+KEY+<name>+<8 hex key hash>+<base64(0x01 || seed)>`` (a secret)."""
@@ -215,7 +216,19 @@ class SignerKey:
 
     def sign(self, message: bytes) -> bytes:
         """The 64-byte Ed25519 signature of `message` (deterministic)."""
-        return Ed25519PrivateKey.from_private_bytes(self.seed).sign(message)
+        return _private_key(self.seed).sign(message)
+
+
+@functools.lru_cache(maxsize=8)
+def _private_key(seed: bytes) -> Ed25519PrivateKey:
+    """The Ed25519 key of a seed, loaded once per process (a writer signs every append transaction)."""
+    return Ed25519PrivateKey.from_private_bytes(seed)
+
+
+@functools.lru_cache(maxsize=8)
+def _public_key(seed: bytes) -> bytes:
+    """The 32-byte public key of a seed, derived once per process."""
+    return _private_key(seed).public_key().public_bytes_raw()
 
 
 def generate_signer(name: str) -> SignerKey:

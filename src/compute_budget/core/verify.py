@@ -13,6 +13,7 @@ from typing import Any
 
 from compute_budget.core.chain import GENESIS_CHAIN_HASH, chain_hash
 from compute_budget.core.hashing import compute_budget_id, spans_json
+from compute_budget.core.leaf import leaf_and_chain, unreadable_leaf_hash
 from compute_budget.core.parse import ParsedGate, decide_parsed, parse_gate_json
 from compute_budget.core.policy import POLICIES
 from compute_budget.core.row import ROW_COLUMNS, stored_from_row
@@ -29,6 +30,8 @@ class FindingKind(StrEnum):
     UNSUPPORTED_POLICY_VERSION = "unsupported_policy_version"
     MALFORMED_ROW = "malformed_row"
     CHECKPOINT_MISMATCH = "checkpoint_mismatch"
+    BAD_SIGNATURE = "bad_signature"
+    UNATTESTED_ROWS = "unattested_rows"
     SCHEMA_TAMPERED = "schema_tampered"
 
 
@@ -58,6 +61,8 @@ class RangeResult:
     last_seq: int = 0
     last_chain_hash: str = GENESIS_CHAIN_HASH
     last_budget_id: str | None = None
+    # The leaf hash of every row checked, in order, for the Merkle tree: the caller drains it as it goes.
+    leaves: list[bytes] = field(default_factory=list)
 
 
 _INTEGER_COLUMNS = ("seq", "max_candidates", "max_depth", "max_steps", "max_parallelism")
@@ -80,6 +85,7 @@ def check_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result: Rang
     result.rows += 1
     types = tuple(map(type, row))
     if types != _ROW_TYPES and types != _ROW_TYPES_WITH_WALLCLOCK:
+        result.leaves.append(unreadable_leaf_hash(row[:17]))
         return _unreadable_row(row, prev_seq, prev_chain, result)
     seq, budget_id, policy_version, status, reason_code = row[0], row[1], row[2], row[6], row[7]
     stored_chain = row[17]
@@ -89,8 +95,10 @@ def check_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result: Rang
     result.policy_counts[policy_version] += 1
     result.last_seq, result.last_chain_hash, result.last_budget_id = seq, stored_chain, budget_id
 
-    # The chain: this row must link to the stored row before it.
-    if seq != prev_seq + 1 or chain_hash(prev_chain, row[:17]) != stored_chain:
+    # The chain: this row must link to the stored row before it. The leaf comes from the same serialisation.
+    leaf, computed_chain = leaf_and_chain(prev_chain, row[:17])
+    result.leaves.append(leaf)
+    if seq != prev_seq + 1 or computed_chain != stored_chain:
         findings.append(_chain_break(row, prev_seq, prev_chain))
 
     policy = POLICIES.get(policy_version)

@@ -1,6 +1,6 @@
-"""Appending: gates decided in chunks (the next one ahead, in a helper thread), numbered and chained after the
-head. Pure planning (`plan_chunk`) is kept apart from the SQL the facade runs, so the chain is computed in one
-place for every backend.
+"""Appending: gates decided in chunks (the next one ahead, in a helper thread), numbered, chained and hashed into
+Merkle leaves after the head. Pure planning (`plan_chunk`) is kept apart from the SQL the facade runs, so the chain
+and the leaves are computed in one place for every backend.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from compute_budget.core.chain import ChainHead, chain_hash
+from compute_budget.core.chain import ChainHead
+from compute_budget.core.leaf import RowHasher, row_hasher
 from compute_budget.core.prepare import PreparedGate, differing_keys, prepare_gate, same_gate
-from compute_budget.core.row import chained_row
 from compute_budget.errors import ArgumentTypeError, GateConflict
 
 CHUNK_SIZE = 500  # gates decided, looked up and inserted per round trip
@@ -38,10 +38,21 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+class PreparedChunk(list[PreparedGate]):
+    """A chunk of decided gates, with each one's row hashes worked out as far as they go before its seq."""
+
+    __slots__ = ("hashers",)
+
+    def __init__(self, gates: Iterable[PreparedGate]) -> None:
+        super().__init__(gates)
+        self.hashers = [row_hasher(item.decision, item.gate_input) for item in self]
+
+
 def prepared_chunks(gates: Iterable[object], *, ahead: bool) -> Generator[list[PreparedGate], None, None]:
-    """The gates in decided chunks. With `ahead`, a helper thread reads and decides the next chunk while the
-    caller inserts this one: SQLite and psycopg release the GIL while the database works, so the two overlap.
-    Whatever the helper raises (a bad line, a gate JSON cannot hold) is raised here, in the caller.
+    """The gates in decided chunks. With `ahead`, a helper thread reads and decides the next chunk (and hashes
+    the bulk of its rows) while the caller inserts this one: SQLite and psycopg release the GIL while the database
+    works, so the two overlap. Whatever the helper raises (a bad line, a gate JSON cannot hold) is raised here,
+    in the caller.
     """
     try:
         source = iter(gates)
@@ -49,7 +60,7 @@ def prepared_chunks(gates: Iterable[object], *, ahead: bool) -> Generator[list[P
         raise ArgumentTypeError(f"record_many takes an iterable of gates, not {type(gates).__name__}") from None
     if not ahead:
         while chunk := list(itertools.islice(source, CHUNK_SIZE)):
-            yield [prepare_gate(gate) for gate in chunk]
+            yield PreparedChunk(prepare_gate(gate) for gate in chunk)
         return
     handoff: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=2)
     stop = threading.Event()
@@ -65,7 +76,7 @@ def prepared_chunks(gates: Iterable[object], *, ahead: bool) -> Generator[list[P
     def work() -> None:
         try:
             while not stop.is_set() and (chunk := list(itertools.islice(source, CHUNK_SIZE))):
-                offer(("chunk", [prepare_gate(gate) for gate in chunk]))
+                offer(("chunk", PreparedChunk(prepare_gate(gate) for gate in chunk)))
             offer(("end", None))
         except BaseException as error:  # handed to the caller, who decides what it means
             offer(("error", error))
@@ -88,13 +99,14 @@ def prepared_chunks(gates: Iterable[object], *, ahead: bool) -> Generator[list[P
 
 @dataclass(frozen=True, slots=True)
 class ChunkPlan:
-    """What appending one chunk does: the rows to insert, the head after them, each gate's outcome (when asked
-    for) and the conflicting gates left out (when skipping conflicts)."""
+    """What appending one chunk does: the rows to insert and their Merkle leaf hashes, the head after them,
+    each gate's outcome (when asked for) and the conflicting gates left out (when skipping conflicts)."""
 
     rows: list[tuple[Any, ...]]
     head: ChainHead
     results: list[tuple[int, PreparedGate, bool, int]]  # (position in the chunk, gate, new, seq)
     conflicts: list[tuple[int, GateConflict]]  # (position in the chunk, the conflict)
+    leaves: list[bytes]
 
 
 def plan_chunk(
@@ -118,8 +130,15 @@ def plan_chunk(
     rows: list[tuple[Any, ...]] = []
     outcomes: list[tuple[int, PreparedGate, bool, int]] = []
     conflicts: list[tuple[int, GateConflict]] = []
-    for position, item in enumerate(prepared):
-        budget_id = item.decision.budget_id
+    leaves: list[bytes] = []
+    hashers: list[RowHasher] = (
+        prepared.hashers
+        if isinstance(prepared, PreparedChunk)
+        else [row_hasher(item.decision, item.gate_input) for item in prepared]
+    )
+    for position, (item, hasher) in enumerate(zip(prepared, hashers, strict=True)):
+        decision = item.decision
+        budget_id = decision.budget_id
         existing = seen.get(budget_id)
         if existing is not None:
             if not same_gate(existing[1], item):
@@ -134,11 +153,33 @@ def plan_chunk(
                 outcomes.append((position, item, False, existing[0]))
             continue
         seq += 1
-        row = chained_row(seq, item.decision, item.gate_input, recorded_at)
-        prev = chain_hash(prev, row)
-        rows.append((*row, prev))
+        status = decision.status.value
+        leaf, prev = hasher.finish(prev, seq, recorded_at, decision.reason_code, status)
+        rows.append(
+            (
+                seq,
+                budget_id,
+                decision.policy_version,
+                decision.gate_decision_id,
+                decision.gate_policy_version,
+                decision.gate_input_digest,
+                status,
+                decision.reason_code,
+                decision.max_candidates,
+                decision.max_depth,
+                decision.max_steps,
+                decision.max_wallclock_ms,
+                decision.max_parallelism,
+                hasher.spans,
+                decision.explanation,
+                item.gate_input,
+                recorded_at,
+                prev,
+            )
+        )
+        leaves.append(leaf)
         seen[budget_id] = (seq, item.gate_input)
         last_id = budget_id
         if results:
             outcomes.append((position, item, True, seq))
-    return ChunkPlan(rows, ChainHead(seq, prev, last_id), outcomes, conflicts)
+    return ChunkPlan(rows, ChainHead(seq, prev, last_id), outcomes, conflicts, leaves)

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.pool import QueuePool
 
 from compute_budget.errors import ArgumentTypeError, ComputeBudgetError, NotABudgetStore, StoreUnavailable
 
@@ -116,7 +117,8 @@ def _sqlite_engine(path: Path, *, readonly: bool) -> Engine:
         def connect() -> sqlite3.Connection:
             return sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_SECONDS, check_same_thread=False)
 
-    engine = create_engine("sqlite://", creator=connect)
+    # A pool of its own connections: "sqlite://" alone would mean one shared in-memory connection per thread.
+    engine = create_engine("sqlite://", creator=connect, poolclass=QueuePool)
 
     @event.listens_for(engine, "connect")
     def _configure(dbapi_connection: sqlite3.Connection, _record: object) -> None:

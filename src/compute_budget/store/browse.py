@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, inspect
 
 from compute_budget.core.row import ROW_COLUMNS
-from compute_budget.store.table import TABLE_NAME
+from compute_budget.store.table import CHECKPOINTS_TABLE, TABLE_NAME
 from compute_budget.store.text_codec import encode_text
 
 MAX_PAGE_ROWS = 500
@@ -227,6 +227,16 @@ class Browsing:
                 (str(status), str(reason)): int(count)
                 for status, reason, count in connection.exec_driver_sql(self._browse.counts, (low, high))
             }
+
+    def newest_signed_checkpoints(self, limit: int = 50) -> list[tuple[int, int, str]]:
+        """(id, tree_size, note) of the newest stored signed checkpoints, newest first, at most `limit`."""
+        if self.signed_checkpoint_table() is None:
+            return []
+        with self._reading() as connection:
+            rows = connection.exec_driver_sql(
+                f"SELECT id, tree_size, note FROM {CHECKPOINTS_TABLE} ORDER BY id DESC LIMIT {int(limit)}"
+            ).fetchall()
+        return [(int(row[0]), int(row[1]), str(row[2])) for row in rows]
 
     def signed_checkpoint_table(self) -> str | None:
         """The name of the store's table of signed checkpoints, when it has one (None before the seal)."""

@@ -25,13 +25,18 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from compute_budget.core.chain import EMPTY_HEAD, GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.checkpoint import Checkpoint
+from compute_budget.core.merkle import CompactRange
+from compute_budget.core.note import SignerKey, VerifierKey
 from compute_budget.core.prepare import PreparedGate
 from compute_budget.core.row import StoredDecision, stored_from_row
+from compute_budget.core.seal import StoredCheckpoint
+from compute_budget.core.tree import TILE_LEVEL, TiledTree
 from compute_budget.core.types import ComputeBudgetDecision, ComputeBudgetStatus
 from compute_budget.core.verify import Finding, RangeResult, check_row
 from compute_budget.errors import (
     DestinationNotEmpty,
     GateConflict,
+    InputError,
     MalformedDecision,
     NoHistory,
     NotABudgetStore,
@@ -41,11 +46,14 @@ from compute_budget.errors import (
     StoreDamaged,
     StoreUnavailable,
 )
+from compute_budget.store import seal as sealing
 from compute_budget.store.append import CHUNK_SIZE, ChunkPlan, collector_paused, plan_chunk, prepared_chunks
 from compute_budget.store.backend import Location, begin_write, create_store_engine, locate, translate
 from compute_budget.store.browse import Browsing
+from compute_budget.store.keys import signer_from_environment, signer_key
 from compute_budget.store.migrations import SchemaState, head_revision, schema_state, upgrade_to_head
 from compute_budget.store.schema_check import restore_guard, schema_problems
+from compute_budget.store.seal import SealStatements, seal_statements_for
 from compute_budget.store.statements import Statements, statements_for
 from compute_budget.store.table import TABLE_NAME
 from compute_budget.store.text_codec import decode_row, encode_rows, encode_text
@@ -130,7 +138,16 @@ class _StoredAlready(Exception):
 class BudgetStore(Browsing):
     """The audit store. Open with `BudgetStore.open(path_or_url)`; use as a context manager."""
 
-    def __init__(self, location: Location, engine: Engine, *, readonly: bool, created: bool = False) -> None:
+    def __init__(
+        self,
+        location: Location,
+        engine: Engine,
+        *,
+        readonly: bool,
+        created: bool = False,
+        signer: SignerKey | None = None,
+        origin: str | None = None,
+    ) -> None:
         self.location = location
         self.readonly = readonly
         self.created = created  # this open created the SQLite file (see `discard_if_unused`)
@@ -138,14 +155,41 @@ class BudgetStore(Browsing):
         self._sql = statements_for(engine.dialect.name)
         self._postgresql = engine.dialect.name == "postgresql"
         self._closed = False
+        self._seal = seal_statements_for(engine.dialect.name)
+        self._signer = signer
+        self._verifier = signer.verifier() if signer is not None else None
+        self._wanted_origin = origin
+        # The tree's frontier after this process's last append, keyed by the head it belongs to: a process that
+        # appends one gate at a time then never rereads its tile of rows.
+        self._frontier_cache: tuple[ChainHead, CompactRange] | None = None
+        self._verified_notes: set[str] = set()  # own checkpoints whose signature this process already verified
+        self._last_signed: tuple[str, ChainHead] | None = None  # the note this process signed last, and its head
 
     @classmethod
-    def open(cls, target: str | os.PathLike[str] | None = None, *, readonly: bool = False) -> BudgetStore:
+    def open(
+        cls,
+        target: str | os.PathLike[str] | None = None,
+        *,
+        readonly: bool = False,
+        origin: str | None = None,
+        signing_key: SignerKey | str | os.PathLike[str] | None = None,
+    ) -> BudgetStore:
         """Open the store at a path or SQLAlchemy URL (None: `$COMPUTE_BUDGET_DB` or `compute_budget.db`).
 
         A writer creates a new, empty database at the schema head; a reader needs an existing store. Either
         refuses a schema behind head (`SchemaBehindHead`, fixed by `compute-budget migrate`).
+
+        `origin` names a new store's log (spec section 8; refused if the store already has another); without it
+        the first append sets a random one. `signing_key` (a `SignerKey` or a key file; default: the file named by
+        `$COMPUTE_BUDGET_SIGNING_KEY`, if set) signs a checkpoint of the new head in every append transaction.
         """
+        if readonly and (origin is not None or signing_key is not None):
+            raise InputError("origin and signing_key are for a store opened for writing, not readonly=True")
+        if origin is not None:
+            sealing.check_origin_name(origin)
+        signer = None
+        if not readonly:
+            signer = signer_key(signing_key) if signing_key is not None else signer_from_environment()
         location = locate(target)
         _check_file(location, readonly=readonly)
         created = not readonly and location.sqlite_path is not None and not location.sqlite_path.exists()
@@ -158,23 +202,33 @@ class BudgetStore(Browsing):
                     upgrade_to_head(connection)
                 else:
                     _require_head(location, state, revision)
+                if not readonly:
+                    _seal_on_open(connection, origin, create_origin=False)
         except SQLAlchemyError as error:
             engine.dispose()
             raise translate(error, location) from None
         except BaseException:
             engine.dispose()
             raise
-        return cls(location, engine, readonly=readonly, created=created)
+        return cls(location, engine, readonly=readonly, created=created, signer=signer, origin=origin)
 
     @staticmethod
     def migrate(
-        target: str | os.PathLike[str] | None = None, *, on_restore: Callable[[list[str]], None] | None = None
+        target: str | os.PathLike[str] | None = None,
+        *,
+        origin: str | None = None,
+        on_restore: Callable[[list[str]], None] | None = None,
     ) -> tuple[str | None, str]:
         """Bring the schema at `target` to head (creating it if empty); returns (old, new) revision.
 
         A guard found missing, disabled, altered or joined by hand-made triggers is put back as this release
-        creates it; `on_restore` is told what was wrong. Added or removed columns are the audit's to report.
+        creates it; `on_restore` is told what was wrong (added or removed columns are the audit's to report).
+        Also completes the seal of an existing store: builds the Merkle tree of its rows when it has none yet
+        (after migration 0003, or an offline ``--sql`` migration), and sets its origin (`origin`, else a random
+        one) when it holds rows and has none.
         """
+        if origin is not None:
+            sealing.check_origin_name(origin)
         location = locate(target)
         _check_file(location, readonly=False)
         engine = create_store_engine(location, readonly=False)
@@ -193,11 +247,17 @@ class BudgetStore(Browsing):
                     restore_guard(connection)
                     if on_restore is not None:
                         on_restore(problems)
+                _seal_on_open(connection, origin, create_origin=True)
         except SQLAlchemyError as error:
             raise translate(error, location) from None
         finally:
             engine.dispose()
         return revision, head_revision()
+
+    @property
+    def signing_key(self) -> VerifierKey | None:
+        """The verifier key of the key this store signs its appends with, if any."""
+        return self._verifier
 
     def close(self) -> None:
         """Release the database connections; every later call on this store raises `StoreClosed`."""
@@ -309,6 +369,15 @@ class BudgetStore(Browsing):
                 _lock_for_append(connection, self._sql, readonly=False)
                 _require_guard(connection, self.location)
                 head = _head(connection, self._sql)
+                origin = sealing.ensure_origin(connection, self._seal, self._wanted_origin, create=True)
+                assert origin is not None
+                frontier = self._frontier(connection, head)
+                if self._verifier is not None and not self._still_signed_by_me(connection, head):
+                    sealing.require_extends(
+                        connection, self._sql, self._seal, self._verifier, origin, head, frontier.root(),
+                        verified=self._verified_notes,
+                    )
+                start = head
                 insert, insert_if_new = self._sql.insert, self._sql.insert_if_new
                 optimistic = True
                 offset = 0
@@ -339,6 +408,7 @@ class BudgetStore(Browsing):
                             _insert_exactly(connection, insert, plan.rows, self.location)
                     if plan.rows:
                         _require_planned_head(connection, self._sql, plan.head, self.location)
+                    sealing.insert_nodes(connection, self._seal, frontier.extend(plan.leaves, min_level=TILE_LEVEL))
                     head = plan.head
                     appended.new += len(plan.rows)
                     appended.present += len(prepared) - len(plan.rows) - len(plan.conflicts)
@@ -351,6 +421,9 @@ class BudgetStore(Browsing):
                     offset += len(prepared)
                     if on_progress is not None:
                         on_progress(len(prepared))
+                if self._signer is not None and head != start:
+                    note = sealing.signed_note(origin, head, frontier.root(), [self._signer])
+                    sealing.insert_checkpoint(connection, self._seal, head.seq, self._signer, note, _utc_now())
         except SQLAlchemyError as error:
             raise translate(error, self.location) from None
         except OverflowError:
@@ -360,8 +433,28 @@ class BudgetStore(Browsing):
             ) from None
         finally:
             chunks.close()  # stops the decide-ahead thread whatever happened
+        if self._signer is not None and head != start:
+            self._verified_notes = {note}
+            self._last_signed = (note, head)
+        self._frontier_cache = (head, frontier)
         appended.head = head
         return appended
+
+    def _still_signed_by_me(self, connection: Connection, head: ChainHead) -> bool:
+        """True when the head is the one this process signed last and that note is still the newest filed under
+        its key: then the store trivially extends it, with nothing to reread or re-verify."""
+        if self._last_signed is None or self._last_signed[1] != head or self._verifier is None:
+            return False
+        return sealing.newest_note_by_key(connection, self._seal, self._verifier) == self._last_signed[0]
+
+    def _frontier(self, connection: Connection, head: ChainHead) -> CompactRange:
+        """The tree's frontier at `head`: this process's own from its last append when nobody appended since,
+        else read from the stored nodes and the last tile of rows (building the tree if it was never built)."""
+        if self._frontier_cache is not None and self._frontier_cache[0] == head:
+            return self._frontier_cache[1].copy()
+        if not sealing.tree_is_built(connection, self._seal, head.seq):
+            return sealing.build_tree(connection, self._sql, self._seal, head.seq)
+        return sealing.frontier_at(connection, self._seal, head.seq)
 
     # -- reading -------------------------------------------------------------------------------------------
 
@@ -473,15 +566,25 @@ class BudgetStore(Browsing):
                     yield self._logical(row)
 
     def import_history(
-        self, rows: Iterable[tuple[Any, ...]], *, on_progress: Callable[[int], None] | None = None
+        self,
+        rows: Iterable[tuple[Any, ...]],
+        *,
+        origin: str | None = None,
+        checkpoints: Iterable[tuple[int, str, str, str, str]] = (),
+        on_progress: Callable[[int], None] | None = None,
     ) -> ChainHead:
-        """Append another store's rows exactly as stored (every column, the chain kept), into this empty store.
+        """Append another store's rows exactly as stored (every column, the chain kept), into this empty store,
+        with its origin (when it has one) and its signed checkpoints ((tree_size, key_name, key_hash, note,
+        recorded_at), oldest first, read after the rows); the tree is rebuilt from the rows.
 
-        All or nothing: an error from `rows` (a row failing verification, say) leaves this store empty.
+        All or nothing: an error from `rows` or `checkpoints` (a row failing verification, say) leaves this store
+        empty.
         """
         self._require_open()
         if self.readonly:
             raise ReadOnlyStore(f"{self.location.display} was opened read-only; open it for writing to copy into it")
+        from compute_budget.core.leaf import unreadable_leaf_hash
+
         try:
             with begin_write(self._engine) as connection:
                 _lock_for_append(connection, self._sql, readonly=False)
@@ -491,15 +594,28 @@ class BudgetStore(Browsing):
                     raise DestinationNotEmpty(
                         f"{self.location.display} already holds {existing.seq} rows; copy needs an empty store"
                     )
+                present = sealing.read_origin(connection, self._seal)
+                if origin is not None and present is not None and present != origin:
+                    raise DestinationNotEmpty(
+                        f"{self.location.display} already has origin {present}, not the source's {origin}; "
+                        "copy into a new, empty database"
+                    )
+                if present is None and origin is not None:
+                    sealing.ensure_origin(connection, self._seal, origin, create=False)
                 insert = self._sql.insert
                 head = existing
+                frontier = CompactRange()
                 source = iter(rows)
                 while chunk := list(itertools.islice(source, CHUNK_SIZE * 4)):
                     _insert_exactly(connection, insert, chunk, self.location)
+                    hashes = [unreadable_leaf_hash(row[:17]) for row in chunk]
+                    sealing.insert_nodes(connection, self._seal, frontier.extend(hashes, min_level=TILE_LEVEL))
                     last = chunk[-1]
                     head = ChainHead(int(last[0]), str(last[-1]), str(last[1]))
                     if on_progress is not None:
                         on_progress(len(chunk))
+                for batch in _batched(checkpoints, CHUNK_SIZE):
+                    connection.exec_driver_sql(self._seal.insert_checkpoint, list(batch))
         except SQLAlchemyError as error:
             raise translate(error, self.location) from None
         return head
@@ -515,8 +631,59 @@ class BudgetStore(Browsing):
             return _head(connection, self._sql)
 
     def checkpoint(self) -> Checkpoint:
-        """A checkpoint of the current head, to keep outside the database for a later audit."""
-        return Checkpoint.from_head(self.head())
+        """A checkpoint of the current head, to keep outside the database for a later audit: the chain head, the
+        store's origin and the root of its Merkle tree (origin and root are None while the store has no origin)."""
+        with self._reading() as connection:
+            head = _head(connection, self._sql)
+            origin = sealing.read_origin(connection, self._seal)
+            if origin is None:
+                return Checkpoint.from_head(head)
+            return Checkpoint.from_head(head, origin=origin, root=self._stored_root(connection, head))
+
+    def signed_checkpoint(self, signers: Iterable[SignerKey | str | os.PathLike[str]]) -> str:
+        """The checkpoint note of the current head signed by every key of `signers` (keys or key files); it is
+        not stored. Each key must find the store extending the newest checkpoint it signed (else `StoreDamaged`)."""
+        keys = [signer_key(item) for item in signers]
+        if not keys:
+            raise InputError("signing a checkpoint needs at least one signing key")
+        with self._reading() as connection:
+            head = _head(connection, self._sql)
+            origin = sealing.read_origin(connection, self._seal)
+            if origin is None:
+                raise StoreUnavailable(
+                    f"{self.location.display} has no origin yet: record a gate first, or run "
+                    "`compute-budget migrate --origin NAME`"
+                )
+            root = self._stored_root(connection, head)
+            for key in keys:
+                sealing.require_extends(connection, self._sql, self._seal, key.verifier(), origin, head, root)
+            return sealing.signed_note(origin, head, root, keys)
+
+    def origin(self) -> str | None:
+        """The store's origin (its log name), or None while none is set."""
+        with self._reading() as connection:
+            return sealing.read_origin(connection, self._seal)
+
+    def iter_checkpoint_rows(self) -> Iterator[tuple[int, str, str, str, str]]:
+        """Every stored signed checkpoint as (tree_size, key_name, key_hash, note, recorded_at), oldest first."""
+        after = 0
+        while True:
+            with self._reading() as connection:
+                rows = connection.exec_driver_sql(self._seal.copy_checkpoints, (after,)).fetchall()
+            for row in rows:
+                after = row[0]
+                yield (row[1], row[2], row[3], row[4], row[5])
+            if len(rows) < sealing.PAGE_ROWS:
+                return
+
+    def _stored_root(self, connection: Connection, head: ChainHead) -> bytes:
+        """The root of the stored tree at `head` (a store not yet built refuses: run migrate)."""
+        if not sealing.tree_is_built(connection, self._seal, head.seq):
+            raise StoreUnavailable(
+                f"{self.location.display} has no Merkle tree yet (migrated offline): run `compute-budget migrate` or "
+                "record with it once to build it"
+            )
+        return sealing.frontier_at(connection, self._seal, head.seq).root()
 
     # -- reading for the auditor ---------------------------------------------------------------------------
 
@@ -524,7 +691,9 @@ class BudgetStore(Browsing):
     def snapshot(self) -> Iterator[Snapshot]:
         """One read transaction whose queries all see the same rows (an audit plans its ranges on one)."""
         with self._reading() as connection:
-            yield Snapshot(connection, self._sql)
+            if connection.dialect.name == "postgresql":
+                connection = connection.execution_options(isolation_level="REPEATABLE READ")
+            yield Snapshot(connection, self._sql, self._seal)
 
     def scan(self, low: int, high: int, *, batch_rows: int = 2000) -> Iterator[list[tuple[Any, ...]]]:
         """Raw rows with low < seq <= high in seq order, as batches of plain tuples, streamed: SQLite's own
@@ -571,9 +740,88 @@ class BudgetStore(Browsing):
 class Snapshot:
     """Reads inside one transaction of a store (see `BudgetStore.snapshot`)."""
 
-    def __init__(self, connection: Connection, statements: Statements) -> None:
+    def __init__(self, connection: Connection, statements: Statements, seal: SealStatements) -> None:
         self._connection = connection
         self._statements = statements
+        self._seal = seal
+
+    # -- the seal -----------------------------------------------------------------------------------------------
+
+    def origin(self) -> str | None:
+        """The store's origin, or None while none is set."""
+        return sealing.read_origin(self._connection, self._seal)
+
+    def tree(self, size: int) -> TiledTree:
+        """A `NodeReader` over the stored tree of the first `size` rows."""
+        return sealing.tree_reader(self._connection, self._seal, size)
+
+    def tree_is_built(self, size: int) -> bool:
+        """True when the stored tree covers `size` rows (False for a store migrated without its tree yet)."""
+        return sealing.tree_is_built(self._connection, self._seal, size)
+
+    def has_tree_nodes(self) -> bool:
+        """True when any tree node is stored."""
+        return not sealing.tree_is_empty(self._connection, self._seal)
+
+    def frontier(self, size: int) -> CompactRange:
+        """The compact range of the stored tree at `size` (`StoreDamaged` when it cannot be read)."""
+        return sealing.frontier_at(self._connection, self._seal, size)
+
+    def chain_at(self, seq: int) -> str | None:
+        """The stored chain_hash of row `seq` (the genesis for 0), or None."""
+        return sealing.chain_at(self._connection, self._statements)(seq)
+
+    def raw_row(self, budget_id: str) -> tuple[Any, ...] | None:
+        """The stored row with this budget_id, raw (`row.ROW_COLUMNS` order), or None."""
+        row = self._connection.exec_driver_sql(self._statements.by_budget_id, (budget_id,)).first()
+        return None if row is None else tuple(row)
+
+    def newest_by_key(self, key: VerifierKey, *, at_most: int | None = None) -> Iterator[StoredCheckpoint]:
+        """Stored checkpoints recorded as signed by `key`, newest first (up to tree size `at_most`)."""
+        return sealing.newest_by_key(self._connection, self._seal, key, at_most=at_most)
+
+    def newest_covering(self, seq: int, at_most: int) -> StoredCheckpoint | None:
+        """The newest stored checkpoint whose tree covers row `seq` (size seq..at_most), or None."""
+        row = self._connection.exec_driver_sql(self._seal.newest_covering, (seq, at_most)).first()
+        return None if row is None else sealing.stored_checkpoint(tuple(row))
+
+    def checkpoints_at(self, size: int) -> list[StoredCheckpoint]:
+        """The stored checkpoints of tree size `size`, newest first (at most 20)."""
+        rows = self._connection.exec_driver_sql(self._seal.at_size, (size,)).fetchall()
+        return [sealing.stored_checkpoint(tuple(row)) for row in rows]
+
+    def checkpoints_beyond(self, size: int) -> list[StoredCheckpoint]:
+        """Stored checkpoints naming more rows than `size` (at most 100)."""
+        rows = self._connection.exec_driver_sql(self._seal.beyond, (size,)).fetchall()
+        return [sealing.stored_checkpoint(tuple(row)) for row in rows]
+
+    def misplaced_nodes(self, size: int) -> list[tuple[Any, Any]]:
+        """(level, idx) of stored tree nodes below the stored levels or over rows beyond `size` (at most 100)."""
+        return [(row[0], row[1]) for row in self._connection.exec_driver_sql(self._seal.misplaced_nodes, (size,))]
+
+    def checkpoints_between(self, low: int, high: int) -> Iterator[StoredCheckpoint]:
+        """Stored checkpoints with low < tree_size <= high, in size order."""
+        return sealing.checkpoints_between(self._connection, self._seal, low, high)
+
+    def nodes_at(self, level: int, first: int, last: int) -> Iterator[tuple[int, str]]:
+        """Stored tree nodes (idx, hex hash) of `level` with first <= idx <= last, in order."""
+        while first <= last:
+            rows = self._connection.exec_driver_sql(self._seal.nodes_at, (level, first, last)).fetchall()
+            for row in rows:
+                first = int(row[0]) + 1
+                yield int(row[0]), str(row[1])
+            if len(rows) < sealing.PAGE_ROWS:
+                return
+
+    def rows_between(self, low: int, high: int, *, batch_rows: int = 2000) -> Iterator[list[tuple[Any, ...]]]:
+        """Raw rows with low < seq <= high in seq order, a batch per query."""
+        while low < high:
+            upper = min(low + batch_rows, high)
+            rows = self._connection.exec_driver_sql(self._statements.seq_range, (low, upper)).fetchall()
+            yield [tuple(row) for row in rows]
+            low = upper
+
+    # -- the chain ----------------------------------------------------------------------------------------------
 
     def max_seq(self) -> int:
         """The highest seq that is an integer (0 for an empty store)."""
@@ -639,6 +887,25 @@ class _Reading:
         self._connection.close()
         if isinstance(error, SQLAlchemyError):
             raise translate(error, self._store.location) from None
+
+
+def _seal_on_open(connection: Connection, origin: str | None, *, create_origin: bool) -> None:
+    """A writer's opening step for the seal: set a wanted origin, build the tree of rows written before it."""
+    statements = statements_for(connection.dialect.name)
+    seal = seal_statements_for(connection.dialect.name)
+    try:
+        head = _head(connection, statements)
+    except StoreDamaged:
+        return  # a damaged head stops the first append, with its own message
+    sealing.ensure_origin(connection, seal, origin, create=create_origin and head.seq > 0)
+    if not sealing.tree_is_built(connection, seal, head.seq):
+        sealing.build_tree(connection, statements, seal, head.seq)
+
+
+def _batched(items: Iterable[Any], size: int) -> Iterator[tuple[Any, ...]]:
+    source = iter(items)
+    while batch := tuple(itertools.islice(source, size)):
+        yield batch
 
 
 def _check_file(location: Location, *, readonly: bool) -> None:

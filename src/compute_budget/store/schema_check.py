@@ -13,11 +13,21 @@ import re
 from sqlalchemy import Connection
 
 from compute_budget.core.row import ROW_COLUMNS
-from compute_budget.store.table import TABLE_NAME
-from compute_budget.store.triggers import POSTGRESQL_GUARD, SQLITE_GUARD, create_guard
+from compute_budget.store.table import TABLE_NAME, checkpoints, origin, tree_nodes
+from compute_budget.store.triggers import (
+    POSTGRESQL_GUARD,
+    POSTGRESQL_SEAL_GUARD,
+    SEAL_GUARD_FUNCTION,
+    SQLITE_GUARD,
+    SQLITE_SEAL_GUARD,
+    create_guard,
+)
 
-# Every guarded table and its columns, in order.
-GUARDED_COLUMNS: dict[str, tuple[str, ...]] = {TABLE_NAME: ROW_COLUMNS}
+# Every guarded table and its columns, in order: the decisions, then the seal's tables (migration 0003).
+GUARDED_COLUMNS: dict[str, tuple[str, ...]] = {
+    TABLE_NAME: ROW_COLUMNS,
+    **{table.name: tuple(column.name for column in table.columns) for table in (origin, tree_nodes, checkpoints)},
+}
 
 _SQLITE_NAME = re.compile(r"CREATE\s+TRIGGER\s+(\S+)\s+\S+\s+\S+\s+ON\s+(\S+)", re.IGNORECASE)
 
@@ -34,14 +44,34 @@ _POSTGRESQL_TRIGGERS: dict[str, dict[str, str]] = {
         ),
     }
 }
+_POSTGRESQL_TRIGGERS.update(
+    {
+        table: {
+            f"{table}_no_truncate": (
+                f"CREATE TRIGGER {table}_no_truncate BEFORE TRUNCATE ON {table} FOR EACH STATEMENT "
+                f"EXECUTE FUNCTION {SEAL_GUARD_FUNCTION}()"
+            ),
+            f"{table}_no_update_delete": (
+                f"CREATE TRIGGER {table}_no_update_delete BEFORE DELETE OR UPDATE ON {table} FOR EACH ROW "
+                f"EXECUTE FUNCTION {SEAL_GUARD_FUNCTION}()"
+            ),
+        }
+        for table in (origin.name, tree_nodes.name, checkpoints.name)
+    }
+)
 _POSTGRESQL_FUNCTIONS: dict[str, str] = {
+    SEAL_GUARD_FUNCTION: (
+        f"CREATE OR REPLACE FUNCTION {SEAL_GUARD_FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS $function$ "
+        "BEGIN RAISE EXCEPTION USING MESSAGE = TG_TABLE_NAME || ' is append-only: ' || TG_OP || ' is not allowed', "
+        "ERRCODE = 'insufficient_privilege'; END $function$"
+    ),
     f"{TABLE_NAME}_append_only": (
         f"CREATE OR REPLACE FUNCTION {TABLE_NAME}_append_only() RETURNS trigger LANGUAGE plpgsql AS $function$ "
         f"BEGIN RAISE EXCEPTION USING MESSAGE = '{TABLE_NAME} is append-only: ' || TG_OP || ' is not allowed', "
         "ERRCODE = 'insufficient_privilege'; END $function$"
     )
 }
-assert all(name in " ".join(POSTGRESQL_GUARD) for name in _POSTGRESQL_FUNCTIONS)  # kept beside the live DDL
+assert all(name in " ".join(POSTGRESQL_GUARD + POSTGRESQL_SEAL_GUARD) for name in _POSTGRESQL_FUNCTIONS)
 
 
 def normalise(sql: str) -> str:
@@ -53,7 +83,7 @@ def normalise(sql: str) -> str:
 
 def _expected_sqlite() -> dict[str, dict[str, str]]:
     expected: dict[str, dict[str, str]] = {table: {} for table in GUARDED_COLUMNS}
-    for statement in SQLITE_GUARD:
+    for statement in SQLITE_GUARD + SQLITE_SEAL_GUARD:
         match = _SQLITE_NAME.search(statement)
         assert match is not None
         expected.setdefault(match.group(2), {})[match.group(1)] = normalise(statement)
@@ -164,3 +194,5 @@ def restore_guard(connection: Connection) -> None:
         for function in _POSTGRESQL_FUNCTIONS:
             connection.exec_driver_sql(f"DROP FUNCTION IF EXISTS {function}() CASCADE")
     create_guard(connection)
+    for statement in POSTGRESQL_SEAL_GUARD if postgresql else SQLITE_SEAL_GUARD:
+        connection.exec_driver_sql(statement)

@@ -53,3 +53,43 @@ decisions = Table(
 # Every stored column, in table order (seq, budget_id, the decision's fields, gate_input, recorded_at,
 # chain_hash); `chain.CHAINED_COLUMNS` is this without chain_hash, and a test holds the two together.
 COLUMNS: tuple[str, ...] = tuple(column.name for column in decisions.columns)
+
+# The seal (spec section 8, migration 0003): the store's origin, the stored nodes of its Merkle tree (levels 8 and
+# up, see core.tree) and its append-only table of signed checkpoints.
+ORIGIN_TABLE = "compute_budget_origin"
+NODES_TABLE = "compute_budget_tree_nodes"
+CHECKPOINTS_TABLE = "compute_budget_checkpoints"
+
+origin = Table(
+    ORIGIN_TABLE,
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("origin", Text, nullable=False),
+    CheckConstraint("id = 1", name="single_row"),
+)
+
+tree_nodes = Table(
+    NODES_TABLE,
+    metadata,
+    Column("level", Integer, primary_key=True, autoincrement=False),
+    Column("idx", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=False),
+    Column("hash", String(64), nullable=False),
+    CheckConstraint("level >= 0 AND idx >= 0", name="position_non_negative"),
+    CheckConstraint("length(hash) = 64", name="hash_sha256"),
+)
+
+checkpoints = Table(
+    CHECKPOINTS_TABLE,
+    metadata,
+    Column("id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True),
+    Column("tree_size", BigInteger().with_variant(Integer(), "sqlite"), nullable=False),
+    Column("key_name", Text, nullable=False),
+    Column("key_hash", String(8), nullable=False),
+    Column("note", Text, nullable=False),
+    Column("recorded_at", Text, nullable=False),
+    Index("ix_compute_budget_checkpoints_tree_size", "tree_size"),
+    Index("ix_compute_budget_checkpoints_key", "key_name", "key_hash", "tree_size"),
+    CheckConstraint("tree_size >= 0", name="tree_size_non_negative"),
+)
+
+SEAL_TABLES: tuple[str, ...] = (ORIGIN_TABLE, NODES_TABLE, CHECKPOINTS_TABLE)

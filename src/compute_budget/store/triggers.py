@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from compute_budget.store.table import TABLE_NAME
+from compute_budget.store.table import CHECKPOINTS_TABLE, NODES_TABLE, ORIGIN_TABLE, TABLE_NAME
 
 SQLITE_GUARD: tuple[str, ...] = (
     f"""CREATE TRIGGER {TABLE_NAME}_no_update BEFORE UPDATE ON {TABLE_NAME}
@@ -40,6 +40,62 @@ POSTGRESQL_UNGUARD: tuple[str, ...] = (
     f"DROP TRIGGER IF EXISTS {TABLE_NAME}_no_update_delete ON {TABLE_NAME}",
     f"DROP TRIGGER IF EXISTS {TABLE_NAME}_no_truncate ON {TABLE_NAME}",
     f"DROP FUNCTION IF EXISTS {TABLE_NAME}_append_only()",
+)
+
+# The seal's tables (migration 0003) are append-only too: the origin is set once, the signed checkpoints and the
+# stored tree nodes are only ever added. A no-replace trigger costs one primary-key probe per insert, which these
+# small tables (one row per append transaction, one node per 128 rows) can afford.
+_SEAL_KEYS = {
+    ORIGIN_TABLE: "id = NEW.id",
+    NODES_TABLE: "level = NEW.level AND idx = NEW.idx",
+    CHECKPOINTS_TABLE: "id = NEW.id",
+}
+
+SQLITE_SEAL_GUARD: tuple[str, ...] = tuple(
+    statement
+    for table, key in _SEAL_KEYS.items()
+    for statement in (
+        f"""CREATE TRIGGER {table}_no_update BEFORE UPDATE ON {table}
+    BEGIN SELECT RAISE(ABORT, '{table} is append-only: UPDATE is not allowed'); END""",
+        f"""CREATE TRIGGER {table}_no_delete BEFORE DELETE ON {table}
+    BEGIN SELECT RAISE(ABORT, '{table} is append-only: DELETE is not allowed'); END""",
+        f"""CREATE TRIGGER {table}_no_replace BEFORE INSERT ON {table}
+    WHEN EXISTS (SELECT 1 FROM {table} WHERE {key})
+    BEGIN SELECT RAISE(ABORT, '{table} is append-only: a stored row cannot be replaced'); END""",
+    )
+)
+SQLITE_SEAL_UNGUARD: tuple[str, ...] = tuple(
+    f"DROP TRIGGER IF EXISTS {table}_{name}"
+    for table in _SEAL_KEYS
+    for name in ("no_update", "no_delete", "no_replace")
+)
+
+SEAL_GUARD_FUNCTION = "compute_budget_seal_append_only"
+POSTGRESQL_SEAL_GUARD: tuple[str, ...] = (
+    f"""CREATE OR REPLACE FUNCTION {SEAL_GUARD_FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        RAISE EXCEPTION USING
+            MESSAGE = TG_TABLE_NAME || ' is append-only: ' || TG_OP || ' is not allowed',
+            ERRCODE = 'insufficient_privilege';
+    END $$""",
+    *(
+        statement
+        for table in _SEAL_KEYS
+        for statement in (
+            f"""CREATE TRIGGER {table}_no_update_delete BEFORE UPDATE OR DELETE ON {table}
+    FOR EACH ROW EXECUTE FUNCTION {SEAL_GUARD_FUNCTION}()""",
+            f"""CREATE TRIGGER {table}_no_truncate BEFORE TRUNCATE ON {table}
+    FOR EACH STATEMENT EXECUTE FUNCTION {SEAL_GUARD_FUNCTION}()""",
+        )
+    ),
+)
+POSTGRESQL_SEAL_UNGUARD: tuple[str, ...] = (
+    *(
+        f"DROP TRIGGER IF EXISTS {table}_{name} ON {table}"
+        for table in _SEAL_KEYS
+        for name in ("no_update_delete", "no_truncate")
+    ),
+    f"DROP FUNCTION IF EXISTS {SEAL_GUARD_FUNCTION}()",
 )
 
 _GUARDS = {"sqlite": (SQLITE_GUARD, SQLITE_UNGUARD), "postgresql": (POSTGRESQL_GUARD, POSTGRESQL_UNGUARD)}

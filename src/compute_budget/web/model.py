@@ -7,6 +7,7 @@ stored row before it: the workbench never compares fields itself.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -517,7 +518,7 @@ def trusted_key(given: str) -> TrustedKey:
 
 @dataclass(frozen=True, slots=True)
 class SignedCheckpoints:
-    """The store's signed checkpoints: its table, if any, and those this workbench can list (none yet)."""
+    """The store's signed checkpoints: its table, if any, and the newest of them."""
 
     table: str | None
     items: list[dict[str, Any]] = field(default_factory=list)
@@ -546,8 +547,50 @@ def checkpoints(store: BudgetStore, keys: Sequence[str]) -> Checkpoints:
         head_href=detail_href(head.budget_id) if head.budget_id else None,
         document=json.dumps(head.to_dict(), indent=2),
         trusted_keys=[trusted_key(key) for key in keys],
-        signed=SignedCheckpoints(store.signed_checkpoint_table()),
+        signed=SignedCheckpoints(store.signed_checkpoint_table(), _signed_items(store, keys)),
     )
+
+
+def _signed_items(store: BudgetStore, keys: Sequence[str]) -> list[dict[str, Any]]:
+    """The newest signed checkpoints, each with its root, its signers, and whether a trusted key verifies it."""
+    from compute_budget.core.note import VerifierKey, parse_note, verify_note
+    from compute_budget.errors import NoteError
+
+    verifiers = []
+    for key in keys:
+        known = trusted_key(key)
+        if known.key is not None:
+            try:
+                verifiers.append(VerifierKey.parse(known.key))
+            except NoteError:
+                continue
+    items: list[dict[str, Any]] = []
+    for _, tree_size, note in store.newest_signed_checkpoints():
+        try:
+            found = Checkpoint.from_note(note)
+            _, signatures = parse_note(note)
+            outcome = verify_note(note, verifiers) if verifiers else None
+        except (NoteError, ValueError) as error:
+            items.append({"tree_size": tree_size, "root": "", "signers": [], "trusted": f"unreadable: {error}"})
+            continue
+        if outcome is None:
+            trusted = "no key given"
+        elif outcome.failed:
+            trusted = "FAILS: " + ", ".join(key.name for key in outcome.failed)
+        elif outcome.verified:
+            trusted = "yes: " + ", ".join(key.name for key in outcome.verified)
+        else:
+            trusted = "no trusted signature"
+        root = base64.b64encode(found.root).decode("ascii") if found.root is not None else ""
+        items.append(
+            {
+                "tree_size": tree_size,
+                "root": root,
+                "signers": [f"{signature.name}+{signature.key_hash:08x}" for signature in signatures],
+                "trusted": trusted,
+            }
+        )
+    return items
 
 
 def is_budget_id(text: str) -> bool:

@@ -1,0 +1,193 @@
+"""Proofs a third party checks without the database (spec section 8): a decision's inclusion bundle, the
+consistency of the store with an older checkpoint, and the auditor's cosignature of a head it has verified.
+
+`prove` and `prove_consistency` read a store; their verifiers (`core.proof.verify_proof`,
+`core.proof.verify_consistency`) need nothing but the bundle, the document and keys.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from compute_budget.auditor.report import AuditReport
+from compute_budget.auditor.scan import CheckpointLike, as_checkpoint
+from compute_budget.core.checkpoint import Checkpoint
+from compute_budget.core.leaf import row_leaf_hash
+from compute_budget.core.merkle import consistency_proof, inclusion_proof, verify_inclusion
+from compute_budget.core.note import SignerKey, VerifierKey, add_signature, sign_note
+from compute_budget.core.proof import ConsistencyProof, ProofBundle, row_from_values
+from compute_budget.core.seal import extends, signature_problem, trusted_signers
+from compute_budget.errors import (
+    AuditError,
+    CheckpointError,
+    MerkleError,
+    NotConsistent,
+    ProofError,
+    StoreDamaged,
+    StoreUnavailable,
+    UnknownBudgetId,
+)
+from compute_budget.store import BudgetStore
+from compute_budget.store.facade import Snapshot
+from compute_budget.store.keys import verifier_key
+
+
+def prove(
+    budget_id: str,
+    target: str | os.PathLike[str] | None = None,
+    *,
+    checkpoint: CheckpointLike | None = None,
+) -> ProofBundle:
+    """The proof bundle of the decision `budget_id` in the store at `target` (spec section 8).
+
+    Its checkpoint is `checkpoint` when given (a signed note, or a checkpoint with origin and root), else the
+    newest stored signed checkpoint covering the row, else the head's note without a signature. Raises
+    `UnknownBudgetId` when no such decision is stored, `ProofError` when the checkpoint does not cover the row
+    or is not of this store, `StoreDamaged` when the stored tree does not prove the row against it.
+    """
+    given = as_checkpoint(checkpoint) if checkpoint is not None else None
+    with BudgetStore.open(target, readonly=True) as store, store.snapshot() as snapshot:
+        row = snapshot.raw_row(budget_id)
+        if row is None:
+            raise UnknownBudgetId(f"no decision with budget_id {budget_id} in {store.location.display}")
+        seq = row[0]
+        if type(seq) is not int or seq < 1:
+            raise StoreDamaged(f"row {budget_id} has seq {seq!r}, not a positive integer: run `compute-budget audit`")
+        origin = snapshot.origin()
+        head = snapshot.max_seq()
+        note = _note_for(snapshot, given, seq, head, origin, store.location.display)
+        found = Checkpoint.from_note(note)
+        size = found.seq
+        try:
+            path = inclusion_proof(snapshot.tree(size), seq - 1, size)
+        except MerkleError as error:
+            raise StoreDamaged(f"cannot prove row {seq}: {error}; run `compute-budget audit`") from None
+        leaf = row_leaf_hash(row[:17])
+        if found.root is None or not verify_inclusion(leaf, seq - 1, size, path, found.root):
+            raise StoreDamaged(
+                f"the stored tree does not prove row {seq} against the checkpoint of size {size}: the rows or the "
+                "stored tree changed since it was made; run `compute-budget audit`"
+            )
+    return ProofBundle(row_from_values(row), seq - 1, size, tuple(path), note)
+
+
+def _note_for(
+    snapshot: Snapshot, given: Checkpoint | None, seq: int, head: int, origin: str | None, where: str
+) -> str:
+    """The checkpoint note a bundle carries (see `prove`)."""
+    if origin is None:
+        raise ProofError(f"{where} has no origin yet: nothing can be proven before its first append")
+    if given is not None:
+        if not given.has_root:
+            raise ProofError("the given checkpoint names no origin and tree root (an older JSON checkpoint)")
+        if given.origin != origin:
+            raise ProofError(f"the given checkpoint is of log {given.origin}, this store is {origin}")
+        if given.seq < seq:
+            raise ProofError(f"the given checkpoint covers {given.seq} rows; row {seq} is not among them")
+        if given.seq > head:
+            raise ProofError(f"the given checkpoint names {given.seq} rows; the store holds {head}")
+        return given.note if given.note is not None else given.note_text()
+    stored = snapshot.newest_covering(seq, head)
+    if stored is not None:
+        return stored.note
+    chain = snapshot.chain_at(head)
+    if chain is None:
+        raise StoreDamaged(f"the chain head (seq {head}) cannot be read: run `compute-budget audit`")
+    root = snapshot.frontier(head).root()
+    return Checkpoint(head, chain, None, origin, root).note_text()
+
+
+def prove_consistency(
+    old: CheckpointLike,
+    target: str | os.PathLike[str] | None = None,
+    *,
+    trusted_keys: Iterable[VerifierKey | str | os.PathLike[str]] = (),
+) -> ConsistencyProof:
+    """Prove that the store at `target` extends the older checkpoint `old` (a signed note, or a JSON checkpoint
+    with origin and root), in O(log n) hashes, and check the proof before returning it.
+
+    With `trusted_keys`, `old` must carry a valid signature by one of them. Raises `NotConsistent` (its `reason`:
+    ``origin``, ``untrusted``, ``truncated`` or ``rewritten``) when the store does not extend it, and
+    `CheckpointError` when `old` cannot be used.
+    """
+    checkpoint = as_checkpoint(old)
+    if not checkpoint.has_root:
+        raise CheckpointError("the old checkpoint names no origin and tree root: a consistency proof needs both")
+    keys = [verifier_key(item) for item in trusted_keys]
+    if keys:
+        if checkpoint.note is None or not checkpoint.signatures():
+            raise NotConsistent("untrusted", "the old checkpoint carries no signature by a trusted key")
+        verified, failed = trusted_signers(checkpoint.note, keys)
+        if failed:
+            raise NotConsistent("untrusted", f"the old checkpoint's signature by {failed[0].name} does not verify")
+        if not verified:
+            raise NotConsistent("untrusted", "the old checkpoint carries no signature by a trusted key")
+    body = checkpoint.body()
+    with BudgetStore.open(target, readonly=True) as store, store.snapshot() as snapshot:
+        origin = snapshot.origin()
+        if origin != body.origin:
+            raise NotConsistent("origin", f"the old checkpoint is of log {body.origin}, this store is {origin}")
+        size = snapshot.max_seq()
+        reader = snapshot.tree(size)
+        root = snapshot.frontier(size).root()
+        outcome = extends(body, size=size, root=root, chain_at=snapshot.chain_at, reader=reader)
+        if not outcome.ok:
+            raise NotConsistent(outcome.reason or "rewritten", outcome.message)
+        try:
+            path = consistency_proof(reader, body.size, size) if 0 < body.size < size else []
+        except MerkleError as error:
+            raise StoreDamaged(f"cannot prove consistency: {error}; run `compute-budget audit`") from None
+    proof = ConsistencyProof(origin, body.size, body.root, size, root, tuple(path))
+    if not proof.verify():
+        raise NotConsistent("rewritten", "the consistency proof does not verify")  # pragma: no cover
+    return proof
+
+
+def cosign(
+    target: str | os.PathLike[str] | None,
+    report: AuditReport,
+    signer: SignerKey,
+    given: Iterable[Checkpoint] = (),
+) -> str:
+    """The head's checkpoint note after a clean audit, signed by the auditor's `signer` (a witness cosignature).
+
+    When the store holds the writer's signed checkpoint of exactly this head, the cosignature is added to it, so
+    the note carries both. Refuses (`StoreDamaged`) when the store no longer extends the newest checkpoint this key
+    signed for the origin (stored, or among the `given` ones), as every signer must.
+    """
+    if not report.clean:
+        raise AuditError("only a clean audit is cosigned")
+    if report.origin is None or report.root is None:
+        raise StoreUnavailable(f"{report.database} has no origin yet: there is nothing to cosign")
+    checkpoint = report.head_checkpoint()
+    text = checkpoint.note_text()
+    size = checkpoint.seq
+    verifier = signer.verifier()
+    with BudgetStore.open(target, readonly=True) as store, store.snapshot() as snapshot:
+        olds: list[tuple[str, Checkpoint]] = []
+        for stored in snapshot.newest_by_key(verifier):
+            found = Checkpoint.from_note(stored.note)
+            if found.origin == report.origin and signature_problem(stored.note, verifier) is None:
+                olds.append((f"stored checkpoint #{stored.id}", found))
+                break
+        for item in given:
+            signed = item.note is not None and item.origin == report.origin and bool(item.signatures())
+            if signed and item.note is not None and signature_problem(item.note, verifier) is None:
+                olds.append(("the given checkpoint", item))
+        for where, old in olds:
+            outcome = extends(
+                old.body(), size=size, root=report.root, chain_at=snapshot.chain_at, reader=snapshot.tree(size)
+            )
+            if not outcome.ok:
+                raise StoreDamaged(
+                    f"refusing to cosign with key {signer.name}: the store no longer extends {where}, which this key "
+                    f"signed at size {old.seq} ({outcome.message})"
+                )
+        base = next(
+            (stored.note for stored in snapshot.checkpoints_at(size) if stored.note.startswith(text + "\n")), None
+        )
+    return add_signature(base, signer) if base is not None else sign_note(text, signer)
+
+
+__all__ = ["ConsistencyProof", "ProofBundle", "cosign", "prove", "prove_consistency"]

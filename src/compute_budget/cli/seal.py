@@ -1,0 +1,142 @@
+"""The seal's commands (spec section 8): `keygen`, `prove`, `verify-proof` and `consistency`.
+
+The seal's options of the older commands (`record --signing-key`, `checkpoint --signing-key`, `audit
+--trusted-key/--cosign`) live with those commands.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import click
+
+from compute_budget.cli.app import say
+from compute_budget.cli.commands import cli, db_option
+
+
+@cli.command("keygen")
+@click.argument("name")
+@click.option(
+    "--out", "out_path", metavar="FILE", help="Where to write the signer key [default: NAME with / as _, plus .key]."
+)
+def keygen_command(name: str, out_path: str | None) -> None:
+    """Make a new Ed25519 signer key named NAME: write it to a new file (mode 0600, never overwritten) and print
+    its verifier key, the public half to hand to auditors and verifiers."""
+    from compute_budget.core.note import generate_signer
+    from compute_budget.store.keys import default_key_file, write_new_signer_key
+
+    key = generate_signer(name)
+    path = write_new_signer_key(out_path or default_key_file(name), key)
+    click.echo(key.verifier().format())
+    say(f"wrote signer key {path} (mode 0600: keep it secret; give out the verifier key above)")
+
+
+@cli.command("prove")
+@click.argument("budget_id")
+@db_option
+@click.option(
+    "--checkpoint",
+    "checkpoint_path",
+    metavar="FILE",
+    help="Prove against this signed checkpoint [default: the newest stored one covering the row].",
+)
+def prove_command(budget_id: str, db: str | None, checkpoint_path: str | None) -> None:
+    """Print the proof bundle (JSON) of decision BUDGET_ID (64 hex digits, or a unique prefix of 8 or more): the
+    row, its inclusion path and a signed checkpoint, for `compute-budget verify-proof` without the database.
+
+    Exit 0 printed; 1 no such decision; 2 cannot run (a checkpoint that does not cover the row, say).
+    """
+    from compute_budget.auditor.proofs import prove
+    from compute_budget.auditor.scan import load_checkpoint
+    from compute_budget.errors import UnknownBudgetId
+    from compute_budget.store import BudgetStore
+
+    wanted = budget_id.strip().lower()
+    if not re.fullmatch(r"[0-9a-f]{8,64}", wanted):
+        raise click.BadParameter(
+            f"{budget_id[:80]!r} is not a budget_id: give its 64 hex digits (or a unique prefix of at least 8)",
+            param_hint="BUDGET_ID",
+        )
+    checkpoint = load_checkpoint(checkpoint_path) if checkpoint_path else None
+    if len(wanted) < 64:
+        with BudgetStore.open(db, readonly=True) as store:
+            found = store.find(wanted)
+        if len(found) > 1:
+            raise click.BadParameter(f"prefix {wanted} matches more than one decision", param_hint="BUDGET_ID")
+        wanted = found[0].decision.budget_id if found else wanted
+    try:
+        bundle = prove(wanted, db, checkpoint=checkpoint)
+    except UnknownBudgetId as unknown:
+        say(str(unknown))
+        click.get_current_context().exit(1)
+    click.echo(bundle.to_json())
+
+
+@cli.command("verify-proof")
+@click.argument("bundle_path", metavar="FILE")
+@click.option(
+    "--trusted-key",
+    "trusted_keys",
+    metavar="KEY",
+    multiple=True,
+    required=True,
+    help="A verifier key (name+hash+key) or a file holding one; repeatable.",
+)
+@click.option("--origin", metavar="NAME", help="Also require the checkpoint to be of this log.")
+def verify_proof_command(bundle_path: str, trusted_keys: tuple[str, ...], origin: str | None) -> None:
+    """Check a proof bundle (FILE, '-' for stdin) offline, without any database: a trusted signature on its
+    checkpoint, the inclusion path to the checkpoint's root, and the decision re-derived from its gate.
+
+    Exit 0 valid; 1 invalid (the line says which check failed); 2 an unreadable or incomplete bundle.
+    """
+    from compute_budget.core.proof import verify_proof
+    from compute_budget.errors import InputUnreadable
+    from compute_budget.store.keys import verifier_key
+
+    keys = [verifier_key(item) for item in trusted_keys]
+    try:
+        if bundle_path == "-":
+            raw = sys.stdin.buffer.read()
+        else:
+            with open(bundle_path, "rb") as handle:
+                raw = handle.read()
+    except OSError as error:
+        raise InputUnreadable(f"cannot read proof bundle {bundle_path}: {error.strerror or error}") from None
+    result = verify_proof(raw, keys, origin=origin)
+    if result.valid:
+        click.echo(result.message)
+        return
+    click.echo(f"invalid ({result.check}): {result.message}")
+    click.get_current_context().exit(1)
+
+
+@cli.command("consistency")
+@click.argument("old_path", metavar="OLD")
+@db_option
+@click.option(
+    "--trusted-key",
+    "trusted_keys",
+    metavar="KEY",
+    multiple=True,
+    help="Require OLD to carry a valid signature by this key (a verifier key or a file); repeatable.",
+)
+def consistency_command(old_path: str, db: str | None, trusted_keys: tuple[str, ...]) -> None:
+    """Prove that the store extends the older checkpoint OLD (a signed checkpoint, or a JSON checkpoint with a
+    root) and print the checked consistency proof (JSON).
+
+    Exit 0 the store extends OLD; 1 it does not (another log, untrusted, truncated or rewritten); 2 OLD unusable.
+    """
+    from compute_budget.auditor.proofs import prove_consistency
+    from compute_budget.auditor.scan import load_checkpoint
+    from compute_budget.errors import NotConsistent
+    from compute_budget.store.keys import verifier_key
+
+    old = load_checkpoint(old_path)
+    keys = [verifier_key(item) for item in trusted_keys]
+    try:
+        proof = prove_consistency(old, db, trusted_keys=keys)
+    except NotConsistent as failed:
+        say(f"the store {failed}")
+        click.get_current_context().exit(1)
+    click.echo(proof.to_json())

@@ -1,0 +1,320 @@
+"""Proof bundles and consistency documents (spec section 8), and their offline verification. Pure.
+
+A proof bundle (``compute_budget.proof.v1``) makes one stored decision a portable, self-verifying receipt:
+
+    {"format": "compute_budget.proof.v1",
+     "row": {the 17 leaf keys and "chain_hash", with the row's logical values},
+     "leaf_index": seq - 1, "tree_size": N,
+     "inclusion": [lowercase hex hashes, RFC 9162 order (leaf end first)],
+     "checkpoint": "the checkpoint note of size N, with its signature lines"}
+
+`verify_proof` checks, in this order: a trusted signature on the note (and its origin, when one is required);
+the inclusion path from the row's leaf to the note's root; the chain hash when the row is the note's last;
+and the row re-derived from its ``gate_input`` as the audit does (``budget_id`` recomputed, every field but
+``explanation`` and ``max_wallclock_ms`` compared).
+
+A consistency document (``compute_budget.consistency.v1``) proves a newer tree extends an older one:
+``origin``, ``old_size``, ``old_root``, ``new_size``, ``new_root`` (roots in standard base64, as in checkpoint
+notes) and ``proof`` (lowercase hex hashes, RFC 9162).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from compute_budget.core.chain import CHAINED_COLUMNS
+from compute_budget.core.checkpoint import Checkpoint
+from compute_budget.core.leaf import row_leaf_hash
+from compute_budget.core.merkle import EMPTY_ROOT, verify_inclusion
+from compute_budget.core.merkle import verify_consistency as merkle_verify_consistency
+from compute_budget.core.note import VerifierKey, valid_origin
+from compute_budget.core.row import ROW_COLUMNS
+from compute_budget.core.seal import trusted_signers
+from compute_budget.core.verify import FindingKind, RangeResult, check_row
+from compute_budget.errors import CheckpointError, MalformedProof, NoteError
+
+PROOF_FORMAT = "compute_budget.proof.v1"
+CONSISTENCY_FORMAT = "compute_budget.consistency.v1"
+_HEX_HASH = re.compile(r"[0-9a-f]{64}")
+_BUNDLE_KEYS = ("format", "row", "leaf_index", "tree_size", "inclusion", "checkpoint")
+_INTEGER_COLUMNS = frozenset({"seq", "max_candidates", "max_depth", "max_steps", "max_parallelism"})
+MAX_PROOF_HASHES = 64  # a tree of 2**64 leaves needs no more
+
+
+def row_from_values(values: Sequence[Any]) -> dict[str, Any]:
+    """A stored row (values in `row.ROW_COLUMNS` order) as the bundle's ``row`` object."""
+    return dict(zip(ROW_COLUMNS, values, strict=True))
+
+
+def _count(value: object) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _hashes(value: object, what: str) -> tuple[bytes, ...]:
+    if not isinstance(value, list) or len(value) > MAX_PROOF_HASHES:
+        raise MalformedProof(f"{what} must be a list of at most {MAX_PROOF_HASHES} hex hashes")
+    if not all(isinstance(item, str) and _HEX_HASH.fullmatch(item) for item in value):
+        raise MalformedProof(f"{what} must hold 64-digit lowercase hex hashes")
+    return tuple(bytes.fromhex(item) for item in value)
+
+
+def _loads(value: object, what: str) -> dict[str, Any]:
+    """A JSON object from a mapping, JSON text or bytes."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, str | bytes):
+        try:
+            loaded = json.loads(value)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise MalformedProof(f"the {what} is not JSON ({error})") from None
+        if isinstance(loaded, dict):
+            return loaded
+    raise MalformedProof(f"the {what} is not a JSON object")
+
+
+@dataclass(frozen=True, slots=True)
+class ProofBundle:
+    """A decision's proof of inclusion: its `row`, `leaf_index`, the `tree_size`, the `inclusion` path and the
+    `checkpoint` note (signed, or the bare note text) whose root it leads to."""
+
+    row: dict[str, Any]
+    leaf_index: int
+    tree_size: int
+    inclusion: tuple[bytes, ...]
+    checkpoint: str
+
+    @property
+    def budget_id(self) -> Any:
+        """The row's budget_id, as the bundle has it."""
+        return self.row.get("budget_id")
+
+    @property
+    def seq(self) -> Any:
+        """The row's seq, as the bundle has it."""
+        return self.row.get("seq")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The bundle as JSON."""
+        return {
+            "format": PROOF_FORMAT,
+            "row": dict(self.row),
+            "leaf_index": self.leaf_index,
+            "tree_size": self.tree_size,
+            "inclusion": [item.hex() for item in self.inclusion],
+            "checkpoint": self.checkpoint,
+        }
+
+    def to_json(self) -> str:
+        """The bundle as indented JSON text (a receipt people may read)."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, indent=2)
+
+    @classmethod
+    def parse(cls, value: ProofBundle | Mapping[str, Any] | str | bytes) -> ProofBundle:
+        """Read a bundle strictly; `MalformedProof` says what is missing or of the wrong type."""
+        if isinstance(value, ProofBundle):
+            return value
+        document = _loads(value, "proof bundle")
+        if document.get("format") != PROOF_FORMAT:
+            raise MalformedProof(f"not a proof bundle (format {PROOF_FORMAT!r})")
+        missing = [name for name in _BUNDLE_KEYS if name not in document]
+        if missing:
+            raise MalformedProof(f"incomplete proof bundle: {', '.join(missing)} missing")
+        row = document["row"]
+        if not isinstance(row, dict):
+            raise MalformedProof("the bundle's row is not an object")
+        absent = [name for name in ROW_COLUMNS if name not in row]
+        extra = sorted(set(row) - set(ROW_COLUMNS))
+        if absent or extra:
+            problem = (f"missing {', '.join(absent)}" if absent else "") + (
+                f"{'; ' if absent else ''}unexpected {', '.join(extra)}" if extra else ""
+            )
+            raise MalformedProof(f"the bundle's row must have the 17 leaf keys and chain_hash: {problem}")
+        for name in ROW_COLUMNS:
+            item = row[name]
+            if name in _INTEGER_COLUMNS:
+                ok = type(item) is int
+            elif name == "max_wallclock_ms":
+                ok = item is None or type(item) is int
+            else:
+                ok = isinstance(item, str)
+            if not ok:
+                raise MalformedProof(f"the bundle's row has {name} of type {type(item).__name__}")
+        if not (_count(document["leaf_index"]) and _count(document["tree_size"])):
+            raise MalformedProof("leaf_index and tree_size must be non-negative integers")
+        if not isinstance(document["checkpoint"], str):
+            raise MalformedProof("the bundle's checkpoint must be a checkpoint note (text)")
+        ordered = {name: row[name] for name in ROW_COLUMNS}
+        inclusion = _hashes(document["inclusion"], "inclusion")
+        return cls(ordered, document["leaf_index"], document["tree_size"], inclusion, document["checkpoint"])
+
+
+@dataclass(frozen=True, slots=True)
+class ProofVerification:
+    """The outcome of `verify_proof`: `valid`, else the `check` that failed (``signature``, ``origin``,
+    ``inclusion``, ``chain`` or ``rederive``); `message` is one line either way."""
+
+    valid: bool
+    check: str | None
+    message: str
+    budget_id: str
+    seq: int
+    origin: str
+    tree_size: int
+    signers: tuple[str, ...]
+
+
+def verify_proof(
+    bundle: ProofBundle | Mapping[str, Any] | str | bytes,
+    trusted_keys: Iterable[VerifierKey | str],
+    *,
+    origin: str | None = None,
+) -> ProofVerification:
+    """Check a proof bundle offline (see the module docstring). Raises `MalformedProof` for a bundle that cannot
+    be read or lacks a part, and `NoteError` for a key that is not a verifier key; a bundle that is complete but
+    wrong is `valid=False`, with the failing check named."""
+    proof = ProofBundle.parse(bundle)
+    keys = [key if isinstance(key, VerifierKey) else VerifierKey.parse(key) for key in trusted_keys]
+    try:
+        checkpoint = Checkpoint.from_note(proof.checkpoint, source="the bundle's checkpoint")
+    except CheckpointError as error:
+        raise MalformedProof(str(error)) from None
+    assert checkpoint.origin is not None
+    assert checkpoint.root is not None
+    row = proof.row
+    budget_id, seq = row["budget_id"], row["seq"]
+
+    def outcome(check: str | None, message: str, signers: Iterable[VerifierKey] = ()) -> ProofVerification:
+        names = tuple(f"{key.name}+{key.key_hash:08x}" for key in signers)
+        return ProofVerification(
+            check is None, check, message, budget_id, seq, str(checkpoint.origin), checkpoint.seq, names
+        )
+
+    signed = bool(checkpoint.signatures())
+    try:
+        verified, failed = trusted_signers(proof.checkpoint, keys) if signed else ([], [])
+    except NoteError as error:
+        raise MalformedProof(f"the bundle's checkpoint: {error}") from None
+    if failed:
+        return outcome("signature", f"the checkpoint's signature by {failed[0].name} does not verify")
+    if not verified:
+        by = ", ".join(sorted({item.name for item in checkpoint.signatures()})) if signed else ""
+        return outcome(
+            "signature",
+            f"the checkpoint carries no signature by a trusted key ({f'signed by {by}' if by else 'it is unsigned'})",
+        )
+    if origin is not None and checkpoint.origin != origin:
+        return outcome("origin", f"the checkpoint is of log {checkpoint.origin}, not {origin}", verified)
+    if proof.tree_size != checkpoint.seq:
+        return outcome(
+            "inclusion", f"the bundle says tree size {proof.tree_size}, its checkpoint {checkpoint.seq}", verified
+        )
+    if proof.leaf_index != seq - 1 or seq < 1:
+        return outcome("inclusion", f"leaf_index {proof.leaf_index} is not the row's seq {seq} minus 1", verified)
+    leaf = row_leaf_hash([row[name] for name in CHAINED_COLUMNS])
+    if not verify_inclusion(leaf, proof.leaf_index, proof.tree_size, proof.inclusion, checkpoint.root):
+        return outcome(
+            "inclusion", "the inclusion path from the row's leaf does not lead to the checkpoint's root", verified
+        )
+    if seq == checkpoint.seq and row["chain_hash"] != checkpoint.chain_hash:
+        return outcome("chain", "the row is the checkpoint's last but its chain_hash is not the checkpoint's", verified)
+    result = RangeResult()
+    check_row(tuple(row.values()), seq - 1, row["chain_hash"], result)
+    problems = [finding for finding in result.findings if finding.kind is not FindingKind.CHAIN_BREAK]
+    if problems:
+        first = problems[0]
+        return outcome("rederive", f"{first.kind.value}: {first.detail}", verified)
+    signers = ", ".join(f"{key.name}+{key.key_hash:08x}" for key in verified)
+    return outcome(
+        None,
+        f"valid: budget_id {budget_id}, seq {seq}, in {checkpoint.origin} (tree size {checkpoint.seq}), "
+        f"signed by {signers}",
+        verified,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ConsistencyProof:
+    """A proof that the tree (`new_size`, `new_root`) of log `origin` extends (`old_size`, `old_root`)."""
+
+    origin: str
+    old_size: int
+    old_root: bytes
+    new_size: int
+    new_root: bytes
+    proof: tuple[bytes, ...]
+
+    def verify(self) -> bool:
+        """True iff `proof` shows the new tree extends the old one (RFC 9162 section 2.1.4.2)."""
+        if self.old_size == 0:
+            return len(self.proof) == 0 and self.old_root == EMPTY_ROOT
+        return merkle_verify_consistency(self.old_size, self.new_size, self.old_root, self.new_root, self.proof)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The document as JSON."""
+        return {
+            "format": CONSISTENCY_FORMAT,
+            "origin": self.origin,
+            "old_size": self.old_size,
+            "old_root": base64.b64encode(self.old_root).decode("ascii"),
+            "new_size": self.new_size,
+            "new_root": base64.b64encode(self.new_root).decode("ascii"),
+            "proof": [item.hex() for item in self.proof],
+        }
+
+    def to_json(self) -> str:
+        """The document as one line of JSON."""
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def parse(cls, value: ConsistencyProof | Mapping[str, Any] | str | bytes) -> ConsistencyProof:
+        """Read a consistency document strictly; `MalformedProof` says what is wrong."""
+        if isinstance(value, ConsistencyProof):
+            return value
+        document = _loads(value, "consistency document")
+        if document.get("format") != CONSISTENCY_FORMAT:
+            raise MalformedProof(f"not a consistency document (format {CONSISTENCY_FORMAT!r})")
+        origin = document.get("origin")
+        if not valid_origin(origin):
+            raise MalformedProof("the consistency document's origin is not a valid origin")
+        old_size, new_size = document.get("old_size"), document.get("new_size")
+        if not (isinstance(old_size, int) and isinstance(new_size, int) and _count(old_size) and _count(new_size)):
+            raise MalformedProof("old_size and new_size must be non-negative integers")
+        roots = [_root(document.get(name), name) for name in ("old_root", "new_root")]
+        return cls(str(origin), old_size, roots[0], new_size, roots[1], _hashes(document.get("proof"), "proof"))
+
+
+def verify_consistency(
+    document: ConsistencyProof | Mapping[str, Any] | str | bytes,
+    *,
+    old: Checkpoint | None = None,
+    new: Checkpoint | None = None,
+) -> bool:
+    """True iff the consistency document's proof holds and, when given, the `old` and `new` checkpoints are the
+    ones it names (same origin, size and root). `MalformedProof` for a document that cannot be read."""
+    proof = ConsistencyProof.parse(document)
+    for checkpoint, size, root in ((old, proof.old_size, proof.old_root), (new, proof.new_size, proof.new_root)):
+        if checkpoint is not None and (
+            checkpoint.origin != proof.origin or checkpoint.seq != size or checkpoint.root != root
+        ):
+            return False
+    return proof.verify()
+
+
+def _root(value: object, name: str) -> bytes:
+    if isinstance(value, str):
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raw = b""
+        if len(raw) == 32 and base64.b64encode(raw).decode("ascii") == value:
+            return raw
+    raise MalformedProof(f"{name} must be the standard base64 of a 32-byte hash")
+
+
+

@@ -1,0 +1,114 @@
+"""Note keys on disk: signer keys read from files, verifier keys given as text or files, new keys written safely.
+
+A signer key file holds one line, ``PRIVATE+KEY+<name>+<hash>+<base64>``; it is created with mode 0600 and never
+overwritten. Every failure is one line naming the file and what is wrong, never the secret.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from compute_budget.core.note import SignerKey, VerifierKey, valid_key_name
+from compute_budget.errors import InputError, NoteError
+
+SIGNING_KEY_ENV_VAR = "COMPUTE_BUDGET_SIGNING_KEY"
+MAX_KEY_FILE_BYTES = 4096
+
+
+def default_key_file(name: str) -> str:
+    """The default file of a new key: its name with ``/`` turned into ``_``, plus ``.key``."""
+    return name.replace("/", "_") + ".key"
+
+
+def _read_key_file(path: str | os.PathLike[str], what: str) -> str:
+    """The text of a key file (one line, surrounding white space removed), or one clear error."""
+    shown = os.fspath(path)
+    if os.path.isdir(shown):
+        raise InputError(f"{what} {shown} is a folder, not a key file")
+    try:
+        with open(shown, "rb") as handle:
+            raw = handle.read(MAX_KEY_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise InputError(f"{what} {shown} does not exist") from None
+    except OSError as error:
+        raise InputError(f"cannot read {what} {shown}: {error.strerror or error}") from None
+    if len(raw) > MAX_KEY_FILE_BYTES:
+        raise InputError(f"{what} {shown} is not a key file (it is larger than {MAX_KEY_FILE_BYTES} bytes)")
+    try:
+        text = raw.decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise InputError(f"{what} {shown} is not a key file (it is not ASCII text)") from None
+    if "\n" in text:
+        raise InputError(f"{what} {shown} is not a key file (a key is one line)")
+    return text
+
+
+def load_signer_key(path: str | os.PathLike[str]) -> SignerKey:
+    """The signer key in file `path`; `InputError` (one line, without the secret) when it cannot be used."""
+    text = _read_key_file(path, "signing key")
+    try:
+        return SignerKey.parse(text)
+    except NoteError as error:
+        raise InputError(f"signing key {os.fspath(path)}: {error}") from None
+
+
+def signer_key(value: SignerKey | str | os.PathLike[str]) -> SignerKey:
+    """A `SignerKey` as given, or read from the file it names."""
+    return value if isinstance(value, SignerKey) else load_signer_key(value)
+
+
+def signer_from_environment() -> SignerKey | None:
+    """The signer key named by `$COMPUTE_BUDGET_SIGNING_KEY` (a path), or None when it is not set."""
+    path = os.environ.get(SIGNING_KEY_ENV_VAR)
+    if not path:
+        return None
+    try:
+        return load_signer_key(path)
+    except InputError as error:
+        raise InputError(f"${SIGNING_KEY_ENV_VAR}: {error}") from None
+
+
+def verifier_key(value: VerifierKey | str | os.PathLike[str]) -> VerifierKey:
+    """A verifier key given as a `VerifierKey`, its text (``<name>+<hash>+<base64>``) or a file holding it."""
+    if isinstance(value, VerifierKey):
+        return value
+    text = os.fspath(value)
+    if not os.path.exists(text):
+        if "+" not in text:
+            raise InputError(f"trusted key {text!r} is neither a verifier key (<name>+<hash>+<key>) nor a file")
+        try:
+            return VerifierKey.parse(text)
+        except NoteError as error:
+            raise InputError(f"trusted key {text[:80]!r}: {error}") from None
+    content = _read_key_file(text, "trusted key file")
+    try:
+        return VerifierKey.parse(content)
+    except NoteError as error:
+        raise InputError(f"trusted key file {text}: {error}") from None
+
+
+def write_new_signer_key(path: str | os.PathLike[str], key: SignerKey) -> Path:
+    """Write `key` to a new file `path`, mode 0600; never overwrites (`InputError` if anything is there)."""
+    target = Path(path)
+    if not valid_key_name(key.name):  # pragma: no cover  (a SignerKey always has a valid name)
+        raise InputError(f"invalid key name {key.name!r}")
+    if target.is_dir():
+        raise InputError(f"{target} is a folder; give the key file's path")
+    if not target.parent.is_dir():
+        raise InputError(f"cannot write key {target}: folder {target.parent} does not exist")
+    try:
+        handle = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except FileExistsError:
+        raise InputError(f"{target} already exists: a key file is never overwritten (choose another --out)") from None
+    except OSError as error:
+        raise InputError(f"cannot write key {target}: {error.strerror or error}") from None
+    try:
+        os.fchmod(handle, 0o600)  # whatever the umask
+        os.write(handle, (key.format() + "\n").encode("ascii"))
+    except OSError as error:
+        os.close(handle)
+        target.unlink(missing_ok=True)
+        raise InputError(f"cannot write key {target}: {error.strerror or error}") from None
+    os.close(handle)
+    return target

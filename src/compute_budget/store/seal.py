@@ -1,0 +1,363 @@
+"""The store's side of the seal (spec section 8): its origin, its Merkle tree's stored nodes, its append-only table
+of signed checkpoints, and the rule a signer obeys before it signs.
+
+Everything here runs on a connection the facade hands in, inside the facade's transaction: a writer's tree nodes
+and signed checkpoint are written in the same transaction as its rows.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from sqlalchemy import Connection
+
+from compute_budget.core.chain import GENESIS_CHAIN_HASH, ChainHead
+from compute_budget.core.checkpoint import Checkpoint
+from compute_budget.core.leaf import unreadable_leaf_hash
+from compute_budget.core.merkle import CompactRange, Node
+from compute_budget.core.note import (
+    SignerKey,
+    VerifierKey,
+    add_signature,
+    format_checkpoint,
+    sign_note,
+    valid_origin,
+)
+from compute_budget.core.row import ROW_COLUMNS
+from compute_budget.core.seal import StoredCheckpoint, extends, signature_problem
+from compute_budget.core.tree import TILE_LEVEL, TILE_SIZE, TiledTree
+from compute_budget.errors import CheckpointError, InputError, MerkleError, StoreDamaged, StoreError
+from compute_budget.store.statements import Statements
+from compute_budget.store.table import CHECKPOINTS_TABLE, NODES_TABLE, ORIGIN_TABLE, TABLE_NAME
+
+ORIGIN_PREFIX = "compute-budget/"
+PAGE_ROWS = 2000  # rows or table entries read per query when streaming
+_CHECKPOINT_COLUMNS = "id, tree_size, key_name, key_hash, note"
+
+
+class SealStatements:
+    """The seal's SQL for one backend (`mark` is its parameter placeholder)."""
+
+    def __init__(self, mark: str) -> None:
+        m = mark
+        self.get_origin = f"SELECT origin FROM {ORIGIN_TABLE} WHERE id = 1"
+        self.set_origin = f"INSERT INTO {ORIGIN_TABLE} (id, origin) VALUES (1, {m})"
+        self.node = f"SELECT hash FROM {NODES_TABLE} WHERE level = {m} AND idx = {m}"
+        self.insert_node = f"INSERT INTO {NODES_TABLE} (level, idx, hash) VALUES ({m}, {m}, {m})"
+        self.any_node = f"SELECT 1 FROM {NODES_TABLE} LIMIT 1"
+        self.nodes_at = (
+            f"SELECT idx, hash FROM {NODES_TABLE} WHERE level = {m} AND idx >= {m} AND idx <= {m} "
+            f"ORDER BY idx LIMIT {PAGE_ROWS}"
+        )
+        # Nodes no range of rows accounts for: below the stored levels, or over rows beyond the last one.
+        self.misplaced_nodes = (
+            f"SELECT level, idx FROM {NODES_TABLE} WHERE level < {TILE_LEVEL} OR ((idx + 1) << level) > {m} "
+            "ORDER BY level, idx LIMIT 100"
+        )
+        columns = ", ".join(ROW_COLUMNS)
+        self.leaf_rows = f"SELECT {columns} FROM {TABLE_NAME} WHERE seq > {m} AND seq <= {m} ORDER BY seq"
+        self.insert_checkpoint = (
+            f"INSERT INTO {CHECKPOINTS_TABLE} (tree_size, key_name, key_hash, note, recorded_at) "
+            f"VALUES ({m}, {m}, {m}, {m}, {m})"
+        )
+        after = f"(tree_size > {m} OR (tree_size = {m} AND id > {m}))"
+        self.checkpoints_between = (
+            f"SELECT {_CHECKPOINT_COLUMNS} FROM {CHECKPOINTS_TABLE} WHERE {after} AND tree_size <= {m} "
+            f"ORDER BY tree_size, id LIMIT {PAGE_ROWS}"
+        )
+        before = f"(tree_size < {m} OR (tree_size = {m} AND id < {m}))"
+        self.newest_by_key = (
+            f"SELECT {_CHECKPOINT_COLUMNS} FROM {CHECKPOINTS_TABLE} WHERE key_name = {m} AND key_hash = {m} "
+            f"AND {before} ORDER BY tree_size DESC, id DESC LIMIT 50"
+        )
+        self.newest_note_by_key = (
+            f"SELECT note FROM {CHECKPOINTS_TABLE} WHERE key_name = {m} AND key_hash = {m} "
+            "ORDER BY tree_size DESC, id DESC LIMIT 1"
+        )
+        self.newest_covering = (
+            f"SELECT {_CHECKPOINT_COLUMNS} FROM {CHECKPOINTS_TABLE} WHERE tree_size >= {m} AND tree_size <= {m} "
+            "ORDER BY tree_size DESC, id DESC LIMIT 1"
+        )
+        self.at_size = (
+            f"SELECT {_CHECKPOINT_COLUMNS} FROM {CHECKPOINTS_TABLE} WHERE tree_size = {m} ORDER BY id DESC LIMIT 20"
+        )
+        self.beyond = (
+            f"SELECT {_CHECKPOINT_COLUMNS} FROM {CHECKPOINTS_TABLE} WHERE tree_size > {m} ORDER BY tree_size, id "
+            "LIMIT 100"
+        )
+        self.copy_checkpoints = (
+            f"SELECT id, tree_size, key_name, key_hash, note, recorded_at FROM {CHECKPOINTS_TABLE} WHERE id > {m} "
+            f"ORDER BY id LIMIT {PAGE_ROWS}"
+        )
+        self.count_checkpoints = f"SELECT count(*) FROM {CHECKPOINTS_TABLE}"
+
+
+_BY_BACKEND = {"sqlite": SealStatements("?"), "postgresql": SealStatements("%s")}
+
+
+def seal_statements_for(backend: str) -> SealStatements:
+    """The seal's statements for a backend name (``sqlite`` or ``postgresql``)."""
+    try:
+        return _BY_BACKEND[backend]
+    except KeyError:
+        raise NotImplementedError(f"compute-budget has no SQL written for the {backend} backend") from None
+
+
+# -- origin ----------------------------------------------------------------------------------------------------
+
+
+def new_origin() -> str:
+    """A fresh origin: ``compute-budget/`` and 32 lowercase hex digits of randomness."""
+    return ORIGIN_PREFIX + secrets.token_hex(16)
+
+
+def check_origin_name(name: str) -> str:
+    """`name` if it is a valid origin (spec section 8), else `InputError` saying why."""
+    if not valid_origin(name):
+        raise InputError(
+            f"invalid origin {name!r}: 1 to 128 printable ASCII characters (no spaces), without '+'"
+        )
+    return name
+
+
+def read_origin(connection: Connection, seal: SealStatements) -> str | None:
+    """The store's origin, or None when none is set yet."""
+    value = connection.exec_driver_sql(seal.get_origin).scalar()
+    if value is None:
+        return None
+    if not isinstance(value, str) or not valid_origin(value):
+        raise StoreDamaged(f"the stored origin {value!r} is not a valid origin: run `compute-budget audit`")
+    return value
+
+
+def ensure_origin(connection: Connection, seal: SealStatements, wanted: str | None, *, create: bool) -> str | None:
+    """The store's origin; when none is set, set `wanted` (or, with `create`, a random one). A `wanted` origin
+    that differs from the one already set is refused: an origin is set once."""
+    existing = read_origin(connection, seal)
+    if existing is not None:
+        if wanted is not None and wanted != existing:
+            raise StoreError(f"the store's origin is already {existing}; it cannot become {wanted} (set once)")
+        return existing
+    if wanted is None and not create:
+        return None
+    chosen = wanted if wanted is not None else new_origin()
+    connection.exec_driver_sql(seal.set_origin, (chosen,))
+    return chosen
+
+
+# -- the tree --------------------------------------------------------------------------------------------------
+
+
+def tree_reader(connection: Connection, seal: SealStatements, size: int) -> TiledTree:
+    """A `NodeReader` over the stored tree of the first `size` rows, read on `connection`."""
+
+    def fetch_node(level: int, index: int) -> bytes | None:
+        value = connection.exec_driver_sql(seal.node, (level, index)).scalar()
+        if value is None:
+            return None
+        try:
+            return bytes.fromhex(value) if isinstance(value, str) and len(value) == 64 else None
+        except ValueError:
+            return None
+
+    def fetch_leaves(first: int, count: int) -> list[bytes]:
+        rows = connection.exec_driver_sql(seal.leaf_rows, (first, first + count)).fetchall()
+        if [row[0] for row in rows] != list(range(first + 1, first + count + 1)):
+            return []  # a row is missing or out of place: the tile cannot be computed
+        return [unreadable_leaf_hash(tuple(row)[:17]) for row in rows]
+
+    return TiledTree(size, fetch_node, fetch_leaves)
+
+
+def frontier_at(connection: Connection, seal: SealStatements, size: int) -> CompactRange:
+    """The compact range of the stored tree at `size` (its perfect nodes, stored or recomputed from a tile)."""
+    try:
+        return CompactRange.from_reader(tree_reader(connection, seal, size), size)
+    except MerkleError as error:
+        raise StoreDamaged(
+            f"the store's Merkle tree at size {size} cannot be read: {error}; run `compute-budget audit`"
+        ) from None
+
+
+def tree_is_built(connection: Connection, seal: SealStatements, size: int) -> bool:
+    """True when every stored node a tree of `size` rows needs is there (checked at its last complete tile)."""
+    if size < TILE_SIZE:
+        return True
+    last_tile = size // TILE_SIZE - 1
+    return connection.exec_driver_sql(seal.node, (TILE_LEVEL, last_tile)).first() is not None
+
+
+def tree_is_empty(connection: Connection, seal: SealStatements) -> bool:
+    """True when no tree node is stored (a store migrated without its tree built yet)."""
+    return connection.exec_driver_sql(seal.any_node).first() is None
+
+
+def insert_nodes(connection: Connection, seal: SealStatements, nodes: list[Node]) -> None:
+    """Store the perfect nodes at `TILE_LEVEL` and above."""
+    if nodes:
+        connection.exec_driver_sql(seal.insert_node, [(node.level, node.index, node.hash.hex()) for node in nodes])
+
+
+def build_tree(
+    connection: Connection, statements: Statements, seal: SealStatements, size: int
+) -> CompactRange:
+    """Compute the tree of the first `size` stored rows and store its nodes (an existing store's first write after
+    migration 0003). Refuses when nodes are already stored: a partial tree is damage, not a fresh store."""
+    if not tree_is_empty(connection, seal):
+        raise StoreDamaged("the store's Merkle tree is incomplete: tree nodes are missing; run `compute-budget audit`")
+    frontier = CompactRange()
+    for low in range(0, size, PAGE_ROWS):
+        rows = connection.exec_driver_sql(statements.seq_range, (low, min(low + PAGE_ROWS, size))).fetchall()
+        leaves = [unreadable_leaf_hash(tuple(row)[:17]) for row in rows]
+        insert_nodes(connection, seal, frontier.extend(leaves, min_level=TILE_LEVEL))
+    return frontier
+
+
+# -- signed checkpoints ----------------------------------------------------------------------------------------
+
+
+def stored_checkpoint(row: Any) -> StoredCheckpoint:
+    """A row of the checkpoint table (id, tree_size, key_name, key_hash, note) as read."""
+    ident, size, name, hash_text, note = row
+    if not (
+        type(ident) is int
+        and type(size) is int
+        and isinstance(name, str)
+        and isinstance(hash_text, str)
+        and isinstance(note, str)
+    ):
+        raise StoreDamaged(f"stored checkpoint #{ident!r} cannot be read: run `compute-budget audit`")
+    return StoredCheckpoint(ident, size, name, hash_text, note)
+
+
+def insert_checkpoint(
+    connection: Connection, seal: SealStatements, size: int, key: SignerKey | VerifierKey, note: str, at: str
+) -> None:
+    """Append one signed checkpoint to the store's table."""
+    connection.exec_driver_sql(seal.insert_checkpoint, (size, key.name, f"{key.key_hash:08x}", note, at))
+
+
+def checkpoints_between(
+    connection: Connection, seal: SealStatements, low: int, high: int
+) -> Iterator[StoredCheckpoint]:
+    """Stored checkpoints with low < tree_size <= high, in (tree_size, id) order, a page per query."""
+    size, ident = low, 2**62
+    while True:
+        rows = connection.exec_driver_sql(seal.checkpoints_between, (size, size, ident, high)).fetchall()
+        for row in rows:
+            checkpoint = stored_checkpoint(tuple(row))
+            size, ident = checkpoint.tree_size, checkpoint.id
+            yield checkpoint
+        if len(rows) < PAGE_ROWS:
+            return
+
+
+def newest_by_key(
+    connection: Connection, seal: SealStatements, key: VerifierKey | SignerKey, *, at_most: int | None = None
+) -> Iterator[StoredCheckpoint]:
+    """Stored checkpoints recorded as signed by `key`, newest (largest tree size) first."""
+    size = (at_most if at_most is not None else 2**62) + 1
+    ident = 0
+    while True:
+        rows = connection.exec_driver_sql(
+            seal.newest_by_key, (key.name, f"{key.key_hash:08x}", size, size, ident)
+        ).fetchall()
+        for row in rows:
+            checkpoint = stored_checkpoint(tuple(row))
+            size, ident = checkpoint.tree_size, checkpoint.id
+            yield checkpoint
+        if len(rows) < 50:
+            return
+
+
+def newest_own_checkpoint(
+    connection: Connection, seal: SealStatements, key: VerifierKey, origin: str, *, verified: set[str] | None = None
+) -> tuple[StoredCheckpoint, Checkpoint] | None:
+    """The newest stored checkpoint of `origin` signed by `key`, its signature verified; `StoreDamaged` when the
+    newest one claiming that key does not verify (a forged entry in the checkpoint table). `verified` caches the
+    notes already verified by this process."""
+    for stored in newest_by_key(connection, seal, key):
+        try:
+            found = Checkpoint.from_note(stored.note)
+        except CheckpointError as error:
+            raise StoreDamaged(
+                f"stored checkpoint #{stored.id} (signed by {stored.key_label()}) cannot be read: {error}; "
+                "run `compute-budget audit`"
+            ) from None
+        if found.origin != origin:
+            continue
+        if verified is None or stored.note not in verified:
+            problem = signature_problem(stored.note, key)
+            if problem is not None:
+                raise StoreDamaged(
+                    f"stored checkpoint #{stored.id} claims to be signed by {stored.key_label()}, but {problem}: "
+                    "the checkpoint table was tampered with; run `compute-budget audit`"
+                )
+            if verified is not None:
+                verified.add(stored.note)
+        if found.seq != stored.tree_size:
+            raise StoreDamaged(
+                f"stored checkpoint #{stored.id} is a note for size {found.seq} filed under size {stored.tree_size}: "
+                "run `compute-budget audit`"
+            )
+        return stored, found
+    return None
+
+
+def newest_note_by_key(connection: Connection, seal: SealStatements, key: VerifierKey | SignerKey) -> str | None:
+    """The note of the newest stored checkpoint filed under `key` (unverified), or None."""
+    value = connection.exec_driver_sql(seal.newest_note_by_key, (key.name, f"{key.key_hash:08x}")).scalar()
+    return value if isinstance(value, str) else None
+
+
+def chain_at(connection: Connection, statements: Statements) -> Callable[[int], str | None]:
+    """A function giving the stored chain_hash of row `seq` (None when there is no such readable row)."""
+
+    def at(seq: int) -> str | None:
+        if seq == 0:
+            return GENESIS_CHAIN_HASH
+        row = connection.exec_driver_sql(statements.link_at, (seq,)).first()
+        return row[1] if row is not None and isinstance(row[1], str) else None
+
+    return at
+
+
+def require_extends(
+    connection: Connection,
+    statements: Statements,
+    seal: SealStatements,
+    key: VerifierKey,
+    origin: str,
+    head: ChainHead,
+    root: bytes,
+    *,
+    verified: set[str] | None = None,
+) -> None:
+    """Refuse (`StoreDamaged`) to let `key` sign the head unless the store extends the newest checkpoint that key
+    signed for this origin (C2SP: a log never signs two inconsistent views)."""
+    own = newest_own_checkpoint(connection, seal, key, origin, verified=verified)
+    if own is None:
+        return
+    stored, old = own
+    outcome = extends(
+        old.body(),
+        size=head.seq,
+        root=root,
+        chain_at=chain_at(connection, statements),
+        reader=tree_reader(connection, seal, head.seq),
+    )
+    if not outcome.ok:
+        raise StoreDamaged(
+            f"refusing to sign with key {key.name}: the store no longer extends checkpoint #{stored.id}, which this "
+            f"key signed at size {old.seq} ({outcome.message}); run `compute-budget audit`"
+        )
+
+
+def signed_note(origin: str, head: ChainHead, root: bytes, signers: list[SignerKey]) -> str:
+    """The checkpoint note of a head, signed by every key of `signers` (in order)."""
+    note = sign_note(format_checkpoint(origin, head.seq, root, head.chain_hash), signers[0])
+    for signer in signers[1:]:
+        note = add_signature(note, signer)
+    return note

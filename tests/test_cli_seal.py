@@ -1,0 +1,318 @@
+"""The seal's command line (spec section 8): keygen, signing on record and checkpoint, the audit's trusted keys and
+cosignature, prove / verify-proof / consistency, and keys that cannot be used."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from compute_budget.core.checkpoint import Checkpoint
+from compute_budget.core.note import SignerKey, VerifierKey, verify_note
+from tests.backends import query, rows
+from tests.conftest import REPO_ROOT, gate_lines
+from tests.sealing import rewrite_consistently
+
+Run = Callable[..., tuple[int, str, str]]
+EXAMPLES = str(REPO_ROOT / "examples" / "gates.jsonl")
+
+
+def keygen(run_cli: Run, folder: Path, name: str) -> tuple[Path, str]:
+    """A new key in `folder`: its file and its verifier key text."""
+    path = folder / f"{name}.key"
+    status, out, err = run_cli("keygen", name, "--out", str(path))
+    assert status == 0, err
+    return path, out.strip()
+
+
+@pytest.fixture
+def keys(run_cli: Run, tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    """A writer's and an auditor's keys."""
+    return {name: keygen(run_cli, tmp_path, name) for name in ("writer", "auditor")}
+
+
+@pytest.fixture
+def signed(run_cli: Run, store_target: str, keys: dict[str, tuple[Path, str]], tmp_path: Path) -> str:
+    """A store of the example gates plus 20 more, recorded in two signed transactions."""
+    lines = tmp_path / "more.jsonl"
+    lines.write_text("\n".join(gate_lines(20)) + "\n")
+    for source in (EXAMPLES, str(lines)):
+        status, _, err = run_cli(
+            "record", source, "--db", store_target, "--signing-key", str(keys["writer"][0]),
+            "--origin", "example.org/cli",
+        )
+        assert status == 0, err
+    return store_target
+
+
+def test_keygen_writes_a_private_file_and_prints_the_verifier_key(
+    run_cli: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key file is mode 0600 whatever the umask; stdout is exactly its verifier key."""
+    monkeypatch.chdir(tmp_path)
+    old = os.umask(0)
+    try:
+        status, out, err = run_cli("keygen", "ops/writer")
+    finally:
+        os.umask(old)
+    assert status == 0
+    path = tmp_path / "ops_writer.key"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    signer_key = SignerKey.parse(path.read_text().strip())
+    assert out == signer_key.verifier().format() + "\n"
+    assert VerifierKey.parse(out.strip()).name == "ops/writer"
+    assert "ops_writer.key" in err
+    assert signer_key.format() not in out + err
+
+
+def test_keygen_never_overwrites(run_cli: Run, tmp_path: Path) -> None:
+    """An existing file, key or not, stays as it was: exit 2 and one line."""
+    path, _ = keygen(run_cli, tmp_path, "writer")
+    before = path.read_bytes()
+    status, out, err = run_cli("keygen", "writer", "--out", str(path))
+    assert (status, out) == (2, "")
+    assert err.count("\n") == 1
+    assert "never overwritten" in err
+    assert path.read_bytes() == before
+    status, _, err = run_cli("keygen", "bad name", "--out", str(tmp_path / "x.key"))
+    assert status == 2
+    assert "invalid key name" in err
+    assert not (tmp_path / "x.key").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("PRIVATE+KEY+writer+00000000+AAAA\n", "not a signer key"),
+        ("writer+12345678+AYMxQBvQhFLctRc3W+MSZapq18aHRlo60C/dtUVq3U5v\n", "is this a verifier key?"),
+        ("\x00\xff garbage", "not a key file"),
+        ("line one\nline two\n", "not a key file"),
+        ("", "not a signer key"),
+    ],
+)
+def test_a_corrupt_or_wrong_signing_key_is_one_clear_line(
+    run_cli: Run, tmp_path: Path, content: str, message: str
+) -> None:
+    """record, checkpoint and audit --cosign refuse an unusable key with one line, before writing anything."""
+    key = tmp_path / "bad.key"
+    key.write_bytes(content.encode("latin-1"))
+    db = tmp_path / "store.db"
+    for argv in (
+        ["record", EXAMPLES, "--db", str(db), "--signing-key", str(key)],
+        ["checkpoint", "--db", str(db), "--signing-key", str(key)],
+        ["audit", "--db", str(db), "--save-checkpoint", str(tmp_path / "cp"), "--cosign", str(key)],
+    ):
+        if argv[0] != "record":
+            assert run_cli("record", EXAMPLES, "--db", str(db))[0] == 0
+        status, out, err = run_cli(*argv)
+        assert status == 2, argv
+        assert out == ""
+        assert err.count("\n") == 1
+        assert message in err
+        assert "Traceback" not in err
+    assert not (tmp_path / "cp").exists()
+
+
+def test_a_missing_key_file_and_a_signer_given_as_trusted_key(run_cli: Run, signed: str, tmp_path: Path,
+                                                                keys: dict[str, tuple[Path, str]]) -> None:
+    """--signing-key to nowhere, and a private key where a verifier key belongs, are refused without the secret."""
+    status, _, err = run_cli("record", EXAMPLES, "--db", signed, "--signing-key", str(tmp_path / "nope.key"))
+    assert status == 2
+    assert "does not exist" in err
+    secret = keys["writer"][0]
+    status, _, err = run_cli("audit", "--db", signed, "--trusted-key", str(secret))
+    assert status == 2
+    assert "give its verifier key instead" in err
+    assert secret.read_text().strip() not in err
+    status, _, err = run_cli("audit", "--db", signed, "--trusted-key", "nobody+00000000+AAAA")
+    assert status == 2
+    assert "trusted key" in err
+
+
+def test_a_key_file_is_never_an_output(run_cli: Run, signed: str, keys: dict[str, tuple[Path, str]]) -> None:
+    """--save-checkpoint or --output naming the --cosign or --trusted-key file is refused before the audit."""
+    cosign, verifier = keys["auditor"][0], keys["writer"][1]
+    trusted = cosign.with_name("writer.pub")
+    trusted.write_text(verifier + "\n")
+    before = cosign.read_bytes(), trusted.read_bytes()
+    for argv in (
+        ["--save-checkpoint", str(cosign), "--cosign", str(cosign)],
+        ["--save-checkpoint", str(cosign.with_name("cp")), "--cosign", str(cosign), "--output", str(cosign)],
+        ["--trusted-key", str(trusted), "--output", str(trusted)],
+    ):
+        status, _, err = run_cli("audit", "--db", signed, *argv)
+        assert status == 2, argv
+        assert "must not overwrite it" in err
+    assert (cosign.read_bytes(), trusted.read_bytes()) == before
+
+
+def test_record_signs_and_checkpoint_prints_the_signed_head(
+    run_cli: Run, signed: str, keys: dict[str, tuple[Path, str]]
+) -> None:
+    """Each record run leaves one signed checkpoint; `checkpoint --signing-key` prints (and stores nothing)."""
+    writer, auditor = (VerifierKey.parse(keys[name][1]) for name in ("writer", "auditor"))
+    assert [row[0] for row in query(signed, "SELECT tree_size FROM compute_budget_checkpoints ORDER BY id")] == [8, 28]
+    status, out, _ = run_cli(
+        "checkpoint", "--db", signed, "--signing-key", str(keys["writer"][0]), "--signing-key", str(keys["auditor"][0])
+    )
+    assert status == 0
+    outcome = verify_note(out, [writer, auditor])
+    assert outcome.ok
+    assert len(outcome.verified) == 2
+    assert out.startswith("example.org/cli\n28\n")
+    assert len(query(signed, "SELECT * FROM compute_budget_checkpoints")) == 2
+    status, out, _ = run_cli("checkpoint", "--db", signed)
+    document = json.loads(out)
+    assert (document["origin"], document["tree_size"]) == ("example.org/cli", 28)
+
+
+def test_the_witness_round(
+    run_cli: Run, signed: str, keys: dict[str, tuple[Path, str]], tmp_path: Path
+) -> None:
+    """The nightly witness: audit with the writer's key, cosign the head; tomorrow's audit requires the note."""
+    writer, auditor = keys["writer"][1], keys["auditor"][1]
+    saved = tmp_path / "checkpoint.note"
+    status, out, err = run_cli(
+        "audit", "--db", signed, "--trusted-key", writer, "--save-checkpoint", str(saved),
+        "--cosign", str(keys["auditor"][0]),
+    )
+    assert status == 0, out + err
+    assert "attested      through seq 28" in out
+    note = saved.read_text()
+    outcome = verify_note(note, [VerifierKey.parse(writer), VerifierKey.parse(auditor)])
+    assert len(outcome.verified) == 2  # the writer's stored signature, and the auditor's cosignature
+    status, out, _ = run_cli("audit", "--db", signed, "--since", str(saved), "--trusted-key", auditor,
+                             "--trusted-key", writer)
+    assert status == 0, out
+    json_checkpoint = tmp_path / "old.json"
+    json_checkpoint.write_text(Checkpoint.from_note(note).to_json())
+    status, out, _ = run_cli("audit", "--db", signed, "--checkpoint", str(json_checkpoint), "--trusted-key", writer,
+                             "--format", "json")
+    assert status == 1
+    assert [f["kind"] for f in json.loads(out)["findings"]] == ["bad_signature"]
+
+
+def test_cosign_refuses_a_store_that_no_longer_extends_its_last_cosignature(
+    run_cli: Run, signed: str, keys: dict[str, tuple[Path, str]], tmp_path: Path
+) -> None:
+    """An audit given the auditor's own older note that the store no longer extends is not clean, and the new
+    checkpoint is neither cosigned nor written."""
+    saved, later = tmp_path / "night1.note", tmp_path / "night2.note"
+    cosign = str(keys["auditor"][0])
+    assert run_cli("audit", "--db", signed, "--save-checkpoint", str(saved), "--cosign", cosign)[0] == 0
+    rewrite_consistently(signed, 2)
+    status, _, err = run_cli("audit", "--db", signed, "--since", str(saved), "--save-checkpoint", str(later),
+                             "--cosign", str(keys["auditor"][0]))
+    assert status == 1
+    assert "was not written" in err
+    assert not later.exists()
+
+
+def test_unsigned_appends_are_unattested_on_the_command_line(
+    run_cli: Run, signed: str, keys: dict[str, tuple[Path, str]], tmp_path: Path
+) -> None:
+    """A record without the key (an INSERT-capable forger) makes the trusted audit exit 1, naming the rows."""
+    lines = tmp_path / "forged.jsonl"
+    lines.write_text("\n".join(gate_lines(3, prefix="forged")) + "\n")
+    assert run_cli("record", str(lines), "--db", signed)[0] == 0
+    status, out, _ = run_cli("audit", "--db", signed, "--trusted-key", keys["writer"][1], "--format", "json")
+    assert status == 1
+    report = json.loads(out)
+    assert [(f["kind"], f["seq"]) for f in report["findings"]] == [("unattested_rows", 29)]
+    assert "rows 29..31 (3 rows)" in report["findings"][0]["detail"]
+    assert report["attested_size"] == 28
+
+
+def test_prove_and_verify_proof(run_cli: Run, signed: str, keys: dict[str, tuple[Path, str]], tmp_path: Path) -> None:
+    """prove prints a bundle; verify-proof checks it offline: 0 valid, 1 an edited row or an untrusted signer,
+    2 an unreadable bundle; prove exits 1 for an unknown budget_id."""
+    budget_id = str(rows(signed)[11][1])
+    status, out, _ = run_cli("prove", budget_id[:12], "--db", signed)
+    assert status == 0
+    bundle = tmp_path / "proof.json"
+    bundle.write_text(out)
+    status, out, _ = run_cli(
+        "verify-proof", str(bundle), "--trusted-key", keys["writer"][1], "--origin", "example.org/cli"
+    )
+    assert status == 0
+    assert out.count("\n") == 1
+    assert budget_id in out
+    assert "seq 12" in out
+    assert "example.org/cli" in out
+    assert "tree size 28" in out
+    assert "writer+" in out
+
+    document = json.loads(bundle.read_text())
+    document["row"]["max_candidates"] = 50
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(document))
+    status, out, _ = run_cli("verify-proof", str(edited), "--trusted-key", keys["writer"][1])
+    assert status == 1
+    assert out.startswith("invalid (inclusion)")
+    status, out, _ = run_cli("verify-proof", str(bundle), "--trusted-key", keys["auditor"][1])
+    assert status == 1
+    assert out.startswith("invalid (signature)")
+    (tmp_path / "junk.json").write_text("{\"format\": \"compute_budget.proof.v1\"}")
+    status, out, err = run_cli("verify-proof", str(tmp_path / "junk.json"), "--trusted-key", keys["writer"][1])
+    assert (status, out) == (2, "")
+    assert "incomplete proof bundle" in err
+    status, _, err = run_cli("prove", "ab" * 32, "--db", signed)
+    assert status == 1
+    assert "no decision with budget_id" in err
+
+
+def test_prove_against_a_checkpoint_that_does_not_cover_the_row(
+    run_cli: Run, signed: str, tmp_path: Path
+) -> None:
+    """--checkpoint naming fewer rows than the row's seq: exit 2."""
+    first = query(signed, "SELECT note FROM compute_budget_checkpoints WHERE tree_size = 8")[0][0]
+    (tmp_path / "first.note").write_text(first)
+    note = str(tmp_path / "first.note")
+    status, out, err = run_cli("prove", str(rows(signed)[20][1]), "--db", signed, "--checkpoint", note)
+    assert (status, out) == (2, "")
+    assert "not among them" in err
+    assert run_cli("prove", str(rows(signed)[2][1]), "--db", signed, "--checkpoint", note)[0] == 0
+
+
+def test_consistency_command(run_cli: Run, signed: str, keys: dict[str, tuple[Path, str]], tmp_path: Path) -> None:
+    """0 and a checked proof while the store extends OLD; 1 once history is rewritten; 2 for an unusable OLD."""
+    old = tmp_path / "old.note"
+    old.write_text(query(signed, "SELECT note FROM compute_budget_checkpoints WHERE tree_size = 8")[0][0])
+    status, out, _ = run_cli("consistency", str(old), "--db", signed, "--trusted-key", keys["writer"][1])
+    assert status == 0
+    document = json.loads(out)
+    assert document["format"] == "compute_budget.consistency.v1"
+    assert (document["origin"], document["old_size"], document["new_size"]) == ("example.org/cli", 8, 28)
+    assert all(len(item) == 64 for item in document["proof"])
+    status, _, err = run_cli("consistency", str(old), "--db", signed, "--trusted-key", keys["auditor"][1])
+    assert status == 1
+    assert "untrusted" in err
+    rewrite_consistently(signed, 5)
+    status, out, err = run_cli("consistency", str(old), "--db", signed, "--trusted-key", keys["writer"][1])
+    assert (status, out) == (1, "")
+    assert "rewritten" in err
+    (tmp_path / "junk").write_text("junk\n")
+    assert run_cli("consistency", str(tmp_path / "junk"), "--db", signed)[0] == 2
+    old_json = tmp_path / "old.json"
+    old_json.write_text('{"format": "compute_budget.core.checkpoint.v1", "seq": 1, "chain_hash": "' + "0" * 64
+                        + '", "budget_id": null}')
+    status, _, err = run_cli("consistency", str(old_json), "--db", signed)
+    assert status == 2
+    assert "root" in err
+
+
+def test_origin_options(run_cli: Run, tmp_path: Path) -> None:
+    """migrate --origin names a new store; record --origin of another name on it is refused (exit 2)."""
+    db = tmp_path / "store.db"
+    assert run_cli("migrate", "--db", str(db), "--origin", "example.org/named")[0] == 0
+    assert run_cli("record", EXAMPLES, "--db", str(db))[0] == 0
+    status, _, err = run_cli("record", EXAMPLES, "--db", str(db), "--origin", "example.org/other")
+    assert status == 2
+    assert "already example.org/named" in err
+    status, _, err = run_cli("migrate", "--db", str(tmp_path / "x.db"), "--origin", "two words")
+    assert status == 2
+    assert "invalid origin" in err

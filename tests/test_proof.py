@@ -1,0 +1,400 @@
+"""Proofs (spec section 8): leaves, the tiled tree, inclusion bundles checked offline, consistency proofs."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import rfc8785
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from compute_budget import (
+    BudgetStore,
+    ConsistencyProof,
+    MalformedProof,
+    NotConsistent,
+    ProofBundle,
+    ProofError,
+    UnknownBudgetId,
+    decide,
+    prove,
+    prove_consistency,
+    verify_consistency,
+    verify_proof,
+)
+from compute_budget.core.chain import CHAINED_COLUMNS, chain_hash
+from compute_budget.core.checkpoint import Checkpoint
+from compute_budget.core.leaf import leaf_and_chain, leaf_input, row_leaf_hash
+from compute_budget.core.merkle import (
+    MemoryTree,
+    consistency_proof,
+    inclusion_proof,
+    leaf_hash,
+    node_hash,
+    verify_inclusion,
+)
+from compute_budget.core.merkle import (
+    verify_consistency as merkle_verify_consistency,
+)
+from compute_budget.core.row import chained_row
+from compute_budget.core.tree import TiledTree
+from tests.backends import rows, tamper
+from tests.conftest import gate_lines, make_gate
+from tests.sealing import rewrite_consistently, signer
+from tests.strategies import decisions
+
+# -- leaves -----------------------------------------------------------------------------------------------------
+
+texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+row_values = st.tuples(
+    st.integers(1, 2**53 - 1),
+    *[texts] * 7,
+    *[st.integers(0, 2**53 - 1)] * 3,
+    st.one_of(st.none(), st.integers(0, 2**53 - 1)),
+    st.integers(0, 2**53 - 1),
+    *[texts] * 4,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=row_values, prev=st.text(alphabet="0123456789abcdef", min_size=64, max_size=64))
+def test_a_leaf_is_the_rfc8785_object_of_the_17_columns(values: tuple[Any, ...], prev: str) -> None:
+    """Leaf input = RFC 8785 of the 17 keys (checked against an independent implementation); the chain hash
+    derived from the same bytes equals the chain's own."""
+    obj = dict(zip(CHAINED_COLUMNS, values, strict=True))
+    assert len(obj) == 17
+    assert leaf_input(values) == rfc8785.dumps(obj)
+    leaf, chained = leaf_and_chain(prev, values)
+    assert leaf == leaf_hash(rfc8785.dumps(obj))
+    assert chained == chain_hash(prev, values)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    decision=decisions,
+    gate_input=texts,
+    seq=st.integers(1, 2**53 - 1),
+    recorded_at=texts,
+    prev=st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
+)
+def test_hashing_a_row_ahead_gives_the_same_leaf_and_chain(
+    decision: Any, gate_input: str, seq: int, recorded_at: str, prev: str
+) -> None:
+    """The writer hashes the bulk of a row before its seq is known (`RowHasher`); the result is the leaf and
+    chain hash of the complete row, and the row it stores is the one `chained_row` describes."""
+    from compute_budget.core.chain import ChainHead
+    from compute_budget.core.leaf import row_hasher
+    from compute_budget.core.prepare import PreparedGate
+    from compute_budget.store.append import plan_chunk
+
+    values = chained_row(seq, decision, gate_input, recorded_at)
+    expected = leaf_and_chain(prev, values)
+    hasher = row_hasher(decision, gate_input)
+    assert hasher.finish(prev, seq, recorded_at, decision.reason_code, decision.status.value) == expected
+    plan = plan_chunk([PreparedGate(decision, gate_input, None)], {}, ChainHead(seq - 1, prev, None), recorded_at)
+    assert plan.rows == [(*values, expected[1])]
+    assert plan.leaves == [expected[0]]
+
+
+def test_a_stored_row_leaf_is_fixed() -> None:
+    """A known row's leaf hash, so a reimplementation can check itself (docs/hashing.md)."""
+    gate = make_gate()
+    values = chained_row(1, decide(gate), json.dumps(gate, separators=(",", ":")), "2026-12-02T00:00:00.000000Z")
+    import hashlib
+
+    expected_start = b'{"budget_id":"1640737b718e0f32ba23c42f036fb6ba1ae9cc9b46e2d566e32c98482189f4d3"'
+    assert leaf_input(values).startswith(expected_start)
+    independent = hashlib.sha256(b"\x00" + rfc8785.dumps(dict(zip(CHAINED_COLUMNS, values, strict=True)))).hexdigest()
+    assert row_leaf_hash(values).hex() == independent == (
+        "86c34a16304e1ca3a7a800061b1bb3efca53b0ae4e61d432b8c12e79825ff322"
+    )
+
+
+# -- the tiled tree ---------------------------------------------------------------------------------------------
+
+
+def naive_root(leaves: list[bytes]) -> bytes:
+    """RFC 6962's Merkle Tree Hash, recursively, straight from its definition."""
+    import hashlib
+
+    if not leaves:
+        return hashlib.sha256(b"").digest()
+    if len(leaves) == 1:
+        return leaves[0]
+    split = 1 << ((len(leaves) - 1).bit_length() - 1)
+    return node_hash(naive_root(leaves[:split]), naive_root(leaves[split:]))
+
+
+def tiled(leaves: list[bytes], size: int, tile_level: int) -> tuple[TiledTree, list[tuple[int, int]]]:
+    """A `TiledTree` over the first `size` leaves storing only the nodes of `tile_level` and up; also returns
+    the stored nodes it was asked for."""
+    full = MemoryTree(leaves)
+    asked: list[tuple[int, int]] = []
+
+    def fetch_node(level: int, index: int) -> bytes | None:
+        asked.append((level, index))
+        assert level >= tile_level
+        return full.node(level, index)
+
+    def fetch_leaves(first: int, count: int) -> list[bytes]:
+        assert count <= 1 << tile_level
+        return leaves[first : first + count]
+
+    return TiledTree(size, fetch_node, fetch_leaves, tile_level=tile_level), asked
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(size=st.integers(0, 300), tile_level=st.sampled_from([0, 1, 2, 3, 8]), data=st.data())
+def test_the_tiled_tree_root_and_proofs_equal_the_naive_tree(size: int, tile_level: int, data: st.DataObject) -> None:
+    """For any size up to 300, the root read from stored nodes and tiles equals the naive Merkle Tree Hash, and
+    every inclusion and consistency proof built from it verifies; a corrupted one does not."""
+    leaves = [leaf_hash(index.to_bytes(4, "big")) for index in range(size)]
+    tree, _ = tiled(leaves, size, tile_level)
+    from compute_budget.core.merkle import CompactRange, root_from_reader
+
+    root = naive_root(leaves)
+    assert root_from_reader(tree, size) == root
+    assert CompactRange.from_reader(tree, size).root() == root
+    if size == 0:
+        return
+    index = data.draw(st.integers(0, size - 1))
+    path = inclusion_proof(tree, index, size)
+    assert verify_inclusion(leaves[index], index, size, path, root)
+    if path:
+        spoiled = list(path)
+        at = data.draw(st.integers(0, len(path) - 1))
+        spoiled[at] = bytes(32) if spoiled[at] != bytes(32) else b"\x01" * 32
+        assert not verify_inclusion(leaves[index], index, size, spoiled, root)
+    assert not verify_inclusion(leaf_hash(b"another"), index, size, path, root)
+    old = data.draw(st.integers(1, size))
+    proof = consistency_proof(tree, old, size)
+    assert merkle_verify_consistency(old, size, naive_root(leaves[:old]), root, proof)
+    if old < size:
+        assert not merkle_verify_consistency(old, size, naive_root([*leaves[: old - 1], bytes(32)]), root, proof)
+
+
+@settings(max_examples=100, deadline=None)
+@given(chunks=st.lists(st.integers(0, 70), max_size=8), min_level=st.integers(0, 5))
+def test_the_writers_tree_is_the_naive_tree_whatever_the_chunking(chunks: list[int], min_level: int) -> None:
+    """Appending leaves chunk by chunk (as append transactions do) keeps the naive root, and the nodes it reports
+    are exactly the perfect nodes of `min_level` and up, each once, in completion order."""
+    from compute_budget.core.merkle import CompactRange
+
+    frontier, one_by_one = CompactRange(), MemoryTree()
+    leaves: list[bytes] = []
+    reported = []
+    for size in chunks:
+        batch = [leaf_hash(f"{len(leaves) + index}".encode()) for index in range(size)]
+        leaves += batch
+        reported += frontier.extend(batch, min_level=min_level)
+        expected = [node for item in batch for node in one_by_one.append(item) if node.level >= min_level]
+        assert reported[len(reported) - len(expected) :] == expected
+        assert frontier.root() == naive_root(leaves)
+    assert frontier == one_by_one.compact_range()
+
+
+# -- proof bundles ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sealed(store_target: str) -> tuple[str, Any]:
+    """A store of 300 rows over three signed transactions, and its writer's key."""
+    key = signer()
+    with BudgetStore.open(store_target, signing_key=key, origin="example.org/proofs") as store:
+        store.record_many(gate_lines(250))
+        store.record_many(gate_lines(40, prefix="second"))
+        for line in gate_lines(10, prefix="single"):
+            store.record(line)
+    return store_target, key
+
+
+def budget_id_at(target: str, seq: int) -> str:
+    return str(rows(target)[seq - 1][1])
+
+
+def test_a_bundle_verifies_offline(sealed: tuple[str, Any]) -> None:
+    """prove -> JSON -> verify_proof with nothing but the writer's verifier key."""
+    target, key = sealed
+    for seq in (1, 256, 257, 290, 300):
+        bundle = prove(budget_id_at(target, seq), target)
+        assert bundle.leaf_index == seq - 1
+        assert bundle.tree_size == 300  # the newest stored checkpoint covering the row
+        assert set(bundle.row) == {*CHAINED_COLUMNS, "chain_hash"}
+        result = verify_proof(bundle.to_json(), [key.verifier()])
+        assert result.valid, result.message
+        assert (result.seq, result.origin, result.tree_size) == (seq, "example.org/proofs", 300)
+        assert result.signers == (f"writer+{key.key_hash:08x}",)
+        assert result.budget_id in result.message
+
+
+def test_a_bundle_against_a_given_checkpoint(sealed: tuple[str, Any]) -> None:
+    """--checkpoint: the bundle carries the given note; one that does not cover the row is refused."""
+    target, key = sealed
+    stored = Checkpoint.from_note(
+        next(note for size, note in _stored(target) if size == 250)
+    )
+    bundle = prove(budget_id_at(target, 100), target, checkpoint=stored)
+    assert bundle.tree_size == 250
+    assert bundle.checkpoint == stored.note
+    assert verify_proof(bundle, [key.verifier()]).valid
+    with pytest.raises(ProofError, match="not among them"):
+        prove(budget_id_at(target, 260), target, checkpoint=stored)
+    with pytest.raises(UnknownBudgetId):
+        prove("0" * 64, target)
+
+
+def _stored(target: str) -> list[tuple[int, str]]:
+    from tests.backends import query
+
+    return [(row[0], row[1]) for row in query(target, "SELECT tree_size, note FROM compute_budget_checkpoints")]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_steps", 1000),
+        ("status", "budget_allowed"),
+        ("explanation", "Allowed, trust me."),
+        ("gate_input", '{"tampered": true}'),
+        ("seq", 7),
+    ],
+)
+def test_an_edited_row_in_a_bundle_fails(sealed: tuple[str, Any], field: str, value: Any) -> None:
+    """Any edit of the row breaks the path from its leaf to the signed root (or its leaf index)."""
+    target, key = sealed
+    document = prove(budget_id_at(target, 42), target).to_dict()
+    document["row"][field] = value
+    result = verify_proof(document, [key.verifier()])
+    assert not result.valid
+    assert result.check == "inclusion"
+
+
+def test_a_bundle_signed_by_an_untrusted_key_fails(sealed: tuple[str, Any]) -> None:
+    """The signature check comes first: another key, or a re-signed note, is not the trusted writer."""
+    target, key = sealed
+    bundle = prove(budget_id_at(target, 5), target)
+    result = verify_proof(bundle, [signer("writer").verifier()])
+    assert (result.valid, result.check) == (False, "signature")
+    text = bundle.checkpoint[: bundle.checkpoint.index("\n\n") + 1]
+    from compute_budget.core.note import sign_note
+
+    impostor = sign_note(text, signer("writer"))
+    forged = ProofBundle(bundle.row, bundle.leaf_index, bundle.tree_size, bundle.inclusion, impostor)
+    assert verify_proof(forged, [key.verifier()]).check == "signature"
+    unsigned = ProofBundle(bundle.row, bundle.leaf_index, bundle.tree_size, bundle.inclusion, text)
+    assert "unsigned" in verify_proof(unsigned, [key.verifier()]).message
+    assert verify_proof(bundle, [key.verifier()], origin="example.org/other").check == "origin"
+
+
+def test_a_bundle_without_a_stored_signature_carries_the_unsigned_head(tmp_path: Path) -> None:
+    """A store that never signed proves against its head's bare note, which no trusted key vouches for."""
+    with BudgetStore.open(tmp_path / "unsigned.db") as store:
+        store.record_many(gate_lines(5))
+    bundle = prove(budget_id_at(str(tmp_path / "unsigned.db"), 2), tmp_path / "unsigned.db")
+    assert "\n\n" not in bundle.checkpoint
+    assert Checkpoint.from_note(bundle.checkpoint).seq == 5
+    assert verify_proof(bundle, [signer().verifier()]).check == "signature"
+
+
+def test_a_signed_row_that_does_not_rederive_fails_the_rederive_check(tmp_path: Path) -> None:
+    """A row edited before the writer's first signature is included and signed, but its gate gives another
+    decision: verify-proof re-derives it as the audit does."""
+    target = str(tmp_path / "store.db")
+    with BudgetStore.open(target) as store:
+        store.record_many(gate_lines(6))
+    tamper(target, "UPDATE compute_budget_decisions SET max_steps = 99 WHERE seq = 1")
+    key = signer()
+    with BudgetStore.open(target, signing_key=key) as store:
+        store.record_many(gate_lines(1, prefix="later"))
+    result = verify_proof(prove(budget_id_at(target, 1), target), [key.verifier()])
+    assert (result.valid, result.check) == (False, "rederive")
+    assert "max_steps stored 99, policy gives" in result.message
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda d: d.pop("inclusion"),
+        lambda d: d["row"].pop("recorded_at"),
+        lambda d: d["row"].update(extra=1),
+        lambda d: d.update(format="other"),
+        lambda d: d.update(leaf_index=-1),
+        lambda d: d.update(inclusion=["zz"]),
+        lambda d: d["row"].update(max_steps="10"),
+        lambda d: d.update(checkpoint="not a note"),
+    ],
+)
+def test_an_incomplete_bundle_is_malformed(sealed: tuple[str, Any], spoil: Any) -> None:
+    """A bundle missing a part or of the wrong types cannot be checked at all: `MalformedProof` (exit 2)."""
+    target, key = sealed
+    document = prove(budget_id_at(target, 3), target).to_dict()
+    spoil(document)
+    with pytest.raises(MalformedProof):
+        verify_proof(json.dumps(document), [key.verifier()])
+
+
+def test_a_corrupted_path_fails_inclusion(sealed: tuple[str, Any]) -> None:
+    """One flipped proof hash, or a wrong leaf index, and the root is not reached."""
+    target, key = sealed
+    bundle = prove(budget_id_at(target, 77), target)
+    for at in range(len(bundle.inclusion)):
+        spoiled = list(bundle.inclusion)
+        spoiled[at] = bytes(byte ^ 1 for byte in spoiled[at])
+        broken = ProofBundle(bundle.row, bundle.leaf_index, bundle.tree_size, tuple(spoiled), bundle.checkpoint)
+        assert verify_proof(broken, [key.verifier()]).check == "inclusion"
+    document = copy.deepcopy(bundle.to_dict())
+    document["leaf_index"] = 77
+    assert verify_proof(document, [key.verifier()]).check == "inclusion"
+
+
+# -- consistency ------------------------------------------------------------------------------------------------
+
+
+def test_the_store_extends_its_older_checkpoints(sealed: tuple[str, Any]) -> None:
+    """Every stored checkpoint is extended by the head, with a proof that verifies offline."""
+    target, key = sealed
+    for size, note in _stored(target):
+        proof = prove_consistency(note, target, trusted_keys=[key.verifier()])
+        assert (proof.old_size, proof.new_size) == (size, 300)
+        assert verify_consistency(proof.to_json(), old=Checkpoint.from_note(note))
+        assert len(proof.proof) <= 2 * 9
+    document = prove_consistency(_stored(target)[0][1], target).to_dict()
+    document["proof"][0] = "00" * 32
+    assert not verify_consistency(document)
+    assert not ConsistencyProof.parse(document).verify()
+
+
+def test_consistency_fails_for_a_rewritten_other_or_untrusted_checkpoint(sealed: tuple[str, Any]) -> None:
+    """Another log, an untrusted signer, a rewritten or a truncated history: `NotConsistent` with its reason."""
+    target, _ = sealed
+    old = _stored(target)[0][1]
+    with pytest.raises(NotConsistent) as untrusted:
+        prove_consistency(old, target, trusted_keys=[signer("auditor").verifier()])
+    assert untrusted.value.reason == "untrusted"
+    other = Checkpoint.from_note(old)
+    foreign = Checkpoint(other.seq, other.chain_hash, None, "example.org/elsewhere", other.root)
+    with pytest.raises(NotConsistent) as elsewhere:
+        prove_consistency(foreign, target)
+    assert elsewhere.value.reason == "origin"
+    rewrite_consistently(target, 10)
+    with pytest.raises(NotConsistent) as rewritten:
+        prove_consistency(old, target)
+    assert rewritten.value.reason == "rewritten"
+
+
+def test_consistency_reports_a_truncated_store(tmp_path: Path) -> None:
+    """A checkpoint naming more rows than the store holds: `truncated`."""
+    target = str(tmp_path / "store.db")
+    with BudgetStore.open(target) as store:
+        store.record_many(gate_lines(8))
+        future = store.checkpoint()
+    from tests.backends import tamper_all
+
+    tamper_all(target, "DELETE FROM compute_budget_decisions WHERE seq > 5")
+    with pytest.raises(NotConsistent) as truncated:
+        prove_consistency(future, target)
+    assert truncated.value.reason == "truncated"
