@@ -23,6 +23,7 @@ from compute_budget.errors import ArgumentTypeError, ComputeBudgetError, NotABud
 ENV_VAR = "COMPUTE_BUDGET_DB"
 DEFAULT_DB_FILE = "compute_budget.db"
 WRITE_OPTION = "compute_budget_write"  # execution option marking a connection that appends or migrates
+WRITER_CACHE_KIB = 262_144  # a writer connection's SQLite page cache ceiling: 256 MiB
 BUSY_TIMEOUT_SECONDS = 300  # writers wait for each other (minutes, not forever) rather than fail
 
 
@@ -127,6 +128,11 @@ def _sqlite_engine(path: Path, *, readonly: bool) -> Engine:
         cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_SECONDS * 1000}")
         if not readonly:
             cursor.execute("PRAGMA journal_mode = WAL")
+            # Appends: the guard's per-row trigger keeps a statement journal, in memory rather than a temporary
+            # file; and a larger page cache keeps the indexes' hot pages (a ceiling, filled only as used).
+            # Readers keep SQLite's default cache: the audit scans the whole file and stays small.
+            cursor.execute("PRAGMA temp_store = MEMORY")
+            cursor.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
         cursor.close()
 
     @event.listens_for(engine, "begin")

@@ -54,7 +54,7 @@ from compute_budget.store.keys import signer_from_environment, signer_key
 from compute_budget.store.migrations import SchemaState, head_revision, schema_state, upgrade_to_head
 from compute_budget.store.schema_check import restore_guard, schema_problems
 from compute_budget.store.seal import SealStatements, seal_statements_for
-from compute_budget.store.statements import Statements, statements_for
+from compute_budget.store.statements import MULTI_ROW_MAX, Statements, statements_for
 from compute_budget.store.table import TABLE_NAME
 from compute_budget.store.text_codec import decode_row, encode_rows, encode_text
 
@@ -378,7 +378,7 @@ class BudgetStore(Browsing):
                         verified=self._verified_notes,
                     )
                 start = head
-                insert, insert_if_new = self._sql.insert, self._sql.insert_if_new
+                insert_if_new = self._sql.insert_if_new
                 optimistic = True
                 offset = 0
                 for prepared in itertools.chain([first] if first is not None else [], chunks):
@@ -388,24 +388,34 @@ class BudgetStore(Browsing):
                         plan = plan_chunk(
                             prepared, {}, head, recorded_at, results=results, skip_conflicts=skip_conflicts
                         )
-                        try:
-                            with connection.begin_nested():
-                                if insert_if_new is None:
-                                    _insert_exactly(connection, insert, plan.rows, self.location)
-                                else:
-                                    stored_rows = encode_rows(plan.rows)  # PostgreSQL text holds no NUL
-                                    written = connection.exec_driver_sql(insert_if_new, stored_rows).rowcount
-                                    if written != len(plan.rows):
-                                        raise _StoredAlready  # then every row is looked up and inserted exactly
-                        except (IntegrityError, _StoredAlready):
-                            optimistic, plan = False, None
+                        if insert_if_new is None and len(plan.rows) <= MULTI_ROW_MAX:
+                            # SQLite, a chunk that is one statement: a statement is atomic, so a stored gate
+                            # (the primary key, or the guard's no-replace trigger) undoes the whole statement
+                            # and nothing of it stays; no savepoint is needed.
+                            try:
+                                _insert_exactly(connection, self._sql, plan.rows, self.location)
+                            except IntegrityError:
+                                _require_nothing_kept(connection, self._sql, head, self.location)
+                                optimistic, plan = False, None
+                        else:
+                            try:
+                                with connection.begin_nested():
+                                    if insert_if_new is None:
+                                        _insert_exactly(connection, self._sql, plan.rows, self.location)
+                                    else:
+                                        stored_rows = encode_rows(plan.rows)  # PostgreSQL text holds no NUL
+                                        written = connection.exec_driver_sql(insert_if_new, stored_rows).rowcount
+                                        if written != len(plan.rows):
+                                            raise _StoredAlready  # then every row is looked up, inserted exactly
+                            except (IntegrityError, _StoredAlready):
+                                optimistic, plan = False, None
                     if plan is None:
                         stored = _stored_gates(connection, self._sql, {item.decision.budget_id for item in prepared})
                         plan = plan_chunk(
                             prepared, stored, head, recorded_at, results=results, skip_conflicts=skip_conflicts
                         )
                         if plan.rows:
-                            _insert_exactly(connection, insert, plan.rows, self.location)
+                            _insert_exactly(connection, self._sql, plan.rows, self.location)
                     if plan.rows:
                         _require_planned_head(connection, self._sql, plan.head, self.location)
                     sealing.insert_nodes(connection, self._seal, frontier.extend(plan.leaves, min_level=TILE_LEVEL))
@@ -602,12 +612,11 @@ class BudgetStore(Browsing):
                     )
                 if present is None and origin is not None:
                     sealing.ensure_origin(connection, self._seal, origin, create=False)
-                insert = self._sql.insert
                 head = existing
                 frontier = CompactRange()
                 source = iter(rows)
                 while chunk := list(itertools.islice(source, CHUNK_SIZE * 4)):
-                    _insert_exactly(connection, insert, chunk, self.location)
+                    _insert_exactly(connection, self._sql, chunk, self.location)
                     hashes = [unreadable_leaf_hash(row[:17]) for row in chunk]
                     sealing.insert_nodes(connection, self._seal, frontier.extend(hashes, min_level=TILE_LEVEL))
                     last = chunk[-1]
@@ -969,11 +978,23 @@ def _require_guard(connection: Connection, location: Location) -> None:
         )
 
 
-def _insert_exactly(connection: Connection, insert: str, rows: list[tuple[Any, ...]], location: Location) -> None:
+def _insert_exactly(
+    connection: Connection, statements: Statements, rows: list[tuple[Any, ...]], location: Location
+) -> None:
     """Insert `rows`, and prove the database stored every one: a hand-made trigger that skips rows
-    (`RAISE(IGNORE)`, a PostgreSQL trigger returning NULL) must not let a writer report rows it never wrote."""
-    stored = encode_rows(rows) if connection.dialect.name == "postgresql" else rows
-    written = connection.exec_driver_sql(insert, stored).rowcount
+    (`RAISE(IGNORE)`, a PostgreSQL trigger returning NULL) must not let a writer report rows it never wrote.
+
+    SQLite takes up to `MULTI_ROW_MAX` rows per multi-row INSERT (one statement, one program run, instead of one
+    per row); PostgreSQL takes them all through the driver's executemany.
+    """
+    if connection.dialect.name == "postgresql":
+        written = connection.exec_driver_sql(statements.insert, encode_rows(rows)).rowcount
+    else:
+        written = 0
+        for start in range(0, len(rows), MULTI_ROW_MAX):
+            piece = rows[start : start + MULTI_ROW_MAX]
+            flat = tuple(itertools.chain.from_iterable(piece))
+            written += connection.exec_driver_sql(statements.insert_rows(len(piece)), flat).rowcount
     if written != len(rows):
         raise StoreDamaged(
             f"{location.display} stored {written} of the {len(rows)} rows just inserted: something on the table "
@@ -992,6 +1013,20 @@ def _require_planned_head(
             f"({stored.budget_id}); the table does not keep what is written; nothing was written; "
             "run `compute-budget audit`"
         )
+
+
+def _require_nothing_kept(connection: Connection, statements: Statements, head: ChainHead, location: Location) -> None:
+    """After a failed one-statement insert without a savepoint: the write transaction must still be open and the
+    stored head unchanged (the new rows all come after it), so the failed statement kept none of its rows. A
+    conflict clause changed by hand (``ON CONFLICT FAIL`` keeps earlier rows, ``ROLLBACK`` ends the transaction)
+    is refused rather than written around."""
+    raw = connection.connection.dbapi_connection
+    if not getattr(raw, "in_transaction", False):
+        raise StoreDamaged(
+            f"{location.display}: a failed insert ended the write transaction (a conflict clause changed by hand?); "
+            "nothing was written; run `compute-budget audit`"
+        )
+    _require_planned_head(connection, statements, head, location)
 
 
 def _lock_for_append(connection: Connection, statements: Statements, *, readonly: bool) -> None:

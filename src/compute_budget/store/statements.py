@@ -6,6 +6,7 @@ costs a visible share there; the statements are plain strings built here once, n
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 
 from compute_budget.core.row import ROW_COLUMNS
@@ -14,6 +15,10 @@ from compute_budget.store.table import TABLE_NAME
 # A transaction-scoped PostgreSQL advisory lock that every compute-budget writer takes before it reads the
 # chain head: the key is fixed, so writers of any version queue on it (even before the table exists).
 APPEND_LOCK_KEY = 7227022700
+
+# Rows per multi-row INSERT on SQLite: 500 rows of 18 columns are 9,000 parameters, well inside the default
+# SQLITE_MAX_VARIABLE_NUMBER of 32,766 (SQLite >= 3.32); older libraries allow 999, so 55 rows.
+MULTI_ROW_MAX = 500 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999 // 18
 
 # What `listing` can filter on, each a condition on one parameter (the names are `iter_decisions`' keywords).
 LIST_FILTERS: dict[str, str] = {
@@ -40,6 +45,8 @@ class Statements:
         # unwinds): the row is skipped instead and the facade sees fewer rows inserted than planned. SQLite's
         # no-replace trigger fires before any conflict clause, so there the duplicate still raises.
         self.insert_if_new = f"{self.insert} ON CONFLICT (budget_id) DO NOTHING" if backend == "postgresql" else None
+        self._row_marks = f"({', '.join([mark] * len(ROW_COLUMNS))})"
+        self._insert_rows: dict[int, str] = {}
         self.by_budget_id = f"{self.select} WHERE budget_id = {mark}"
         self.by_gate = f"{self.select} WHERE gate_decision_id = {mark} ORDER BY seq"
         self.head = f"SELECT seq, chain_hash, budget_id FROM {table} ORDER BY seq DESC LIMIT 1"
@@ -56,6 +63,16 @@ class Statements:
         self.seq_range = f"{self.select} WHERE seq > {mark} AND seq <= {mark} ORDER BY seq"
         # What a writer runs first to queue behind other writers (SQLite: BEGIN IMMEDIATE already does).
         self.append_lock = f"SELECT pg_advisory_xact_lock({APPEND_LOCK_KEY})" if backend == "postgresql" else None
+
+    def insert_rows(self, how_many: int) -> str:
+        """One INSERT of `how_many` rows (``VALUES (...), (...)``, the parameters flattened row after row): one
+        statement is one SQLite program run, and atomic. Built once per distinct row count."""
+        statement = self._insert_rows.get(how_many)
+        if statement is None:
+            values = ", ".join([self._row_marks] * how_many)
+            statement = f"INSERT INTO {TABLE_NAME} ({', '.join(ROW_COLUMNS)}) VALUES {values}"
+            self._insert_rows[how_many] = statement
+        return statement
 
     def by_prefix(self, limit: int) -> str:
         """Rows whose budget_id lies in [low, high), at most `limit`."""
