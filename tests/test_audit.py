@@ -255,6 +255,42 @@ def test_parallel_audit_reports_exactly_what_one_process_does(store: str, monkey
     )
 
 
+def test_auto_jobs_takes_one_process_on_a_small_store(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """jobs="auto" on a store too small to pay for processes runs one, and the report says so."""
+    import compute_budget.auditor.scan as audit_module
+
+    monkeypatch.setattr(audit_module.os, "cpu_count", lambda: 8)
+    report = audit(store, jobs="auto")
+    assert report.clean
+    assert report.jobs == 1
+    assert report.to_dict()["jobs"] == 1
+
+
+@pytest.mark.slow
+def test_auto_jobs_takes_every_cpu_on_a_big_enough_store(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """jobs="auto" runs one process per CPU once every process gets AUTO_ROWS_PER_JOB rows, with the findings of
+    one process."""
+    import compute_budget.auditor.scan as audit_module
+
+    tamper(store, "UPDATE compute_budget_decisions SET max_steps = 100 WHERE seq = 5")
+    monkeypatch.setattr(audit_module, "AUTO_ROWS_PER_JOB", 5)
+    monkeypatch.setattr(audit_module.os, "cpu_count", lambda: 2)
+    auto, single = audit(store, jobs="auto"), audit(store, jobs=1)
+    assert auto.jobs == 2
+    assert single.jobs == 1
+    assert auto.findings == single.findings
+    assert auto.findings and not auto.clean
+
+
+@pytest.mark.parametrize("jobs", [0, -1, 1.5, True, "two", None])
+def test_jobs_must_be_a_positive_integer_or_auto(store: str, jobs: Any) -> None:
+    """Anything else is refused before the store is opened."""
+    from compute_budget.errors import ArgumentTypeError
+
+    with pytest.raises(ArgumentTypeError, match="jobs"):
+        audit(store, jobs=jobs)
+
+
 def test_checkpoint_round_trip(store: str) -> None:
     """A checkpoint document reads back equal, and a wrong document is refused."""
     from compute_budget import CheckpointError

@@ -114,6 +114,18 @@ def test_jobs_gives_the_same_report(run_cli: Run, recorded: Path) -> None:
     assert one["findings"] == two["findings"]
 
 
+def test_jobs_default_is_auto_and_a_small_store_takes_one(run_cli: Run, recorded: Path) -> None:
+    """Without --jobs (auto) and with --jobs auto, a small store is audited by one process, and the reports say
+    how many jobs ran."""
+    for extra in ([], ["--jobs", "auto"], ["--jobs", "AUTO"]):
+        status, out, _ = run_cli("audit", "--db", str(recorded), "--format", "json", *extra)
+        assert status == 0
+        assert json.loads(out)["jobs"] == 1
+    status, out, _ = run_cli("audit", "--db", str(recorded))
+    assert status == 0
+    assert "1 job)" in out
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -124,9 +136,13 @@ def test_jobs_gives_the_same_report(run_cli: Run, recorded: Path) -> None:
         (["--db", "{db}", "--checkpoint", "{tmp}/missing.json"], "does not exist"),
         (["--db", "{db}", "--checkpoint", "{tmp}/notes.txt"], "not JSON"),
         (["--db", "{db}", "--jobs", "0"], "--jobs"),
+        (["--db", "{db}", "--jobs", "many"], "--jobs"),
         (["--db", "{db}", "--format", "yaml"], "--format"),
     ],
-    ids=["missing", "not-sqlite", "foreign", "behind-head", "no-checkpoint", "bad-checkpoint", "jobs", "format"],
+    ids=[
+        "missing", "not-sqlite", "foreign", "behind-head", "no-checkpoint", "bad-checkpoint", "jobs", "jobs-word",
+        "format",
+    ],
 )
 def test_audit_that_cannot_run_exits_2(
     run_cli: Run, recorded: Path, tmp_path: Path, args: list[str], message: str

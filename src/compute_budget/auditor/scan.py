@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from compute_budget.auditor.report import AuditReport, utc_now
 from compute_budget.core.chain import GENESIS_CHAIN_HASH, ChainHead
@@ -40,6 +40,9 @@ from compute_budget.store.keys import verifier_key
 
 BATCH_ROWS = 2000
 MIN_ROWS_PER_JOB = 10_000  # below this a range is not worth a process of its own
+# `jobs="auto"` splits only when every process gets at least this many rows (about a second of a one-process
+# audit): a worker's start-up must not slow the nightly incremental audit of some 10,000 new rows.
+AUTO_ROWS_PER_JOB = 50_000
 MAX_BAD_SIGNATURES_PER_KEY = 20  # a forged checkpoint table is reported, not verified to the end
 
 CheckpointLike = Checkpoint | ChainHead | Mapping[str, Any] | str | os.PathLike[str]
@@ -50,7 +53,7 @@ def audit(
     *,
     checkpoint: CheckpointLike | None = None,
     since: CheckpointLike | None = None,
-    jobs: int = 1,
+    jobs: int | Literal["auto"] = 1,
     on_progress: Callable[[int, int], None] | None = None,
     trusted_keys: Iterable[VerifierKey | str | os.PathLike[str]] = (),
     all_signatures: bool = False,
@@ -58,7 +61,8 @@ def audit(
 ) -> AuditReport:
     """Audit the store at `target` read-only. `checkpoint`: prove history extends it. `since`: prove it,
     then check only the rows after it. `through`: check only the rows up to this `seq` (with `since`, a `seq`
-    range). `jobs`: processes, each auditing a `seq` range.
+    range). `jobs`: processes, each auditing a `seq` range; ``"auto"``: one per CPU (`os.cpu_count()`) once every
+process gets at least `AUTO_ROWS_PER_JOB` rows to check, else one. The report's `jobs` says how many ran.
 
     Every stored checkpoint's root and chain head is checked against the recomputed tree and chain. With
     `trusted_keys` (verifier keys, their text or files holding them) the newest stored checkpoint signed by each is
@@ -68,6 +72,8 @@ def audit(
     `on_progress(rows_done, rows_total)` is called as ranges advance (single process: every batch).
     Raises `StoreUnavailable` (and its subclasses) when the audit cannot run at all.
     """
+    if jobs != "auto" and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise ArgumentTypeError(f"jobs is a positive integer or 'auto', not {jobs!r}")
     started = time.perf_counter()
     started_at = utc_now()
     checkpoint = as_checkpoint(checkpoint) if checkpoint is not None else None
@@ -116,9 +122,9 @@ def audit(
             attested, attestation_findings = _attestation(snapshot, keys, origin, plan.max_seq)
             unattested = _unattested(snapshot, keys, attested, plan.max_seq)
         tasks = [(low, high, anchor) for (low, high), anchor in zip(plan.ranges, anchors, strict=True)]
-        processes = len(tasks) if jobs > 1 and len(tasks) > 1 else 1
+        processes = len(tasks)
         if processes > 1:
-            results = _run_parallel(store.location.target, tasks, jobs, seal)
+            results = _run_parallel(store.location.target, tasks, processes, seal)
         else:
             total = sum(high - low for low, high in plan.ranges)
             results = [
@@ -176,12 +182,17 @@ class _Plan:
     ranges: list[tuple[int, int]]
 
 
-def _plan(snapshot: Snapshot, since: Checkpoint | None, jobs: int, through: int | None = None) -> _Plan:
+def _plan(
+    snapshot: Snapshot, since: Checkpoint | None, jobs: int | Literal["auto"], through: int | None = None
+) -> _Plan:
     start = since.seq if since is not None else 0
     max_seq = snapshot.max_seq()
     end = max_seq if through is None else max(min(max_seq, through), start)
     span = max(end - start, 0)
-    parts = max(1, min(jobs, span // MIN_ROWS_PER_JOB + 1)) if jobs > 1 else 1
+    if jobs == "auto":
+        parts = max(1, min(os.cpu_count() or 1, span // AUTO_ROWS_PER_JOB))
+    else:
+        parts = max(1, min(jobs, span // MIN_ROWS_PER_JOB + 1)) if jobs > 1 else 1
     bounds = [start + span * index // parts for index in range(parts + 1)]
     return _Plan(start, max_seq, end, [(bounds[index], bounds[index + 1]) for index in range(parts)])
 

@@ -10,6 +10,7 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Literal
 
 import click
 
@@ -357,6 +358,16 @@ def _report_spec(value: str) -> tuple[str, str]:
     return output_format, path
 
 
+def _jobs_option(_ctx: click.Context, param: click.Parameter, value: object) -> int | Literal["auto"]:
+    """``--jobs``: ``auto`` or a whole number from 1 to 64."""
+    text = str(value).strip()
+    if text.lower() == "auto":
+        return "auto"
+    if text.isdecimal() and 1 <= int(text) <= 64:
+        return int(text)
+    raise click.BadParameter(f"{text!r} is neither 'auto' nor a whole number from 1 to 64", param=param)
+
+
 @cli.command("audit")
 @db_option
 @click.option(
@@ -384,10 +395,12 @@ def _report_spec(value: str) -> tuple[str, str]:
 )
 @click.option(
     "--jobs",
-    type=click.IntRange(min=1, max=64),
-    default=1,
+    callback=_jobs_option,
+    default="auto",
     show_default=True,
-    help="Processes to split the rows across.",
+    metavar="N|auto",
+    help="Processes to split the rows across (1 to 64); auto: one per CPU once the store is big enough to pay "
+    "for processes, else 1.",
 )
 @click.option(
     "--trusted-key",
@@ -413,7 +426,7 @@ def audit_command(
     output_format: str,
     output_path: str | None,
     reports: tuple[str, ...],
-    jobs: int,
+    jobs: int | Literal["auto"],
     trusted_keys: tuple[str, ...],
     all_signatures: bool,
     cosign_path: str | None,
@@ -479,7 +492,7 @@ def _audit_and_report(
     output_format: str,
     output_path: str | None,
     targets: list[tuple[str, str]],
-    jobs: int,
+    jobs: int | Literal["auto"],
     trusted_keys: tuple[str, ...],
     all_signatures: bool,
     cosign_path: str | None,
@@ -503,7 +516,7 @@ def _audit_and_report(
             "--cosign signs the checkpoint --save-checkpoint writes: give both", param_hint="--cosign"
         )
     cosigner = load_signer_key(cosign_path) if cosign_path else None
-    with audit_progress(enabled=jobs == 1) as on_progress:
+    with audit_progress(enabled=jobs in (1, "auto")) as on_progress:  # progress comes from one process only
         report = audit(
             db,
             checkpoint=checkpoint,
