@@ -63,9 +63,10 @@ def vmhwm_kb():
 
 before = vmhwm_kb()
 began = time.perf_counter()
-report = audit(sys.argv[1], jobs=int(sys.argv[2]))
+report = audit(sys.argv[1], jobs=sys.argv[2] if sys.argv[2] == "auto" else int(sys.argv[2]))
 print(json.dumps({
     "rows": report.rows_checked,
+    "jobs": report.jobs,
     "clean": report.clean,
     "seconds": time.perf_counter() - began,
     "startup_kb": before,
@@ -126,7 +127,7 @@ def timed_audit(path: Path, jobs: int) -> tuple[int, float]:
     return report.rows_checked, seconds
 
 
-def peak_memory(path: Path, jobs: int = 1) -> dict[str, float]:
+def peak_memory(path: Path, jobs: int | str = 1) -> dict[str, float]:
     """Run the audit alone in a child interpreter; its peak RSS (VmHWM) and its workers', in KB."""
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, str(path), str(jobs)], check=True, capture_output=True, text=True
@@ -204,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         big = peak_memory(path)
         little = peak_memory(small)
         big_parallel = peak_memory(path, jobs=2)
+        big_auto = peak_memory(path, jobs="auto")
 
         project_rate = rows / project_seconds
         floor_rate = rows / floor_seconds
@@ -246,6 +248,13 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"memory   jobs=2 at {rows:,} rows: parent {_mb(big_parallel['peak_kb']):.1f} MB, "
             f"largest worker {_mb(big_parallel['workers_peak_kb']):.1f} MB"
+        )
+        auto_peak = _mb(max(big_auto["peak_kb"], big_auto["workers_peak_kb"]))
+        print(
+            f"memory   jobs=auto (the CLI default) at {rows:,} rows: {big_auto['jobs']:.0f} job(s), "
+            f"{rows / big_auto['seconds']:,.0f} rows/s, parent {_mb(big_auto['peak_kb']):.1f} MB, largest worker "
+            f"{_mb(big_auto['workers_peak_kb']):.1f} MB ({verdict(auto_peak < GOAL_PEAK_MB)} "
+            f"< {GOAL_PEAK_MB:.0f} MB)"
         )
         if args.keep and args.db is None:
             print(f"kept     {path} and {small}")
