@@ -279,7 +279,8 @@ def test_auto_jobs_takes_every_cpu_on_a_big_enough_store(store: str, monkeypatch
     assert auto.jobs == 2
     assert single.jobs == 1
     assert auto.findings == single.findings
-    assert auto.findings and not auto.clean
+    assert auto.findings
+    assert not auto.clean
 
 
 @pytest.mark.parametrize("jobs", [0, -1, 1.5, True, "two", None])
