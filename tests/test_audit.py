@@ -255,6 +255,7 @@ def test_parallel_audit_reports_exactly_what_one_process_does(store: str, monkey
     )
 
 
+@pytest.mark.slow
 def test_auto_jobs_takes_one_process_on_a_small_store(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """jobs="auto" on a store too small to pay for processes runs one, and the report says so."""
     import compute_budget.auditor.scan as audit_module
@@ -283,6 +284,7 @@ def test_auto_jobs_takes_every_cpu_on_a_big_enough_store(store: str, monkeypatch
     assert not auto.clean
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jobs", [0, -1, 1.5, True, "two", None])
 def test_jobs_must_be_a_positive_integer_or_auto(store: str, jobs: Any) -> None:
     """Anything else is refused before the store is opened."""

@@ -114,6 +114,7 @@ def test_jobs_gives_the_same_report(run_cli: Run, recorded: Path) -> None:
     assert one["findings"] == two["findings"]
 
 
+@pytest.mark.slow
 def test_jobs_default_is_auto_and_a_small_store_takes_one(run_cli: Run, recorded: Path) -> None:
     """Without --jobs (auto) and with --jobs auto, a small store is audited by one process, and the reports say
     how many jobs ran."""
