@@ -161,6 +161,14 @@ def _on_read_only_filesystem(path: Path) -> bool:
     return True
 
 
+def permission_denied(role: object, where: str) -> StoreUnavailable:
+    """The one message for a PostgreSQL role that may not do what was asked."""
+    return StoreUnavailable(
+        f"role {role!r} may not do this on {where} (permission denied; a read-only role can audit, list and "
+        "show, but only a role allowed to insert can record, and only the owner can migrate)"
+    )
+
+
 def translate(error: BaseException, location: Location) -> ComputeBudgetError:
     """Turn a driver or SQLAlchemy error into one clear compute-budget error about `location`.
 
@@ -240,10 +248,7 @@ def _translate_sqlstate(code: str, location: Location) -> ComputeBudgetError | N
     if code == "53100":
         return StoreUnavailable(f"cannot write to {where}: the server's disk is full (nothing was written)")
     if code == "42501":
-        return StoreUnavailable(
-            f"role {role!r} may not do this on {where} (permission denied; a read-only role can audit, list and "
-            "show, but only a role allowed to insert can record, and only the owner can migrate)"
-        )
+        return permission_denied(role, where)
     if code == "25006":
         return StoreUnavailable(f"cannot write to {where}: the connection is read-only")
     return None

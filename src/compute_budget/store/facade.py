@@ -48,7 +48,14 @@ from compute_budget.errors import (
 )
 from compute_budget.store import seal as sealing
 from compute_budget.store.append import CHUNK_SIZE, ChunkPlan, collector_paused, plan_chunk, prepared_chunks
-from compute_budget.store.backend import Location, begin_write, create_store_engine, locate, translate
+from compute_budget.store.backend import (
+    Location,
+    begin_write,
+    create_store_engine,
+    locate,
+    permission_denied,
+    translate,
+)
 from compute_budget.store.browse import Browsing
 from compute_budget.store.keys import signer_from_environment, signer_key
 from compute_budget.store.migrations import SchemaState, head_revision, schema_state, upgrade_to_head
@@ -964,11 +971,7 @@ def _require_guard(connection: Connection, location: Location) -> None:
         "SELECT has_table_privilege(current_user, %s, 'INSERT')", (TABLE_NAME,)
     ).scalar():
         # Asked before inserting: a refused INSERT inside psycopg's pipeline would also log driver noise.
-        role = connection.exec_driver_sql("SELECT current_user").scalar()
-        raise StoreUnavailable(
-            f"role {role!r} may not do this on {location.display} (permission denied; a read-only role can audit, "
-            "list and show, but only a role allowed to insert can record, and only the owner can migrate)"
-        )
+        raise permission_denied(connection.exec_driver_sql("SELECT current_user").scalar(), location.display)
     problems = schema_problems(connection)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
