@@ -17,6 +17,10 @@ Run from the repository root:
     python benchmarks/bench_postgres.py --count 10000    # smoke run (the sweep shrinks with it)
     python benchmarks/bench_postgres.py --pg-url postgresql+psycopg://user:pw@host:5432/postgres   # a real server
 
+The seal is part of every figure: every store builds its Merkle tree, and (unless ``--unsigned``) signs a
+checkpoint of its head in every append transaction with a writer key made for the run, so a single `record()`
+signs one per call; every audit trusts that key and must find every row attested.
+
 The throwaway cluster is created with fsync=off, synchronous_commit=off and full_page_writes=off (test settings);
 by default this script restarts it with the server defaults (all three on), so both backends make every commit
 durable, as SQLite in WAL mode does by default. ``--pg-fast`` keeps the unsafe test settings.
@@ -48,7 +52,11 @@ from sqlalchemy import create_engine  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
 from compute_budget.auditor.scan import audit  # noqa: E402
+from compute_budget.core.note import VerifierKey, generate_signer  # noqa: E402
 from compute_budget.store import BudgetStore  # noqa: E402
+from compute_budget.store.keys import write_new_signer_key  # noqa: E402
+
+TRUSTED: list[VerifierKey] = []  # the run's writer key, when it signs (the default)
 
 TABLE = "compute_budget_decisions"
 WRITER_COUNTS = (1, 2, 4, 8)
@@ -238,7 +246,7 @@ def record_and_audit(target: str, count: int, label: str) -> Single:
     say(f"{label}: recorded in {result.record_seconds:.1f} s ({rate(count, result.record_seconds)} rows/s)")
     for jobs in (1, 2):
         started = time.perf_counter()
-        report = audit(target, jobs=jobs)
+        report = audit(target, jobs=jobs, trusted_keys=TRUSTED)
         wall = time.perf_counter() - started
         if not report.clean or report.rows_checked != count:
             raise SystemExit(f"{label}: audit jobs={jobs} not clean: {report.rows_checked} rows, {report.findings[:3]}")
@@ -350,7 +358,7 @@ def sweep_point(
         raise SystemExit(f"{backend} {writers} writers ({mode}) failed: " + "; ".join(errors))
     latencies = [value for report in reports for value in report[3]]
     sequence = check_sequence(target, rows)
-    report = audit(target, jobs=1)
+    report = audit(target, jobs=1, trusted_keys=TRUSTED)
     point = SweepPoint(
         backend,
         mode,
@@ -393,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-single", action="store_true", help="skip the single record() sweep")
     parser.add_argument("--pg-url", default=None, help="admin URL of an existing server (default: a throwaway one)")
     parser.add_argument("--pg-fast", action="store_true", help="keep the throwaway cluster's fsync=off settings")
+    parser.add_argument(
+        "--unsigned", action="store_true", help="no writer key: appends build the tree but sign no checkpoint"
+    )
     args = parser.parse_args(argv)
     count = args.count
     writer_rows = args.writer_rows if args.writer_rows is not None else min(count, 200_000)
@@ -408,6 +419,13 @@ def main(argv: list[str] | None = None) -> int:
     say(f"generating {generated:,} gate lines alone: {generation:.2f} s (included in record_many times)")
 
     scratch = Path(tempfile.mkdtemp(prefix="cb-bench-pg-"))
+    if not args.unsigned:
+        # Every store of the run signs a checkpoint per append transaction (the seal's whole cost), through the
+        # environment so the spawned writers sign too; every audit must find every row attested by the key.
+        signer = generate_signer("bench-writer")
+        os.environ["COMPUTE_BUDGET_SIGNING_KEY"] = str(write_new_signer_key(scratch / "writer.key", signer))
+        TRUSTED.append(signer.verifier())
+        say("signing: every append transaction signs a checkpoint; audits trust the writer's key")
     cluster = None
     pg = None
     try:

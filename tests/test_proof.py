@@ -100,6 +100,33 @@ def test_hashing_a_row_ahead_gives_the_same_leaf_and_chain(
     assert plan.leaves == [expected[0]]
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    chunk=st.lists(st.tuples(decisions, texts), min_size=2, max_size=6, unique_by=lambda pair: pair[0].budget_id),
+    recorded_at=texts,
+    prev=st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
+)
+def test_a_chunk_of_rows_chains_as_row_by_row(chunk: list[tuple[Any, str]], recorded_at: str, prev: str) -> None:
+    """A chunk's rows (whose tails `RowTails` encodes once per status, reason and recording time) get the leaf
+    and chain hash of each complete row, each row linked to the one before."""
+    from compute_budget.core.chain import ChainHead
+    from compute_budget.core.prepare import PreparedGate
+    from compute_budget.store.append import plan_chunk
+
+    plan = plan_chunk(
+        [PreparedGate(decision, gate_input, None) for decision, gate_input in chunk],
+        {},
+        ChainHead(6, prev, None),
+        recorded_at,
+    )
+    link = prev
+    for offset, (decision, gate_input) in enumerate(chunk):
+        values = chained_row(7 + offset, decision, gate_input, recorded_at)
+        leaf, link = leaf_and_chain(link, values)
+        assert plan.rows[offset] == (*values, link)
+        assert plan.leaves[offset] == leaf
+
+
 def test_a_stored_row_leaf_is_fixed() -> None:
     """A known row's leaf hash, so a reimplementation can check itself (docs/hashing.md)."""
     gate = make_gate()

@@ -86,6 +86,36 @@ class RowHasher:
         return leaf.digest(), chain.hexdigest()
 
 
+class RowTails:
+    """`RowHasher.finish` for the rows of one chunk, which share a recording time and mostly a few status and
+    reason codes: their encoded tails are built once (the appending thread, which a long append waits on, runs
+    this for every row)."""
+
+    __slots__ = ("_reasons", "_recorded", "_statuses")
+
+    def __init__(self, recorded_at: str) -> None:
+        self._recorded = b',"recorded_at":' + orjson.dumps(recorded_at) + b',"seq":'
+        self._reasons: dict[str, bytes] = {}
+        self._statuses: dict[str, bytes] = {}
+
+    def finish(
+        self, hasher: RowHasher, prev_chain_hash: str, seq: int, reason_code: str, status: str
+    ) -> tuple[bytes, str]:
+        """The row's leaf hash and chain hash, equal to `hasher.finish` with this chunk's recording time."""
+        reason = self._reasons.get(reason_code)
+        if reason is None:
+            reason = self._reasons[reason_code] = b',"reason_code":' + orjson.dumps(reason_code) + self._recorded
+        ending = self._statuses.get(status)
+        if ending is None:
+            ending = self._statuses[status] = b',"status":' + orjson.dumps(status) + b"}"
+        tail = reason + str(seq).encode("ascii") + ending
+        leaf = hasher.leaf_state.copy()
+        leaf.update(tail)
+        chain = hasher.chain_state.copy()
+        chain.update(b',"prev_chain_hash":' + orjson.dumps(prev_chain_hash) + tail)
+        return leaf.digest(), chain.hexdigest()
+
+
 def row_hasher(decision: ComputeBudgetDecision, gate_input: str) -> RowHasher:
     """The `RowHasher` of a decision about to be stored with `gate_input`."""
     spans = spans_json(decision.evidence_spans)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compute_budget.core.chain import ChainHead
-from compute_budget.core.leaf import RowHasher, row_hasher
+from compute_budget.core.leaf import RowHasher, RowTails, row_hasher
 from compute_budget.core.prepare import PreparedGate, differing_keys, prepare_gate, same_gate
 from compute_budget.errors import ArgumentTypeError, GateConflict
 
@@ -136,6 +136,7 @@ def plan_chunk(
         if isinstance(prepared, PreparedChunk)
         else [row_hasher(item.decision, item.gate_input) for item in prepared]
     )
+    tails = RowTails(recorded_at)
     for position, (item, hasher) in enumerate(zip(prepared, hashers, strict=True)):
         decision = item.decision
         budget_id = decision.budget_id
@@ -154,7 +155,7 @@ def plan_chunk(
             continue
         seq += 1
         status = decision.status.value
-        leaf, prev = hasher.finish(prev, seq, recorded_at, decision.reason_code, status)
+        leaf, prev = tails.finish(hasher, prev, seq, decision.reason_code, status)
         rows.append(
             (
                 seq,
