@@ -5,10 +5,11 @@ In one run, on this machine, through the installed `compute-budget` command wher
 1. record N gates (default 10,000,000; `bench_record`'s generator, JSON text) with `record_many` in batches of
    100,000 (each its own transaction, signed by a writer key made for the run), and time it;
 2. the store's size on disk, per million rows;
-3. `compute-budget audit --trusted-key … --save-checkpoint cp.json` with the default `--jobs auto` (all cores once
-   the store is big enough), timed as a whole process; it must exit 0;
-4. record 10,000 more gates, then the nightly incremental audit `compute-budget audit --since cp.json`, timed as
-   a whole process (interpreter start included); it must exit 0;
+3. `compute-budget audit --trusted-key WRITER --save-checkpoint cp.json --cosign auditor.key` with the default
+   `--jobs auto` (all cores once the store is big enough), timed as a whole process; it must exit 0. The saved
+   checkpoint is then a note signed by the auditor, as `--since` with trusted keys requires (spec section 8);
+4. record 10,000 more gates, then the nightly incremental audit `compute-budget audit --trusted-key WRITER
+   --trusted-key AUDITOR --since cp.json`, timed as a whole process (interpreter start included); it must exit 0;
 5. with `--pg` (a throwaway PostgreSQL cluster from `tests/pg_cluster.py`, or `--pg-url`): `compute-budget copy`
    of the whole store into PostgreSQL, timed.
 
@@ -59,6 +60,12 @@ def _timed(argv: list[str], *, what: str) -> float:
     return seconds
 
 
+def _keygen(tool: list[str], name: str, path: Path) -> str:
+    """Make a signer key file; returns its verifier key (the last line `keygen` prints)."""
+    made = subprocess.run([*tool, "keygen", name, "--out", str(path)], capture_output=True, text=True, check=True)
+    return made.stdout.strip().splitlines()[-1]
+
+
 def _record(path: Path, key: Path, start: int, count: int) -> float:
     started = time.perf_counter()
     with BudgetStore.open(path, signing_key=key) as store:
@@ -83,13 +90,9 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="moonshot-", dir=args.dir))
     path, key, checkpoint = folder / "night.db", folder / "writer.key", folder / "cp.json"
     tool = _command()
-    verifier = (
-        subprocess.run(
-            [*tool, "keygen", "moonshot-writer", "--out", str(key)], capture_output=True, text=True, check=True
-        )
-        .stdout.strip()
-        .splitlines()[-1]
-    )
+    verifier = _keygen(tool, "moonshot-writer", key)
+    witness_key = folder / "auditor.key"
+    witness = _keygen(tool, "moonshot-auditor", witness_key)
     figures: list[tuple[str, str]] = []
     try:
         _say(f"recording {args.count:,} gates in batches of {BATCH:,} into {path} ...")
@@ -102,7 +105,18 @@ def main() -> None:
 
         _say("full audit (compute-budget audit, --jobs auto) ...")
         seconds = _timed(
-            [*tool, "audit", "--db", str(path), "--trusted-key", verifier, "--save-checkpoint", str(checkpoint)],
+            [
+                *tool,
+                "audit",
+                "--db",
+                str(path),
+                "--trusted-key",
+                verifier,
+                "--save-checkpoint",
+                str(checkpoint),
+                "--cosign",
+                str(witness_key),
+            ],
             what="the full audit",
         )
         figures.append(
@@ -112,7 +126,18 @@ def main() -> None:
         _say(f"recording {NIGHTLY:,} more gates, then the incremental audit ...")
         _record(path, key, args.count, NIGHTLY)
         seconds = _timed(
-            [*tool, "audit", "--db", str(path), "--trusted-key", verifier, "--since", str(checkpoint)],
+            [
+                *tool,
+                "audit",
+                "--db",
+                str(path),
+                "--trusted-key",
+                verifier,
+                "--trusted-key",
+                witness,
+                "--since",
+                str(checkpoint),
+            ],
             what="the incremental audit",
         )
         figures.append((f"incremental audit of {NIGHTLY:,} new rows", f"{seconds:,.2f} s, whole process (goal < 1 s)"))

@@ -164,3 +164,46 @@ def test_revisions_import_no_live_code() -> None:
         assert "compute_budget." not in revision.read_text(encoding="utf-8").replace(
             "compute_budget.v1", ""
         ), revision.name
+
+
+def test_the_written_out_revisions_are_the_scripts() -> None:
+    """`REVISIONS` (read on every open, so no run imports Alembic) equals the revision scripts, oldest first,
+    and its last is the scripts' single head."""
+    from compute_budget.store.migrations import REVISIONS, script_revisions
+
+    head, revisions = script_revisions()
+    assert revisions == REVISIONS
+    assert head == REVISIONS[-1] == head_revision()
+
+
+@pytest.mark.slow
+def test_opening_a_store_imports_no_alembic(tmp_path: Path) -> None:
+    """A reader (the nightly audit, every CLI command but migrate) starts without Alembic's import cost."""
+    path = tmp_path / "store.db"
+    with BudgetStore.open(path) as store:
+        store.record_many(gate_lines(3))
+    probe = (
+        "import sys\n"
+        "from compute_budget.auditor.scan import audit\n"
+        f"assert audit({str(path)!r}).clean\n"
+        "print(sorted(name for name in sys.modules if name.split('.')[0] == 'alembic'))\n"
+    )
+    finished = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert finished.stdout.strip() == "[]"
+
+
+def test_several_version_rows_are_a_revision_this_release_does_not_know(tmp_path: Path) -> None:
+    """A version table holding two rows (branches, never written by this release) is refused as ahead."""
+    path = tmp_path / "store.db"
+    with BudgetStore.open(path) as store:
+        store.record_many(gate_lines(1))
+    with sqlite3.connect(path) as connection:
+        connection.execute("INSERT INTO alembic_version (version_num) VALUES ('zzzz')")
+    from compute_budget.store.migrations import SchemaState, schema_state
+
+    engine = create_store_engine(locate(str(path)), readonly=True)
+    try:
+        with engine.connect() as connection:
+            assert schema_state(connection) == (SchemaState.AHEAD, "0003,zzzz")
+    finally:
+        engine.dispose()

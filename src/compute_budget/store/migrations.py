@@ -9,16 +9,20 @@ from __future__ import annotations
 import functools
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, inspect
+from sqlalchemy import Connection, inspect, text
 
 from compute_budget.store.table import TABLE_NAME
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
 _PACKAGE_DIR = Path(__file__).resolve().parent
+
+# This release's revisions, oldest first. Written out so that opening a store (every CLI run, the nightly audit)
+# needs no Alembic import and no reading of the revision scripts; a test holds them equal to the scripts.
+REVISIONS: tuple[str, ...] = ("0001", "0002", "0003")
 
 
 def migrations_path() -> Path:
@@ -28,6 +32,8 @@ def migrations_path() -> Path:
 
 def alembic_config(connection: Connection | None = None) -> Config:
     """An Alembic config for our migrations; with `connection`, migrations run on it (shared connection)."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(migrations_path()))
     if connection is not None:
@@ -35,19 +41,23 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
-@functools.cache
 def head_revision() -> str:
     """The single head revision of this release's migrations."""
-    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
-    if head is None:  # pragma: no cover  (a release always ships its migrations)
-        raise RuntimeError(f"no migrations found in {migrations_path()}")
-    return head
+    return REVISIONS[-1]
+
+
+def known_revisions() -> frozenset[str]:
+    """Every revision this release knows."""
+    return frozenset(REVISIONS)
 
 
 @functools.cache
-def known_revisions() -> frozenset[str]:
-    """Every revision this release knows."""
-    return frozenset(script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions())
+def script_revisions() -> tuple[str | None, tuple[str, ...]]:
+    """The head and every revision as Alembic reads them from the scripts (what `REVISIONS` must equal)."""
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory.from_config(alembic_config())
+    return scripts.get_current_head(), tuple(reversed([script.revision for script in scripts.walk_revisions()]))
 
 
 class SchemaState(StrEnum):
@@ -68,7 +78,11 @@ def schema_state(connection: Connection) -> tuple[SchemaState, str | None]:
         return SchemaState.EMPTY, None
     if "alembic_version" not in tables:
         return SchemaState.FOREIGN, None
-    revision = MigrationContext.configure(connection).get_current_revision()
+    # What Alembic's MigrationContext.get_current_revision reads, without importing Alembic.
+    versions = [row[0] for row in connection.execute(text("SELECT version_num FROM alembic_version"))]
+    if len(versions) > 1:  # branches: never written by this release's linear history
+        return SchemaState.AHEAD, ",".join(sorted(str(version) for version in versions))
+    revision = str(versions[0]) if versions and versions[0] is not None else None
     if revision is None:
         return (SchemaState.EMPTY, None) if tables == {"alembic_version"} else (SchemaState.FOREIGN, None)
     if revision == head_revision():
@@ -80,4 +94,6 @@ def schema_state(connection: Connection) -> tuple[SchemaState, str | None]:
 
 def upgrade_to_head(connection: Connection) -> None:
     """Run every pending migration on `connection`, inside its current transaction."""
+    from alembic import command
+
     command.upgrade(alembic_config(connection), "head")
