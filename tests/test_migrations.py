@@ -207,3 +207,24 @@ def test_several_version_rows_are_a_revision_this_release_does_not_know(tmp_path
             assert schema_state(connection) == (SchemaState.AHEAD, "0003,zzzz")
     finally:
         engine.dispose()
+
+
+def test_a_version_table_that_is_not_alembics_is_a_foreign_database(tmp_path: Path, run_cli: Any) -> None:
+    """A table named alembic_version without Alembic's column is someone else's: one clear refusal, and the
+    reader never queries a column that is not there."""
+    path = tmp_path / "foreign.db"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE alembic_version (x INTEGER)")
+        connection.execute("INSERT INTO alembic_version VALUES (1)")
+    from compute_budget.store.migrations import SchemaState, schema_state
+
+    engine = create_store_engine(locate(str(path)), readonly=True)
+    try:
+        with engine.connect() as connection:
+            assert schema_state(connection) == (SchemaState.FOREIGN, None)
+    finally:
+        engine.dispose()
+    code, out, err = run_cli("audit", "--db", str(path))
+    assert code == 2
+    assert "no such column" not in err
+    assert len(err.strip().splitlines()) == 1

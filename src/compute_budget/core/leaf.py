@@ -66,24 +66,7 @@ class RowHasher:
         self, prev_chain_hash: str, seq: int, recorded_at: str, reason_code: str, status: str
     ) -> tuple[bytes, str]:
         """The row's leaf hash and chain hash, equal to `leaf_and_chain` of its full values."""
-        tail = b"".join(
-            (
-                b',"reason_code":',
-                orjson.dumps(reason_code),
-                b',"recorded_at":',
-                orjson.dumps(recorded_at),
-                b',"seq":',
-                str(seq).encode("ascii"),
-                b',"status":',
-                orjson.dumps(status),
-                b"}",
-            )
-        )
-        leaf = self.leaf_state.copy()
-        leaf.update(tail)
-        chain = self.chain_state.copy()
-        chain.update(b',"prev_chain_hash":' + orjson.dumps(prev_chain_hash) + tail)
-        return leaf.digest(), chain.hexdigest()
+        return RowTails(recorded_at).finish(self, prev_chain_hash, seq, reason_code, status)
 
 
 class RowTails:
@@ -101,7 +84,8 @@ class RowTails:
     def finish(
         self, hasher: RowHasher, prev_chain_hash: str, seq: int, reason_code: str, status: str
     ) -> tuple[bytes, str]:
-        """The row's leaf hash and chain hash, equal to `hasher.finish` with this chunk's recording time."""
+        """The row's leaf hash and chain hash, equal to `leaf_and_chain` of its full values (the one place the
+        tail after ``policy_version`` is written)."""
         reason = self._reasons.get(reason_code)
         if reason is None:
             reason = self._reasons[reason_code] = b',"reason_code":' + orjson.dumps(reason_code) + self._recorded

@@ -78,6 +78,8 @@ def schema_state(connection: Connection) -> tuple[SchemaState, str | None]:
         return SchemaState.EMPTY, None
     if "alembic_version" not in tables:
         return SchemaState.FOREIGN, None
+    if "version_num" not in {column["name"] for column in inspect(connection).get_columns("alembic_version")}:
+        return SchemaState.FOREIGN, None  # a table of that name, but not Alembic's
     # What Alembic's MigrationContext.get_current_revision reads, without importing Alembic.
     versions = [row[0] for row in connection.execute(text("SELECT version_num FROM alembic_version"))]
     if len(versions) > 1:  # branches: never written by this release's linear history
