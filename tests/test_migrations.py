@@ -227,4 +227,6 @@ def test_a_version_table_that_is_not_alembics_is_a_foreign_database(tmp_path: Pa
     code, out, err = run_cli("audit", "--db", str(path))
     assert code == 2
     assert "no such column" not in err
+    assert "not a compute-budget database" in err
+    assert out == ""
     assert len(err.strip().splitlines()) == 1
