@@ -285,6 +285,86 @@ def test_auto_jobs_takes_every_cpu_on_a_big_enough_store(store: str, monkeypatch
 
 
 @pytest.mark.slow
+def test_parallel_audit_checks_the_first_range_itself(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With jobs=N the auditing process checks the first range while N - 1 workers check the others, and the
+    progress it reports climbs to every row."""
+    import compute_budget.auditor.scan as audit_module
+
+    pools: list[int] = []
+    real_pool = audit_module._worker_pool
+
+    def counting_pool(workers: int) -> Any:
+        pools.append(workers)
+        return real_pool(workers)
+
+    monkeypatch.setattr(audit_module, "MIN_ROWS_PER_JOB", 5)
+    monkeypatch.setattr(audit_module, "_worker_pool", counting_pool)
+    progress: list[tuple[int, int]] = []
+    report = audit(store, jobs=3, on_progress=lambda done, total: progress.append((done, total)))
+    assert report.jobs == 3
+    assert report.clean
+    assert pools == [2]
+    assert progress[-1] == (ROWS, ROWS)
+    assert [done for done, _ in progress] == sorted(done for done, _ in progress)
+    assert progress[0][0] < ROWS  # the first range's own progress comes before the workers' rows
+
+
+@pytest.mark.slow
+def test_an_interrupted_parallel_audit_stops_its_workers_at_once(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C (or SIGTERM, which the command line raises the same way) in the auditing process while workers
+    check their ranges: the audit stops at once and leaves no worker behind (it used to wait for them)."""
+    import multiprocessing
+    import os
+    import time
+
+    import compute_budget.auditor.scan as audit_module
+
+    parent = os.getpid()
+    real_range = audit_module._audit_range
+
+    def interrupted_here(*args: Any, **kwargs: Any) -> Any:
+        if os.getpid() == parent:
+            raise KeyboardInterrupt
+        time.sleep(30)  # a worker still busy with its range
+        return real_range(*args, **kwargs)
+
+    monkeypatch.setattr(audit_module, "MIN_ROWS_PER_JOB", 5)
+    monkeypatch.setattr(audit_module, "_audit_range", interrupted_here)
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        audit(store, jobs=3)
+    assert time.monotonic() - began < 20
+    assert multiprocessing.active_children() == []
+
+
+class _Rows:
+    """Just enough of a snapshot for `_plan`: the head seq."""
+
+    def __init__(self, head: int) -> None:
+        self.head = head
+
+    def max_seq(self) -> int:
+        return self.head
+
+
+@pytest.mark.parametrize(("rows", "forked", "expected"), [(10_000, True, 2), (9_999, True, 1), (10_000, False, 1),
+                                                          (100_000, False, 2), (1_000_000, True, 2)])
+def test_auto_jobs_splits_the_nightly_audit_only_where_workers_are_forked(
+    rows: int, forked: bool, expected: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On two CPUs, the "auto" plan splits 10,000 rows when workers fork (they start in milliseconds), and waits
+    for 100,000 where they would import the package anew (a plan only: no process is started)."""
+    import compute_budget.auditor.scan as audit_module
+
+    monkeypatch.setattr(audit_module.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(audit_module, "AUTO_ROWS_PER_JOB", 5_000 if forked else 50_000)
+    plan = audit_module._plan(_Rows(rows), None, "auto")  # type: ignore[arg-type]
+    assert len(plan.ranges) == expected
+    assert plan.ranges[0][0] == 0
+    assert plan.ranges[-1][1] == rows
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("jobs", [0, -1, 1.5, True, "two", None])
 def test_jobs_must_be_a_positive_integer_or_auto(store: str, jobs: Any) -> None:
     """Anything else is refused before the store is opened."""
@@ -376,3 +456,27 @@ def test_other_mismatches_do_not_name_revision_2(store: str) -> None:
     tamper(store, "UPDATE compute_budget_decisions SET max_steps = 100 WHERE seq = 7")
     detail = next(f.detail for f in audit(store).findings if f.kind is FindingKind.REDERIVE_MISMATCH)
     assert "revision 2" not in detail
+
+
+@sqlite_only  # PostgreSQL refuses text that is not UTF-8 on the way in
+@pytest.mark.parametrize("column", ["explanation", "gate_input", "budget_id", "chain_hash"])
+def test_text_that_is_not_utf8_is_a_malformed_row_not_a_failed_audit(store: str, column: str) -> None:
+    """A raw edit can store any bytes in a TEXT column, and SQLite's decoder then fails the whole read: the audit
+    reads on past it and reports the row as `malformed_row` naming the column (it used to stop with exit 2)."""
+    with BudgetStore.open(store, readonly=True) as opened:
+        since = Checkpoint.from_head(opened.head())
+    tamper(store, (f"UPDATE compute_budget_decisions SET {column} = CAST(:bad AS TEXT) WHERE seq = 7",
+                   {"bad": b"\xff" * 64}))
+    report = audit(store)
+    malformed = [finding for finding in report.findings if finding.kind is FindingKind.MALFORMED_ROW]
+    assert [finding.seq for finding in malformed] == [7]
+    assert f"{column} is bytes (a blob, or text that is not UTF-8)" in malformed[0].detail
+    assert report.rows_checked == ROWS
+    with BudgetStore.open(store) as opened:  # and a row after the checkpoint, for the incremental audit
+        opened.record_many(gate_lines(3, prefix="late"))
+    tamper(store, (f"UPDATE compute_budget_decisions SET {column} = CAST(:bad AS TEXT) WHERE seq = {ROWS + 2}",
+                   {"bad": b"\xfe" * 64}))
+    report = audit(store, since=since)
+    malformed = [finding for finding in report.findings if finding.kind is FindingKind.MALFORMED_ROW]
+    assert [finding.seq for finding in malformed] == [ROWS + 2]
+    assert report.rows_checked == 3

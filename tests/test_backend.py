@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -93,3 +94,19 @@ def test_each_sqlite_connection_is_its_own(tmp_path: Path) -> None:
         store.engine.connect() as second,
     ):
         assert first.connection.driver_connection is not second.connection.driver_connection
+
+
+@pytest.mark.parametrize(("given", "said"), [("   ", "the database location is empty"),
+                                             ("new-folder/", "names a folder (it ends with '/')"),
+                                             ("sqlite:///new-folder/", "names a folder (it ends with '/')"),
+                                             ("sqlite:///   ", "names no database file (only white space)")])
+def test_a_blank_path_or_one_ending_in_a_slash_is_no_database(
+    given: str, said: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--db new-folder/` used to create a file named `new-folder`, and a path of spaces a file named so: both are
+    refused before anything is made."""
+    monkeypatch.chdir(tmp_path)
+    for readonly in (False, True):
+        with pytest.raises(StoreUnavailable, match=re.escape(said)):
+            BudgetStore.open(given, readonly=readonly)
+    assert list(tmp_path.iterdir()) == []

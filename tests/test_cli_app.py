@@ -98,3 +98,26 @@ def test_debug_shows_the_traceback_of_an_unexpected_error(monkeypatch: pytest.Mo
     loud = runner.invoke(cli, ["--debug", "decide", str(gates)])
     assert isinstance(loud.exception, RuntimeError)
     assert loud.exit_code == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["audit", "--help"]])
+def test_help_and_version_into_a_full_disk_or_a_closed_pipe(args: list[str]) -> None:
+    """--help and --version are output like any other: a full disk is one line and exit 2 (it was a traceback),
+    a reader that went away (`| head`, `| true`) ends quietly with 0 (Click would exit 1)."""
+    import subprocess
+    import sys
+
+    tool = [sys.executable, "-m", "compute_budget", *args]
+    with open("/dev/full", "w", encoding="utf-8") as full:
+        done = subprocess.run(tool, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert done.stderr == "compute-budget: error: No space left on device\n"
+    reader = subprocess.Popen(tool, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert reader.stdout is not None
+    assert reader.stderr is not None
+    reader.stdout.close()  # before the program starts writing: its first write meets a closed pipe
+    with reader.stderr:
+        error = reader.stderr.read()
+    assert reader.wait(timeout=60) == 0
+    assert error == b""

@@ -165,3 +165,101 @@ def _more_gates(tmp_path: Path) -> Path:
     path = tmp_path / "more.jsonl"
     path.write_text("\n".join(gate_lines(5, prefix="more")) + "\n")
     return path
+
+
+@pytest.mark.slow
+def test_the_audit_command_does_not_import_rich_off_a_terminal(run_cli: Run, recorded: Path) -> None:
+    """Rich draws tables and progress bars on a terminal only; the nightly audit, piped to a file, must not pay
+    for importing it."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from compute_budget.cli import main\n"
+        "sys.argv = ['compute-budget', 'audit', '--db', sys.argv[1], '--format', 'json']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as stop:\n"
+        "    code = stop.code\n"
+        "print(code, 'rich' in sys.modules, file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(recorded)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert json.loads(done.stdout)["clean"] is True
+    assert done.stderr.strip() == "0 False"
+
+
+@pytest.mark.slow
+def test_the_progress_bar_on_a_terminal_follows_a_parallel_audit(tmp_path: Path) -> None:
+    """On a terminal the audit draws its progress on stderr, also with --jobs 2 (the auditing process checks a
+    range itself and counts each worker's rows when it is done), and the report is the same."""
+    import os
+    import subprocess
+    import sys
+
+    from compute_budget import BudgetStore
+
+    target = tmp_path / "twenty-thousand.db"
+    with BudgetStore.open(target) as store:
+        store.record_many(gate_lines(20_000))
+    parent_end, terminal = os.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "compute_budget", "audit", "--db", str(target), "--jobs", "2", "--format", "json"],
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            timeout=120,
+            check=False,
+            env={**os.environ, "COLUMNS": "100", "TERM": "xterm"},
+        )
+        os.close(terminal)
+        terminal = -1
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(parent_end, 65536)
+            except OSError:  # the terminal's other end is closed: all of it is read
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        if terminal != -1:
+            os.close(terminal)
+        os.close(parent_end)
+    report = json.loads(done.stdout)
+    assert done.returncode == 0
+    assert (report["clean"], report["rows_checked"], report["jobs"]) == (True, 20_000, 2)
+    assert b"auditing" in drawn
+    assert b"Traceback" not in drawn
+
+
+@pytest.mark.parametrize(("stop", "status", "said"), [("interrupt", 130, "interrupted (Ctrl-C)"),
+                                                     ("terminate", 143, "terminated (SIGTERM)")])
+def test_an_interrupted_audit_leaves_no_old_verdict_behind(
+    run_cli: Run, recorded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop: str, status: int, said: str
+) -> None:
+    """Ctrl-C, or SIGTERM from a scheduler's timeout, during the audit: every report file asked for says the audit
+    did not finish, so last night's CLEAN never stands for tonight (it used to survive), and the exit status is
+    the signal's (130, 143)."""
+    import compute_budget.auditor.scan as scan
+    from compute_budget.cli.app import Terminated
+
+    output, extra = tmp_path / "audit.txt", tmp_path / "audit.json"
+    assert run_cli("audit", "--db", str(recorded), "--output", str(output), "--report", f"json:{extra}")[0] == 0
+    assert "CLEAN" in output.read_text()
+
+    def stopped(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt if stop == "interrupt" else Terminated
+
+    monkeypatch.setattr(scan, "audit", stopped)
+    code, out, err = run_cli("audit", "--db", str(recorded), "--output", str(output), "--report", f"json:{extra}")
+    assert code == status
+    assert out == ""
+    assert err.strip() == f"compute-budget: {said.split()[0]}"
+    assert "COULD NOT RUN" in output.read_text()
+    assert f"the audit was {said} before it finished" in output.read_text()
+    report = json.loads(extra.read_text())
+    assert (report["clean"], report["error"]) == (False, f"the audit was {said} before it finished")

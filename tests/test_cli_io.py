@@ -162,3 +162,23 @@ def test_a_slow_producer_on_stdin_does_not_hold_the_append_lock(tmp_path: Path) 
     assert still_writing
     with BudgetStore.open(db, readonly=True) as store:
         assert store.count() == 703
+
+
+@pytest.mark.parametrize("command", ["decide", "record"])
+def test_a_line_longer_than_any_gate_stops_the_input_with_one_line(
+    run_cli: Run, db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """INPUT is read a line at a time up to `MAX_LINE_BYTES`: `/dev/zero` (one endless line) or a file that is no
+    JSON Lines is refused once that much is read, instead of filling the memory; record writes nothing."""
+    import compute_budget.cli.io as cli_io
+
+    monkeypatch.setattr(cli_io, "MAX_LINE_BYTES", 1 << 20)
+    long_line = tmp_path / "long.jsonl"
+    long_line.write_bytes(Path(EXAMPLES).read_bytes() + b'{"decision_id": "' + b"x" * (1 << 20) + b'"}\n')
+    for source in (str(long_line), "/dev/zero"):
+        argv = [command, source] + (["--db", str(db_path)] if command == "record" else [])
+        status, _, err = run_cli(*argv)
+        assert status == 2
+        assert err.count("\n") == 1
+        assert "is longer than 1 MiB, which no gate is (is INPUT a device, or not JSON Lines?)" in err
+    assert not db_path.exists() or run_cli("list", "--db", str(db_path), "--format", "jsonl")[1] == ""

@@ -10,7 +10,7 @@ from xml.etree import ElementTree
 import pytest
 
 from tests.backends import tamper
-from tests.conftest import make_gate
+from tests.conftest import gate_lines, make_gate
 
 Run = Callable[..., tuple[int, str, str]]
 CONTROLS = "".join(chr(code) for code in [*range(0x20), 0x7F, *range(0x80, 0xA0)])
@@ -75,3 +75,28 @@ def test_junit_is_well_formed_xml_whatever_a_row_holds(run_cli: Run, hostile_sto
     failures = root.findall(".//failure")
     assert failures
     assert all(_unsafe(failure.text or "") == [] for failure in failures)
+
+
+def test_list_prints_its_table_a_chunk_at_a_time_with_the_columns_lined_up(
+    run_cli: Run, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`list` lays out and prints a chunk of rows at a time (a store of millions streams in bounded memory, and
+    `| head` sees rows at once): one header, every row in order, the column separators in the same place."""
+    import compute_budget.cli.render as render
+
+    monkeypatch.setattr(render, "TABLE_CHUNK_ROWS", 250)
+    gates = db_path.with_suffix(".jsonl")  # seq gains a digit after the first chunk, and the last ids are long
+    gates.write_text("\n".join(gate_lines(1000, prefix="g") + gate_lines(5, prefix="x" * 60)) + "\n")
+    assert run_cli("record", str(gates), "--db", str(db_path))[0] == 0
+    status, out, _ = run_cli("list", "--db", str(db_path))
+    assert status == 0
+    lines = out.splitlines()
+    assert sum(line.lstrip().startswith("seq") for line in lines) == 1
+    rows = [line for line in lines if "│" in line]  # a long gate id folds: its row spans two lines
+    assert [int(line.split("│")[0]) for line in rows if line.split("│")[0].strip()] == list(range(1, 1006))
+    assert len({tuple(index for index, char in enumerate(line) if char == "│") for line in rows}) == 1
+    from compute_budget.core.policy import V1
+    from compute_budget.core.types import ComputeBudgetStatus
+
+    assert render._FLOOR["status"] == max(len(status.value) for status in ComputeBudgetStatus)
+    assert render._FLOOR["reason"] >= max(len(reason) for reason in V1.table)

@@ -69,6 +69,19 @@ def test_keygen_writes_a_private_file_and_prints_the_verifier_key(
     assert signer_key.format() not in out + err
 
 
+def test_verifier_key_prints_the_public_half_of_a_key_file_again(run_cli: Run, tmp_path: Path) -> None:
+    """A verifier key lost (or never printed: keygen's stdout on a full disk) is printed again from the key file;
+    a file holding no signer key is one clear line, exit 2."""
+    path, verifier = keygen(run_cli, tmp_path, "writer")
+    assert run_cli("verifier-key", str(path)) == (0, verifier + "\n", "")
+    public = tmp_path / "writer.pub"
+    public.write_text(verifier + "\n")
+    status, out, err = run_cli("verifier-key", str(public))
+    assert (status, out) == (2, "")
+    assert err.count("\n") == 1
+    assert "(is this a verifier key?)" in err
+
+
 def test_keygen_never_overwrites(run_cli: Run, tmp_path: Path) -> None:
     """An existing file, key or not, stays as it was: exit 2 and one line."""
     path, _ = keygen(run_cli, tmp_path, "writer")
@@ -114,6 +127,33 @@ def test_a_corrupt_or_wrong_signing_key_is_one_clear_line(
         assert err.count("\n") == 1
         assert message in err
         assert "Traceback" not in err
+    assert not (tmp_path / "cp").exists()
+
+
+@pytest.mark.slow
+def test_a_key_option_naming_a_fifo_is_refused_at_once(tmp_path: Path) -> None:
+    """--signing-key, --cosign and --trusted-key naming a FIFO are refused with one line, never waited on (they
+    used to block for a writer that never comes, like a device that never ends)."""
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "key.fifo"
+    os.mkfifo(fifo)
+    db = tmp_path / "store.db"
+    tool = [sys.executable, "-m", "compute_budget"]
+    recorded = subprocess.run([*tool, "record", EXAMPLES, "--db", str(db)], capture_output=True, check=False)
+    assert recorded.returncode == 0
+    for argv in (
+        ["record", EXAMPLES, "--db", str(db), "--signing-key", str(fifo)],
+        ["checkpoint", "--db", str(db), "--signing-key", str(fifo)],
+        ["audit", "--db", str(db), "--trusted-key", str(fifo)],
+        ["audit", "--db", str(db), "--save-checkpoint", str(tmp_path / "cp"), "--cosign", str(fifo)],
+    ):
+        done = subprocess.run([*tool, *argv], capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 2, argv
+        assert done.stderr.count("\n") == 1, done.stderr
+        assert "is not a regular file (a device, pipe or socket)" in done.stderr
     assert not (tmp_path / "cp").exists()
 
 
@@ -263,6 +303,24 @@ def test_prove_and_verify_proof(run_cli: Run, signed: str, keys: dict[str, tuple
     status, _, err = run_cli("prove", "ab" * 32, "--db", signed)
     assert status == 1
     assert "no decision with budget_id" in err
+
+
+def test_verify_proof_refuses_a_deep_or_endless_file_with_one_line(
+    run_cli: Run, keys: dict[str, tuple[Path, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """JSON nested 100,000 deep is not a bundle (it was an "unexpected RecursionError"), and a file longer than
+    any bundle is refused once that many bytes are read (`/dev/zero` used to fill the memory)."""
+    import compute_budget.cli.seal as seal_commands
+
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    status, out, err = run_cli("verify-proof", str(deep), "--trusted-key", keys["writer"][1])
+    assert (status, out) == (2, "")
+    assert err == "compute-budget: error: the proof bundle is not a proof bundle (its JSON nests too deeply)\n"
+    monkeypatch.setattr(seal_commands, "MAX_BUNDLE_BYTES", 1 << 20)
+    status, out, err = run_cli("verify-proof", "/dev/zero", "--trusted-key", keys["writer"][1])
+    assert (status, out) == (2, "")
+    assert err == "compute-budget: error: proof bundle /dev/zero is larger than 1 MiB: not a bundle\n"
 
 
 def test_prove_against_a_checkpoint_that_does_not_cover_the_row(

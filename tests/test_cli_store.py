@@ -205,3 +205,24 @@ def test_python_dash_m_runs_the_command_line(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert len(done.stdout.splitlines()) == 8
+
+
+@pytest.mark.slow
+def test_record_into_a_full_disk_says_the_gates_were_recorded(db_path: Path) -> None:
+    """The summary line cannot be printed (stdout on a full disk) after the gates were committed: the error says
+    they were recorded, instead of leaving "exit 2" to read as "nothing was written"."""
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w", encoding="utf-8") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "compute_budget", "record", EXAMPLES, "--db", str(db_path)],
+            stdout=full, stderr=subprocess.PIPE, text=True, timeout=60, check=False,
+        )
+    assert done.returncode == 2
+    assert done.stderr == (
+        "compute-budget: error: the gates were recorded (8 new, head seq 8), but the summary could not be printed: "
+        "No space left on device\n"
+    )
+    with BudgetStore.open(db_path, readonly=True) as store:
+        assert store.head().seq == 8

@@ -345,6 +345,89 @@ def test_a_changed_tree_node_is_reported_and_parallel_audits_agree(
     assert {finding.seq for finding in single.findings} == {512, 700}  # the changed node, the signed root at 700
 
 
+def _forge_node(target: str, level: int, index: object) -> None:
+    """A plain INSERT into the tree's table: its guard stops replacing a node, not adding one."""
+    execute(
+        target,
+        (
+            "INSERT INTO compute_budget_tree_nodes (level, idx, hash) VALUES (:level, :idx, :hash)",
+            {"level": level, "idx": index, "hash": "a" * 64},
+        ),
+    )
+
+
+def _misplaced_node_report(target: str, level: int, index: object) -> None:
+    with BudgetStore.open(target) as store:
+        store.record_many(gate_lines(300))
+    assert audit(target).clean
+    _forge_node(target, level, index)
+    report = audit(target)
+    assert kinds(report) == ["checkpoint_mismatch"]
+    assert f"stored tree node (level {level!r}, index {index!r}) lies outside the tree of 300 rows" in (
+        report.findings[0].detail
+    )
+
+
+@pytest.mark.parametrize(
+    ("level", "index"), [(8, 2**56 - 1), (8, 2**63 - 1), (63, 0), (64, 0), (200, 0), (7, 0), (8, 1), (62, 0)]
+)
+def test_a_stored_tree_node_outside_the_tree_is_reported_whatever_its_position(
+    store_target: str, level: int, index: int
+) -> None:
+    """A node over rows the store does not hold is a `checkpoint_mismatch`, also where the test `(idx + 1) <<
+    level > size` would overflow 64 bits and wrap to 0 or below (2**56 - 1 at level 8, level 64)."""
+    _misplaced_node_report(store_target, level, index)
+
+
+@pytest.mark.parametrize("store_target", ["sqlite"], indirect=True)  # PostgreSQL's typed columns hold only integers
+@pytest.mark.parametrize(("level", "index"), [(8, "zz"), (8, 0.5), ("eight", 0), (8.5, 0)])
+def test_a_stored_tree_node_that_is_not_at_an_integer_position_is_reported(
+    store_target: str, level: object, index: object
+) -> None:
+    """SQLite keeps text and reals in an INTEGER column: such a node is at no position of the tree."""
+    _misplaced_node_report(store_target, level, index)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("store_target", ["sqlite"], indirect=True)  # PostgreSQL's typed columns refuse these
+@pytest.mark.parametrize(
+    ("values", "columns"),
+    [
+        ("'abc', 'writer', 'ddded696', 'x', 'x'", "tree_size"),
+        ("5, 'writer', 'ddded696', x'41', 'x'", "note"),
+        ("5.5, x'00', 'ddded696', 'x', 'x'", "tree_size, key_name"),
+    ],
+)
+def test_a_stored_checkpoint_entry_of_the_wrong_types_is_a_finding_not_a_failed_audit(
+    store_target: str, values: str, columns: str
+) -> None:
+    """SQLite keeps 'abc' in an INTEGER column and a blob in a TEXT one, and the checkpoint table's guard stops
+    replacing entries, not adding them: such an entry is reported as `checkpoint_mismatch` in every mode (the
+    audit used to stop with exit 2 on it), and writers go on past it."""
+    key = signer()
+    with BudgetStore.open(store_target, signing_key=key) as store:
+        store.record_many(gate_lines(20))
+        since = store.signed_checkpoint([key])
+    execute(
+        store_target,
+        "PRAGMA ignore_check_constraints = ON",
+        "INSERT INTO compute_budget_checkpoints (tree_size, key_name, key_hash, note, recorded_at) "
+        f"VALUES ({values})",
+    )
+    detail = f"cannot be read ({columns} not of the column's type): no writer stores such an entry"
+    for report in (
+        audit(store_target),
+        audit(store_target, trusted_keys=[key.verifier()]),
+        audit(store_target, since=since, trusted_keys=[key.verifier()]),
+    ):
+        assert kinds(report) == ["checkpoint_mismatch"]
+        assert detail in report.findings[0].detail
+    with BudgetStore.open(store_target, signing_key=key) as store:
+        assert store.record_many(gate_lines(5, prefix="after")).new == 5
+    report = audit(store_target, trusted_keys=[key.verifier()])
+    assert kinds(report) == ["checkpoint_mismatch"]
+    assert report.rows_checked == 25
+
+
 def test_a_clean_incremental_audit_checks_only_the_new_checkpoints(db_path: Path) -> None:
     """--since a signed checkpoint: the stored tree at its size must give its root; the checkpoints after it are
     held against the tree continued from there."""
@@ -453,6 +536,22 @@ def test_copy_into_a_store_of_another_origin_is_refused(tmp_path: Path) -> None:
     with pytest.raises(DestinationNotEmpty, match="origin"):
         copy_store(source, tmp_path / "named.db")
     copy_store(source, tmp_path / "unnamed.db")
+
+
+def test_a_checkpoint_of_another_log_is_one_finding_that_says_so(tmp_path: Path) -> None:
+    """A checkpoint of another store given to the audit: the finding names the other log, first, and there is no
+    "history was rewritten" about it (its chain hash could never match this log's rows)."""
+    mine, other = tmp_path / "mine.db", tmp_path / "other.db"
+    for path in (mine, other):
+        with BudgetStore.open(path) as store:
+            store.record_many(gate_lines(30, prefix=path.stem))
+    with BudgetStore.open(other, readonly=True) as store:
+        theirs = store.checkpoint()
+    for report in (audit(mine, checkpoint=theirs), audit(mine, since=theirs)):
+        assert report.findings[0].kind.value == "checkpoint_mismatch"
+        assert "the checkpoint is of log compute-budget/" in report.findings[0].detail
+        assert not any("rewritten" in finding.detail and "checkpoint" in finding.detail for finding in report.findings)
+    assert kinds(audit(mine, checkpoint=theirs)) == ["checkpoint_mismatch"]
 
 
 def test_checkpoint_json_carries_origin_size_and_root(db_path: Path) -> None:

@@ -345,8 +345,16 @@ def test_a_foreign_sqlite_database_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "other.db"
     with sqlite3.connect(path) as connection:
         connection.execute("CREATE TABLE customers (id INTEGER)")
+        connection.execute("INSERT INTO customers VALUES (1)")
+    connection.close()
+    before = path.read_bytes()
     with pytest.raises(NotABudgetStore, match="not a compute-budget database"):
         BudgetStore.open(path)
+    # Not one byte changed: the writer used to switch the refused file to WAL (a lasting change of its header).
+    assert path.read_bytes() == before
+    with sqlite3.connect(path) as connection:
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+    connection.close()
 
 
 def test_schema_behind_head_is_refused_until_migrated(tmp_path: Path) -> None:

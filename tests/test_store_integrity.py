@@ -158,3 +158,26 @@ def test_an_emptied_sqlite_file_under_a_checkpoint_is_a_finding(tmp_path: Path) 
     report = audit(target, checkpoint=checkpoint)
     assert [finding.kind.value for finding in report.findings] == ["checkpoint_mismatch"]
     assert "the database is empty" in report.findings[0].detail
+
+
+def test_a_failed_insert_must_leave_its_transaction_open_and_the_head_unmoved(tmp_path: Path) -> None:
+    """The one-statement append has no savepoint: after a failed insert the writer goes on only if the write
+    transaction is still open and the head is the one it started from. A conflict clause changed by hand could
+    end the transaction (ROLLBACK) or keep part of the statement (FAIL); either is refused, nothing written."""
+    from compute_budget.core.chain import GENESIS_CHAIN_HASH, ChainHead
+    from compute_budget.store import facade
+
+    target = str(tmp_path / "kept.db")
+    with BudgetStore.open(target) as opened:
+        opened.record_many(gate_lines(3))
+        head = opened.head()
+        with opened.engine.connect() as connection:
+            with pytest.raises(StoreDamaged, match="a failed insert ended the write transaction"):
+                facade._require_nothing_kept(connection, opened._sql, head, opened.location)
+            connection.exec_driver_sql("SELECT 1")  # the store's begin hook opens the transaction
+            facade._require_nothing_kept(connection, opened._sql, head, opened.location)  # open and unmoved: goes on
+            before = ChainHead(2, GENESIS_CHAIN_HASH, None)  # as if the failed statement had kept row 3
+            with pytest.raises(StoreDamaged, match="does not keep what is written; nothing was written"):
+                facade._require_nothing_kept(connection, opened._sql, before, opened.location)
+            connection.rollback()
+    assert audit(target).clean

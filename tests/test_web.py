@@ -846,3 +846,24 @@ def test_serve_answers_and_stops_cleanly_on_ctrl_c(sqlite_store: str) -> None:
     assert process.returncode == 0, rest
     assert "Traceback" not in rest
     assert rest.strip().endswith("compute-budget: workbench stopped")
+
+
+def test_serve_refuses_an_unusable_trusted_key_before_serving(
+    run_cli: Callable[..., tuple[int, str, str]], monkeypatch: pytest.MonkeyPatch, sqlite_store: str, tmp_path: Path
+) -> None:
+    """--trusted-key naming a FIFO or holding garbage is one line and exit 2, as on audit (the workbench used to
+    start and show the FIFO as "not a verifier key" on its checkpoints page)."""
+    import os
+
+    from compute_budget.web import server
+
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(server, "serve", lambda db, **kwargs: calls.append({"db": db, **kwargs}))
+    fifo = tmp_path / "key.fifo"
+    os.mkfifo(fifo)
+    for given, said in ((str(fifo), "is not a regular file (a device, pipe or socket)"), ("garbage", "verifier key")):
+        status, out, err = run_cli("serve", "--db", sqlite_store, "--trusted-key", given)
+        assert (status, out) == (2, "")
+        assert err.count("\n") == 1
+        assert said in err
+    assert calls == []

@@ -9,6 +9,7 @@ could not run (bad arguments, unreadable input, a database it cannot use). A `Co
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import IO, Any, NoReturn
@@ -25,6 +26,15 @@ FINDINGS = 1
 def say(message: str) -> None:
     """One line on stderr, prefixed with the program's name."""
     click.echo(f"{PROG}: {message}", err=True)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's timeout, `kill`), raised where the program is, so that it ends as Ctrl-C does:
+    its clean-ups run and an audit's report files say it did not finish (exit 143)."""
+
+
+def _raise_terminated(_signal: int, _frame: object) -> None:
+    raise Terminated()
 
 
 class CannotRun(click.ClickException):
@@ -61,6 +71,17 @@ class BudgetGroup(click.Group):
                 f"unexpected {type(error).__name__}: {error} (please report this; --debug shows the traceback)"
             ) from error
 
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        """Click's, with --help and --version into a reader that went away (`| head`) ending quietly with 0,
+        as any other cut-short output does (Click itself would exit 1)."""
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except BrokenPipeError:
+            _silence_stdout()
+            raise click.exceptions.Exit(0) from None
+
     def main(
         self,
         args: Sequence[str] | None = None,
@@ -76,6 +97,7 @@ class BudgetGroup(click.Group):
         if not argv:
             click.echo(self.get_help(click.Context(self, info_name=prog_name or PROG)), err=True)
             sys.exit(CANNOT_RUN)
+        previous = _on_sigterm(_raise_terminated)
         try:
             # Not standalone, so that usage errors and Ctrl-C are ours to word; `ctx.exit(n)` comes back as n.
             code = super().main(argv, prog_name or PROG, complete_var, standalone_mode=False, **extra)
@@ -88,11 +110,33 @@ class BudgetGroup(click.Group):
         except click.ClickException as error:
             error.show()
             sys.exit(error.exit_code)
-        except (click.Abort, KeyboardInterrupt, EOFError):
+        except (click.Abort, KeyboardInterrupt, EOFError) as stop:
+            if isinstance(stop, Terminated) or isinstance(stop.__cause__, Terminated):
+                say("terminated")
+                sys.exit(143)
             say("interrupted")
             sys.exit(130)
+        except OSError as error:  # --help or --version into a full disk, say (commands' own are CannotRun)
+            _silence_stdout()
+            say(f"error: {error.strerror or error}")
+            sys.exit(CANNOT_RUN)
+        finally:
+            _on_sigterm(previous)
         _exit_quietly_on_closed_stdout()
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _on_sigterm(handler: Any) -> Any:
+    """Install `handler` for SIGTERM where the program owns the signal (the main thread, the default handler, or
+    ours being put back); returns what to restore. A host that set its own handler keeps it."""
+    try:
+        current = signal.getsignal(signal.SIGTERM)
+        if handler is None or current not in (signal.SIG_DFL, _raise_terminated):
+            return None
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: signals are not ours to handle
+        return None
+    return current
 
 
 def _exit_quietly_on_closed_stdout() -> None:

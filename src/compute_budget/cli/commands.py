@@ -14,7 +14,7 @@ from typing import Literal
 
 import click
 
-from compute_budget.cli.app import PROG, BudgetGroup, say
+from compute_budget.cli.app import PROG, BudgetGroup, Terminated, say
 from compute_budget.cli.app import run as run_group
 from compute_budget.cli.io import check_keys_apart, check_writable, open_input, read_ahead, write_atomically
 from compute_budget.cli.progress import audit_progress, progress_bar
@@ -22,7 +22,7 @@ from compute_budget.core.gate import is_valid_text
 from compute_budget.core.lines import BadLine, GateLine, read_gates
 from compute_budget.core.parse import decide_parsed
 from compute_budget.core.types import ComputeBudgetStatus
-from compute_budget.errors import InputUnreadable, StoreDamaged, clip
+from compute_budget.errors import InputUnreadable, OutputUnwritable, StoreDamaged, clip
 
 
 @click.group(cls=BudgetGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -158,10 +158,19 @@ def record_command(
             say(f"{_plural(len(result.conflicts), 'conflicting gate')} skipped{more}")
         total = result.new + result.present
         skipped = f", {len(result.conflicts)} skipped as conflicts" if on_conflict == "skip" else ""
-        click.echo(
+        summary = (
             f"recorded {total} gate{'s' if total != 1 else ''}: {result.new} new, {result.present} already present"
             f"{skipped} (head seq {result.head.seq}) in {store.location.display}"
         )
+        try:
+            click.echo(summary)
+        except BrokenPipeError:
+            raise  # the reader went away: not an error
+        except OSError as error:  # the rows are committed: the failure must not read as "nothing was written"
+            raise OutputUnwritable(
+                f"the gates were recorded ({result.new} new, head seq {result.head.seq}), but the summary could not "
+                f"be printed: {error.strerror or error}"
+            ) from None
 
 
 def _plural(count: int, noun: str) -> str:
@@ -301,7 +310,7 @@ def list_command(
             return
         from compute_budget.cli.render import print_table
 
-        print_table(rows, filtered=any(value is not None for value in filters))
+        print_table(rows, filtered=any(value is not None for value in filters), last_seq=store.head_seq())
 
 
 @cli.command("migrate")
@@ -479,6 +488,9 @@ def audit_command(
         )
     except click.exceptions.Exit:
         raise  # a result (exit 0 or 1), its reports written
+    except KeyboardInterrupt as error:  # Ctrl-C, or SIGTERM (a cron timeout): no verdict, so none may survive
+        _write_error_reports(writable, error, db, started_at)
+        raise
     except Exception as error:  # the audit cannot run (exit 2): every report file says why
         _write_error_reports(writable, error, db, started_at)
         raise
@@ -516,7 +528,7 @@ def _audit_and_report(
             "--cosign signs the checkpoint --save-checkpoint writes: give both", param_hint="--cosign"
         )
     cosigner = load_signer_key(cosign_path) if cosign_path else None
-    with audit_progress(enabled=jobs in (1, "auto")) as on_progress:  # progress comes from one process only
+    with audit_progress() as on_progress:
         report = audit(
             db,
             checkpoint=checkpoint,
@@ -564,7 +576,10 @@ def _write_error_reports(targets: list[tuple[str, str]], error: BaseException, d
     from compute_budget.errors import ComputeBudgetError
     from compute_budget.store.backend import locate
 
-    if isinstance(error, click.ClickException):
+    if isinstance(error, KeyboardInterrupt):
+        how = "terminated (SIGTERM)" if isinstance(error, Terminated) else "interrupted (Ctrl-C)"
+        reason = f"the audit was {how} before it finished"
+    elif isinstance(error, click.ClickException):
         reason = error.format_message()
     elif isinstance(error, OSError):
         reason = f"{error.strerror or error}{f': {error.filename}' if error.filename else ''}"
@@ -597,7 +612,7 @@ def copy_command(source: str, destination: str) -> None:
     from compute_budget.errors import CopyVerificationFailed
 
     try:
-        with audit_progress(enabled=True) as on_progress:
+        with audit_progress() as on_progress:
             head = copy_store(source, destination, on_progress=on_progress)
     except CopyVerificationFailed as failed:
         say(f"error: {failed}")

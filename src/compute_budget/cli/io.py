@@ -24,7 +24,7 @@ from compute_budget.store.backend import locate
 def open_input(path: str) -> Iterator[BinaryIO]:
     """Open INPUT (`-` is stdin) for binary reading, with one clear error for each way it can fail."""
     if path == "-":
-        yield sys.stdin.buffer
+        yield _ReadErrorsNamed(sys.stdin.buffer, "-")  # type: ignore[misc]
         return
     if os.path.isdir(path):
         raise InputUnreadable(f"input {path!r} is a folder, not a file of gates")
@@ -74,8 +74,14 @@ def _spooled(stream: BinaryIO, name: str) -> Iterator[BinaryIO]:
         yield spool  # type: ignore[misc]
 
 
+# No gate is anywhere near this long (the largest real ones are kilobytes); a longer line is a device such as
+# /dev/zero or a file that is no JSON Lines, and reading it to its end would only fill the memory.
+MAX_LINE_BYTES = 64 << 20
+
+
 class _ReadErrorsNamed:
-    """Lines of an input stream, where a read that fails midway (an I/O error) names the input."""
+    """Lines of an input stream, where a read that fails midway (an I/O error) names the input, and a line longer
+    than `MAX_LINE_BYTES` stops the reading with one clear error instead of growing without end."""
 
     def __init__(self, stream: BinaryIO, path: str) -> None:
         self._stream = stream
@@ -85,14 +91,21 @@ class _ReadErrorsNamed:
         return self._stream.fileno()
 
     def __iter__(self) -> Iterator[bytes]:
-        lines = iter(self._stream)
+        shown = "stdin" if self._path == "-" else f"input file {self._path!r}"
+        number = 0
         while True:
             try:
-                line = next(lines)
-            except StopIteration:
-                return
+                line = self._stream.readline(MAX_LINE_BYTES + 1)
             except OSError as error:
-                raise InputUnreadable(f"cannot read input file {self._path!r}: {error.strerror or error}") from None
+                raise InputUnreadable(f"cannot read {shown}: {error.strerror or error}") from None
+            if not line:
+                return
+            number += 1
+            if len(line) > MAX_LINE_BYTES:
+                raise InputUnreadable(
+                    f"{shown}: line {number} is longer than {MAX_LINE_BYTES >> 20} MiB, which no gate is "
+                    "(is INPUT a device, or not JSON Lines?)"
+                )
             yield line
 
 

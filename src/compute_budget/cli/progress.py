@@ -10,9 +10,9 @@ from typing import BinaryIO
 
 
 @contextmanager
-def audit_progress(*, enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
+def audit_progress() -> Iterator[Callable[[int, int], None] | None]:
     """A progress bar with rows/s and ETA on stderr, only when stderr is a terminal."""
-    if not (enabled and sys.stderr.isatty()):
+    if not sys.stderr.isatty():
         yield None
         return
     from rich.console import Console

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from collections.abc import Iterable
-
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from compute_budget.store import RowCheck, StoredDecision
 
@@ -82,39 +79,73 @@ def describe_check(check: RowCheck) -> str:
     return "\n".join(lines)
 
 
-def print_table(rows: Iterable[StoredDecision], *, filtered: bool = False) -> int:
-    """Print decisions as a table on stdout; returns how many rows it printed.
+TABLE_CHUNK_ROWS = 500  # rows laid out and printed at a time: `list` of millions of rows streams in bounded memory
+# Widths every chunk gets at least, whatever its first rows hold: the longest status and v1 reason code, and room
+# for a gate id; so a later chunk's columns start where the first one's did.
+_FLOOR = {"status": 19, "reason": 25, "gate": 40}
+
+
+def print_table(rows: Iterable[StoredDecision], *, filtered: bool = False, last_seq: int = 0) -> int:
+    """Print decisions as a table on stdout, a chunk of rows at a time; returns how many rows it printed.
 
     On a terminal narrower than a full row, budget_ids are cut to 16 hex digits (enough for `show`, which
-    takes a unique prefix) and the recording time is left out; piped output always has everything.
+    takes a unique prefix) and the recording time is left out; piped output always has everything. Each chunk
+    is laid out with at least the column widths of the first, so the columns line up down the whole listing
+    (a later, wider cell widens only its own chunk): `last_seq`, the highest seq listed (or more), sizes the seq
+    column for the whole listing, and the gate column keeps the first chunk's width (longer ids fold).
     """
+    # Rich is imported here, not with the module: every other command (the nightly audit among them) would pay
+    # its import, about 50 ms, for nothing.
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     console = Console() if sys.stdout.isatty() else Console(width=240, no_color=True)
     narrow = console.is_terminal and console.width < 200
-    table = Table(show_edge=False, pad_edge=False)
-    table.add_column("seq", justify="right", no_wrap=True)
-    table.add_column("budget_id", no_wrap=True)
-    table.add_column("status", overflow="fold")
-    table.add_column("reason", overflow="fold")
-    table.add_column("limits c/d/s/p", justify="right", overflow="fold")
-    table.add_column("gate", overflow="fold", min_width=8)
-    if not narrow:
-        table.add_column("recorded_at", no_wrap=True)
+    headers = ["seq", "budget_id", "status", "reason", "limits c/d/s/p", "gate"] + ([] if narrow else ["recorded_at"])
+    widths: list[int] | None = None
     count = 0
-    for stored in rows:
-        decision = stored.decision
-        cells = [
-            str(stored.seq),
-            decision.budget_id[: 12 if console.width < 120 else 16] + "…" if narrow else decision.budget_id,
-            decision.status.value,
-            escaped(decision.reason_code),
-            f"{decision.max_candidates}/{decision.max_depth}/{decision.max_steps}/{decision.max_parallelism}",
-            shown(decision.gate_decision_id),
-        ]
-        # Text, not markup: a stored "[red]" or "[link=…]" is shown as typed, never interpreted by Rich.
-        table.add_row(*(Text(cell) for cell in cells), *([] if narrow else [Text(escaped(stored.recorded_at))]))
-        count += 1
-    if count:
+    source = iter(rows)
+    while chunk := list(itertools.islice(source, TABLE_CHUNK_ROWS)):
+        cells = [_row_cells(stored, narrow, console.width) for stored in chunk]
+        if widths is None:
+            floors = {**_FLOOR, "seq": len(str(last_seq))}
+            widths = [
+                max(len(header), floors.get(header, 0), *(len(row[index]) for row in cells))
+                for index, header in enumerate(headers)
+            ]
+        table = Table(show_edge=False, pad_edge=False, show_header=count == 0)
+        for index, header in enumerate(headers):
+            right = header in ("seq", "limits c/d/s/p")
+            folds = header in ("status", "reason", "limits c/d/s/p", "gate")
+            table.add_column(
+                header,
+                justify="right" if right else "left",
+                overflow="fold" if folds else "ellipsis",
+                no_wrap=not folds,
+                # A hostile 10,000-character reason must not squeeze the other columns: folded ones keep 40 at most.
+                min_width=min(widths[index], 40) if folds else widths[index],
+                # The gate column keeps the first chunk's width (40 to 120) all the way down: longer ids fold.
+                width=min(widths[index], 120) if header == "gate" else None,
+            )
+        for row in cells:
+            # Text, not markup: a stored "[red]" or "[link=…]" is shown as typed, never interpreted by Rich.
+            table.add_row(*(Text(cell) for cell in row))
         console.print(table)
-    else:
+        count += len(chunk)
+    if not count:
         console.print("no stored decision matches" if filtered else "no decisions stored")
     return count
+
+
+def _row_cells(stored: StoredDecision, narrow: bool, width: int) -> list[str]:
+    decision = stored.decision
+    cells = [
+        str(stored.seq),
+        decision.budget_id[: 12 if width < 120 else 16] + "…" if narrow else decision.budget_id,
+        decision.status.value,
+        escaped(decision.reason_code),
+        f"{decision.max_candidates}/{decision.max_depth}/{decision.max_steps}/{decision.max_parallelism}",
+        shown(decision.gate_decision_id),
+    ]
+    return cells if narrow else [*cells, escaped(stored.recorded_at)]

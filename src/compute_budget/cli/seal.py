@@ -1,4 +1,4 @@
-"""The seal's commands (spec section 8): `keygen`, `prove`, `verify-proof` and `consistency`.
+"""The seal's commands (spec section 8): `keygen`, `verifier-key`, `prove`, `verify-proof` and `consistency`.
 
 The seal's options of the older commands (`record --signing-key`, `checkpoint --signing-key`, `audit
 --trusted-key/--cosign`) live with those commands.
@@ -30,6 +30,16 @@ def keygen_command(name: str, out_path: str | None) -> None:
     path = write_new_signer_key(out_path or default_key_file(name), key)
     click.echo(key.verifier().format())
     say(f"wrote signer key {path} (mode 0600: keep it secret; give out the verifier key above)")
+
+
+@cli.command("verifier-key")
+@click.argument("key_path", metavar="FILE")
+def verifier_key_command(key_path: str) -> None:
+    """Print the verifier key of the signer key in FILE (made by keygen): the public half again, for a verifier
+    key that was lost or never printed. Exit 0; 2 when FILE holds no signer key."""
+    from compute_budget.store.keys import load_signer_key
+
+    click.echo(load_signer_key(key_path).verifier().format())
 
 
 @cli.command("prove")
@@ -97,18 +107,24 @@ def verify_proof_command(bundle_path: str, trusted_keys: tuple[str, ...], origin
     keys = [verifier_key(item) for item in trusted_keys]
     try:
         if bundle_path == "-":
-            raw = sys.stdin.buffer.read()
+            raw = sys.stdin.buffer.read(MAX_BUNDLE_BYTES + 1)
         else:
             with open(bundle_path, "rb") as handle:
-                raw = handle.read()
+                raw = handle.read(MAX_BUNDLE_BYTES + 1)
     except OSError as error:
         raise InputUnreadable(f"cannot read proof bundle {bundle_path}: {error.strerror or error}") from None
+    if len(raw) > MAX_BUNDLE_BYTES:  # /dev/zero, say: read no further than any bundle could be
+        raise InputUnreadable(f"proof bundle {bundle_path} is larger than {MAX_BUNDLE_BYTES >> 20} MiB: not a bundle")
     result = verify_proof(raw, keys, origin=origin)
     if result.valid:
         click.echo(result.message)
         return
     click.echo(f"invalid ({result.check}): {result.message}")
     click.get_current_context().exit(1)
+
+
+# A bundle holds one row: its gate input is the only large part, and no gate that size is sensible.
+MAX_BUNDLE_BYTES = 256 << 20
 
 
 @cli.command("consistency")

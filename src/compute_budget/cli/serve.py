@@ -48,6 +48,10 @@ def serve_command(db: str | None, host: str, port: int, trusted_keys: tuple[str,
             raise
         _say("serve needs the workbench extra: pip install 'compute-budget[workbench]'")
         return 2
+    from compute_budget.store.keys import verifier_key
+
+    for item in trusted_keys:  # as the audit does: a FIFO, a device or garbage is one line now, not a page later
+        verifier_key(item)
     if not is_loopback(host):
         _say(
             f"warning: serving on {host}, not localhost: the workbench has no authentication, so anyone who can "

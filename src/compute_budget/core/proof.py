@@ -73,6 +73,8 @@ def _loads(value: object, what: str) -> dict[str, Any]:
             loaded = json.loads(value)
         except (ValueError, UnicodeDecodeError) as error:
             raise MalformedProof(f"the {what} is not JSON ({error})") from None
+        except RecursionError:  # arrays or objects nested thousands deep: no bundle nests more than 3
+            raise MalformedProof(f"the {what} is not a proof bundle (its JSON nests too deeply)") from None
         if isinstance(loaded, dict):
             return loaded
     raise MalformedProof(f"the {what} is not a JSON object")

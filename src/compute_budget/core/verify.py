@@ -240,7 +240,8 @@ def _wrong_types(row: tuple[Any, ...]) -> str:
         else:
             ok = type(value) is str
         if not ok:
-            wrong.append(f"{name} is {type(value).__name__}")
+            kind = "bytes (a blob, or text that is not UTF-8)" if isinstance(value, bytes) else type(value).__name__
+            wrong.append(f"{name} is {kind}")
     return ", ".join(wrong)
 
 

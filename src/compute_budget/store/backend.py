@@ -19,6 +19,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlch
 from sqlalchemy.pool import QueuePool
 
 from compute_budget.errors import ArgumentTypeError, ComputeBudgetError, NotABudgetStore, StoreUnavailable
+from compute_budget.store.table import TABLE_NAME
 
 ENV_VAR = "COMPUTE_BUDGET_DB"
 DEFAULT_DB_FILE = "compute_budget.db"
@@ -58,10 +59,10 @@ def locate(target: str | os.PathLike[str] | None) -> Location:
     if target is not None and not isinstance(target, str | os.PathLike):
         raise ArgumentTypeError(f"a store is a path or a SQLAlchemy URL, not {type(target).__name__}")
     raw = os.fspath(target) if target is not None else default_target()
-    if not raw:
+    if not raw.strip():
         raise StoreUnavailable("the database location is empty: give --db PATH or set COMPUTE_BUDGET_DB")
     if "://" not in raw:
-        path = Path(raw).expanduser().absolute()
+        path = _file_path(raw, raw)
         return Location(URL.create("sqlite", database=str(path)), path, str(path))
     try:
         url = make_url(raw)
@@ -76,9 +77,20 @@ def locate(target: str | os.PathLike[str] | None) -> Location:
                 f"{raw!r}: query parameters ({', '.join(sorted(url.query))}) are not supported on a SQLite URL; "
                 "give the file's path (readers already open it read-only)"
             )
-        path = Path(url.database).expanduser().absolute()
+        path = _file_path(url.database, raw)
         return Location(URL.create("sqlite", database=str(path)), path, str(path))
     return Location(url, None, url.render_as_string(hide_password=True))
+
+
+def _file_path(name: str, given: str) -> Path:
+    """The absolute path of a SQLite database named `name` (as a path, or inside the URL `given`), refusing a
+    name that is only white space or ends in a slash: Path() would drop the slash and make a file of a folder's
+    name, or make a file named with spaces."""
+    if not name.strip():
+        raise StoreUnavailable(f"{given!r} names no database file (only white space): give the file's path")
+    if name.endswith(("/", os.sep)):
+        raise StoreUnavailable(f"{given!r} names a folder (it ends with '/'): give the database file's path")
+    return Path(name).expanduser().absolute()
 
 
 def begin_write(engine: Engine) -> Any:
@@ -127,7 +139,8 @@ def _sqlite_engine(path: Path, *, readonly: bool) -> Engine:
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_SECONDS * 1000}")
         if not readonly:
-            cursor.execute("PRAGMA journal_mode = WAL")
+            if _ours_or_empty(cursor):
+                cursor.execute("PRAGMA journal_mode = WAL")
             # Appends: the guard's per-row trigger keeps a statement journal, in memory rather than a temporary
             # file; and a larger page cache keeps the indexes' hot pages (a ceiling, filled only as used).
             # Readers keep SQLite's default cache: the audit scans the whole file and stays small.
@@ -143,6 +156,14 @@ def _sqlite_engine(path: Path, *, readonly: bool) -> Engine:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if writing else "BEGIN")
 
     return engine
+
+
+def _ours_or_empty(cursor: sqlite3.Cursor) -> bool:
+    """True for a database a writer may turn to WAL: an empty one, or one holding the decisions table. WAL is a
+    lasting property of the file, and another application's database is about to be refused: it must be left
+    exactly as it was, not switched out of its journal mode."""
+    tables = {row[0] for row in cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return not tables or TABLE_NAME in tables
 
 
 def _on_read_only_filesystem(path: Path) -> bool:

@@ -63,7 +63,7 @@ from compute_budget.store.schema_check import restore_guard, schema_problems
 from compute_budget.store.seal import SealStatements, seal_statements_for
 from compute_budget.store.statements import MULTI_ROW_MAX, Statements, statements_for
 from compute_budget.store.table import TABLE_NAME
-from compute_budget.store.text_codec import decode_row, encode_rows, encode_text
+from compute_budget.store.text_codec import decode_row, encode_rows, encode_text, tolerant_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -721,13 +721,11 @@ class BudgetStore(Browsing):
         with self._reading() as connection:
             params = (low, high)
             if connection.dialect.name == "sqlite":
-                cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
-                try:
-                    cursor.execute(self._sql.seq_range, params)
-                    while batch := cursor.fetchmany(batch_rows):
-                        yield batch
-                finally:
-                    cursor.close()
+                raw = connection.connection.driver_connection
+                resume = yield from _sqlite_batches(raw, self._sql.seq_range, low, high, batch_rows)
+                if resume is not None:  # a text value that is not UTF-8: the rest is read tolerantly
+                    with tolerant_text(connection):
+                        yield from _sqlite_batches(raw, self._sql.seq_range, resume, high, batch_rows)
                 return
             result = connection.execution_options(stream_results=True, yield_per=batch_rows).exec_driver_sql(
                 self._sql.seq_range, params
@@ -806,6 +804,12 @@ class Snapshot:
         rows = self._connection.exec_driver_sql(self._seal.at_size, (size,)).fetchall()
         return [sealing.stored_checkpoint(tuple(row)) for row in rows]
 
+    def unreadable_checkpoints(self) -> list[tuple[int, str]]:
+        """(id, names of the wrongly typed columns) of stored checkpoint entries that are no checkpoint at all: a
+        value not of its column's type, which every other reader of checkpoints skips (at most 100)."""
+        rows = self._connection.exec_driver_sql(self._seal.unreadable_checkpoints).fetchall()
+        return [(row[0], str(row[1]).strip()) for row in rows]
+
     def checkpoints_beyond(self, size: int) -> list[StoredCheckpoint]:
         """Stored checkpoints naming more rows than `size` (at most 100)."""
         rows = self._connection.exec_driver_sql(self._seal.beyond, (size,)).fetchall()
@@ -833,7 +837,8 @@ class Snapshot:
         """Raw rows with low < seq <= high in seq order, a batch per query."""
         while low < high:
             upper = min(low + batch_rows, high)
-            rows = self._connection.exec_driver_sql(self._statements.seq_range, (low, upper)).fetchall()
+            with tolerant_text(self._connection):
+                rows = self._connection.exec_driver_sql(self._statements.seq_range, (low, upper)).fetchall()
             yield [tuple(row) for row in rows]
             low = upper
 
@@ -846,12 +851,14 @@ class Snapshot:
 
     def link_at(self, seq: int) -> tuple[Any, Any, Any] | None:
         """The raw (seq, chain_hash, budget_id) stored at `seq`, as stored (tampered values included), or None."""
-        row = self._connection.exec_driver_sql(self._statements.link_at, (seq,)).first()
+        with tolerant_text(self._connection):
+            row = self._connection.exec_driver_sql(self._statements.link_at, (seq,)).first()
         return None if row is None else (row[0], row[1], row[2])
 
     def link_at_or_before(self, seq: int) -> tuple[int, str] | None:
         """The (seq, chain_hash) of the last row at or before `seq`, when it is readable."""
-        row = self._connection.exec_driver_sql(self._statements.link_at_or_before, (seq,)).first()
+        with tolerant_text(self._connection):
+            row = self._connection.exec_driver_sql(self._statements.link_at_or_before, (seq,)).first()
         if row is None or type(row[0]) is not int or not isinstance(row[1], str):
             return None
         return row[0], row[1]
@@ -879,7 +886,35 @@ class Snapshot:
 
     def misplaced_rows(self, max_seq: int) -> list[tuple[Any, Any]]:
         """(budget_id, seq) of the rows whose seq is missing, not a positive integer, or beyond `max_seq`."""
-        return [(row[0], row[1]) for row in self._connection.exec_driver_sql(self._statements.misplaced, (max_seq,))]
+        with tolerant_text(self._connection):
+            rows = self._connection.exec_driver_sql(self._statements.misplaced, (max_seq,)).fetchall()
+        return [(row[0], row[1]) for row in rows]
+
+
+def _sqlite_batches(
+    raw: Any, sql: str, low: Any, high: int, batch_rows: int
+) -> Generator[list[tuple[Any, ...]], None, Any]:
+    """Rows of `sql` over (low, high] in batches, straight from SQLite's cursor (the fastest way through them).
+
+    A text value that is not UTF-8 (a raw edit of the file can store any bytes) makes SQLite's decoder fail the
+    fetch: then this stops and returns the seq of the last row it yielded, for the caller to read the rest
+    tolerantly. Returns None when every row was read."""
+    cursor = raw.cursor()
+    try:
+        cursor.execute(sql, (low, high))
+        while True:
+            try:
+                batch = cursor.fetchmany(batch_rows)
+            except sqlite3.OperationalError as error:
+                if "decode" not in str(error):
+                    raise
+                return low
+            if not batch:
+                return None
+            low = batch[-1][0]
+            yield batch
+    finally:
+        cursor.close()
 
 
 class _Reading:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from compute_budget.core.note import SignerKey, VerifierKey, valid_key_name
 from compute_budget.errors import InputError, NoteError
+from compute_budget.store.files import read_small_file
 
 SIGNING_KEY_ENV_VAR = "COMPUTE_BUDGET_SIGNING_KEY"
 MAX_KEY_FILE_BYTES = 4096
@@ -24,15 +25,7 @@ def default_key_file(name: str) -> str:
 def _read_key_file(path: str | os.PathLike[str], what: str) -> str:
     """The text of a key file (one line, surrounding white space removed), or one clear error."""
     shown = os.fspath(path)
-    if os.path.isdir(shown):
-        raise InputError(f"{what} {shown} is a folder, not a key file")
-    try:
-        with open(shown, "rb") as handle:
-            raw = handle.read(MAX_KEY_FILE_BYTES + 1)
-    except FileNotFoundError:
-        raise InputError(f"{what} {shown} does not exist") from None
-    except OSError as error:
-        raise InputError(f"cannot read {what} {shown}: {error.strerror or error}") from None
+    raw = read_small_file(shown, MAX_KEY_FILE_BYTES, what, InputError)
     if len(raw) > MAX_KEY_FILE_BYTES:
         raise InputError(f"{what} {shown} is not a key file (it is larger than {MAX_KEY_FILE_BYTES} bytes)")
     try:

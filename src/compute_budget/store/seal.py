@@ -31,10 +31,24 @@ from compute_budget.core.tree import TILE_LEVEL, TILE_SIZE, TiledTree
 from compute_budget.errors import CheckpointError, InputError, MerkleError, StoreDamaged, StoreError
 from compute_budget.store.statements import Statements
 from compute_budget.store.table import CHECKPOINTS_TABLE, NODES_TABLE, ORIGIN_TABLE, TABLE_NAME
+from compute_budget.store.text_codec import tolerant_text
 
 ORIGIN_PREFIX = "compute-budget/"
 PAGE_ROWS = 2000  # rows or table entries read per query when streaming
+MAX_NODE_LEVEL = 62  # a node at level 63 would cover 2**63 rows, more than a seq can number
 _CHECKPOINT_COLUMNS = "id, tree_size, key_name, key_hash, note"
+# A checkpoint entry whose values have their columns' types (a CAST to the same type compares unequal to a text in
+# an INTEGER column, a real with a fraction, a blob in a TEXT column; NULL leaves the test NULL). On PostgreSQL the
+# typed columns make it always true.
+_READABLE_CHECKPOINT = (
+    "(tree_size = CAST(tree_size AS BIGINT) AND key_name = CAST(key_name AS TEXT) "
+    "AND key_hash = CAST(key_hash AS TEXT) AND note = CAST(note AS TEXT))"
+)
+# The names of an entry's columns that fail that test, as ASCII text (the values themselves may not decode).
+_UNREADABLE_COLUMNS = " || ".join(
+    f"CASE WHEN COALESCE({name} = CAST({name} AS {kind}), FALSE) THEN '' ELSE '{name} ' END"
+    for name, kind in (("tree_size", "BIGINT"), ("key_name", "TEXT"), ("key_hash", "TEXT"), ("note", "TEXT"))
+)
 
 
 class SealStatements:
@@ -51,9 +65,13 @@ class SealStatements:
             f"SELECT idx, hash FROM {NODES_TABLE} WHERE level = {m} AND idx >= {m} AND idx <= {m} "
             f"ORDER BY idx LIMIT {PAGE_ROWS}"
         )
-        # Nodes no range of rows accounts for: below the stored levels, or over rows beyond the last one.
+        # Nodes no range of rows accounts for: a level or index that is not an integer (SQLite keeps 0.5 or 'zz' in
+        # an INTEGER column; the CAST compares unequal to them), below the stored levels, above any tree's, or over
+        # rows beyond the last one. (idx + 1) << level > size would overflow 64 bits for a forged index or level
+        # and wrap to 0 or below, so the test is the equivalent idx >= size >> level, with levels capped at 62.
         self.misplaced_nodes = (
-            f"SELECT level, idx FROM {NODES_TABLE} WHERE level < {TILE_LEVEL} OR ((idx + 1) << level) > {m} "
+            f"SELECT level, idx FROM {NODES_TABLE} WHERE level <> CAST(level AS BIGINT) OR idx <> CAST(idx AS BIGINT) "
+            f"OR level < {TILE_LEVEL} OR level > {MAX_NODE_LEVEL} OR idx < 0 OR idx >= ({m} >> level) "
             "ORDER BY level, idx LIMIT 100"
         )
         columns = ", ".join(ROW_COLUMNS)
@@ -62,30 +80,39 @@ class SealStatements:
             f"INSERT INTO {CHECKPOINTS_TABLE} (tree_size, key_name, key_hash, note, recorded_at) "
             f"VALUES ({m}, {m}, {m}, {m}, {m})"
         )
+        # Every reader of checkpoints skips an entry whose values are not of their column's type (SQLite keeps
+        # 'abc' in an INTEGER column, a blob in a TEXT one: a plain INSERT, which no guard stops, can add one);
+        # the audit reports such entries (`unreadable_checkpoints`) instead of failing on them.
+        ok = _READABLE_CHECKPOINT
+        self.unreadable_checkpoints = (
+            f"SELECT id, {_UNREADABLE_COLUMNS} FROM {CHECKPOINTS_TABLE} WHERE NOT COALESCE({ok}, FALSE) "
+            "ORDER BY id LIMIT 100"
+        )
         after = f"(tree_size > {m} OR (tree_size = {m} AND id > {m}))"
         self.checkpoints_between = (
-            f"SELECT {_CHECKPOINT_COLUMNS} FROM {CHECKPOINTS_TABLE} WHERE {after} AND tree_size <= {m} "
+            f"SELECT {_CHECKPOINT_COLUMNS} FROM {CHECKPOINTS_TABLE} WHERE {ok} AND {after} AND tree_size <= {m} "
             f"ORDER BY tree_size, id LIMIT {PAGE_ROWS}"
         )
         before = f"(tree_size < {m} OR (tree_size = {m} AND id < {m}))"
         self.newest_by_key = (
-            f"SELECT {_CHECKPOINT_COLUMNS} FROM {CHECKPOINTS_TABLE} WHERE key_name = {m} AND key_hash = {m} "
+            f"SELECT {_CHECKPOINT_COLUMNS} FROM {CHECKPOINTS_TABLE} WHERE {ok} AND key_name = {m} AND key_hash = {m} "
             f"AND {before} ORDER BY tree_size DESC, id DESC LIMIT 50"
         )
         self.newest_note_by_key = (
-            f"SELECT note FROM {CHECKPOINTS_TABLE} WHERE key_name = {m} AND key_hash = {m} "
+            f"SELECT note FROM {CHECKPOINTS_TABLE} WHERE {ok} AND key_name = {m} AND key_hash = {m} "
             "ORDER BY tree_size DESC, id DESC LIMIT 1"
         )
         self.newest_covering = (
-            f"SELECT {_CHECKPOINT_COLUMNS} FROM {CHECKPOINTS_TABLE} WHERE tree_size >= {m} AND tree_size <= {m} "
-            "ORDER BY tree_size DESC, id DESC LIMIT 1"
+            f"SELECT {_CHECKPOINT_COLUMNS} FROM {CHECKPOINTS_TABLE} WHERE {ok} AND tree_size >= {m} "
+            f"AND tree_size <= {m} ORDER BY tree_size DESC, id DESC LIMIT 1"
         )
         self.at_size = (
-            f"SELECT {_CHECKPOINT_COLUMNS} FROM {CHECKPOINTS_TABLE} WHERE tree_size = {m} ORDER BY id DESC LIMIT 20"
+            f"SELECT {_CHECKPOINT_COLUMNS} FROM {CHECKPOINTS_TABLE} WHERE {ok} AND tree_size = {m} "
+            "ORDER BY id DESC LIMIT 20"
         )
         self.beyond = (
-            f"SELECT {_CHECKPOINT_COLUMNS} FROM {CHECKPOINTS_TABLE} WHERE tree_size > {m} ORDER BY tree_size, id "
-            "LIMIT 100"
+            f"SELECT {_CHECKPOINT_COLUMNS} FROM {CHECKPOINTS_TABLE} WHERE {ok} AND tree_size > {m} "
+            "ORDER BY tree_size, id LIMIT 100"
         )
         self.copy_checkpoints = (
             f"SELECT id, tree_size, key_name, key_hash, note, recorded_at FROM {CHECKPOINTS_TABLE} WHERE id > {m} "
@@ -163,7 +190,8 @@ def tree_reader(connection: Connection, seal: SealStatements, size: int) -> Tile
             return None
 
     def fetch_leaves(first: int, count: int) -> list[bytes]:
-        rows = connection.exec_driver_sql(seal.leaf_rows, (first, first + count)).fetchall()
+        with tolerant_text(connection):  # a tampered row still has a leaf: the audit reports the row itself
+            rows = connection.exec_driver_sql(seal.leaf_rows, (first, first + count)).fetchall()
         if [row[0] for row in rows] != list(range(first + 1, first + count + 1)):
             return []  # a row is missing or out of place: the tile cannot be computed
         return [unreadable_leaf_hash(tuple(row)[:17]) for row in rows]
