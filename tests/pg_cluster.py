@@ -9,6 +9,7 @@ TCP, so a wrong password is really refused.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -79,9 +80,18 @@ def start(folder: Path) -> str:
 
 
 def stop(folder: Path) -> None:
-    """Stop the cluster in `folder` (fast shutdown) and remove it."""
+    """Stop the cluster in `folder` (fast shutdown) and remove it.
+
+    Only a folder `start` made (it holds `data`) is removed, or an empty one; never the current directory: an
+    empty path is `.`, and `rmtree('.')` once wiped a whole working copy."""
+    if not str(folder).strip() or folder.resolve() == Path.cwd().resolve() or folder.resolve() == Path.home():
+        raise SystemExit(f"pg_cluster stop: refusing to remove {str(folder)!r}: not a cluster folder")
+    if not (folder / "data").is_dir():
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # the empty folder of a start that never got as far as initdb
+        return
     pg_ctl = find_bin("pg_ctl")
-    if pg_ctl is not None and (folder / "data").is_dir():
+    if pg_ctl is not None:
         subprocess.run(_as_server_user([pg_ctl, "-D", str(folder / "data"), "-m", "fast", "-w", "stop"]),
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     shutil.rmtree(folder, ignore_errors=True)
