@@ -374,3 +374,19 @@ def test_origin_options(run_cli: Run, tmp_path: Path) -> None:
     status, _, err = run_cli("migrate", "--db", str(tmp_path / "x.db"), "--origin", "two words")
     assert status == 2
     assert "invalid origin" in err
+
+
+def test_audit_origin_requires_the_store_to_be_that_log(run_cli: Run, tmp_path: Path) -> None:
+    """audit --origin NAME: the named log audits clean, another store in its place is a finding (exit 1), and a
+    NAME that is no origin is one line (exit 2)."""
+    db = tmp_path / "store.db"
+    assert run_cli("migrate", "--db", str(db), "--origin", "example.org/named")[0] == 0
+    assert run_cli("record", EXAMPLES, "--db", str(db))[0] == 0
+    assert run_cli("audit", "--db", str(db), "--origin", "example.org/named")[0] == 0
+    status, out, _ = run_cli("audit", "--db", str(db), "--origin", "example.org/other")
+    assert status == 1
+    assert "this store is log example.org/named, not example.org/other: another store is in its place" in out
+    status, out, err = run_cli("audit", "--db", str(db), "--origin", "two words")
+    assert (status, out) == (2, "")
+    assert err.count("\n") == 1
+    assert "is not a log origin" in err

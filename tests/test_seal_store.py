@@ -554,6 +554,28 @@ def test_a_checkpoint_of_another_log_is_one_finding_that_says_so(tmp_path: Path)
     assert kinds(audit(mine, checkpoint=theirs)) == ["checkpoint_mismatch"]
 
 
+def test_an_expected_origin_tells_a_store_put_in_the_place_of_another(tmp_path: Path) -> None:
+    """Two stores signed by the same key look alike to `--trusted-key` alone: `expected_origin` names the log the
+    audit must find, and a store of another origin (or none) in its place is a `checkpoint_mismatch`."""
+    from compute_budget.errors import ArgumentTypeError
+
+    key = signer()
+    mine, other = tmp_path / "mine.db", tmp_path / "other.db"
+    for path in (mine, other):
+        with BudgetStore.open(path, signing_key=key) as store:
+            store.record_many(gate_lines(20, prefix=path.stem))
+    with BudgetStore.open(mine, readonly=True) as store:
+        my_origin = store.checkpoint().origin
+    assert my_origin is not None
+    assert audit(mine, trusted_keys=[key.verifier()], expected_origin=my_origin).clean
+    assert audit(other, trusted_keys=[key.verifier()]).clean  # the swap the key alone cannot see
+    report = audit(other, trusted_keys=[key.verifier()], expected_origin=my_origin)
+    assert kinds(report) == ["checkpoint_mismatch"]
+    assert f", not {my_origin}: another store is in its place" in report.findings[0].detail
+    with pytest.raises(ArgumentTypeError, match="is not a log origin"):
+        audit(mine, expected_origin="has+plus")
+
+
 def test_checkpoint_json_carries_origin_size_and_root(db_path: Path) -> None:
     """The JSON checkpoint of revision 2: origin, tree_size and the base64 root; old documents still read."""
     with BudgetStore.open(db_path) as store:

@@ -32,7 +32,7 @@ from compute_budget.core.chain import GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.checkpoint import Checkpoint
 from compute_budget.core.leaf import unreadable_leaf_hash
 from compute_budget.core.merkle import CompactRange, root_from_reader
-from compute_budget.core.note import VerifierKey
+from compute_budget.core.note import VerifierKey, valid_origin
 from compute_budget.core.seal import StoredCheckpoint, TreeCheck, TreeOutcome, signature_problem, trusted_signers
 from compute_budget.core.verify import Finding, FindingKind, RangeResult, check_row
 from compute_budget.errors import ArgumentTypeError, CheckpointError, MerkleError, NoHistory, NoteError, StoreDamaged
@@ -65,6 +65,7 @@ def audit(
     trusted_keys: Iterable[VerifierKey | str | os.PathLike[str]] = (),
     all_signatures: bool = False,
     through: int | None = None,
+    expected_origin: str | None = None,
 ) -> AuditReport:
     """Audit the store at `target` read-only. `checkpoint`: prove history extends it. `since`: prove it,
     then check only the rows after it. `through`: check only the rows up to this `seq` (with `since`, a `seq`
@@ -76,12 +77,17 @@ process gets at least `AUTO_ROWS_PER_JOB` rows to check, else one. The report's 
     verified (every one with `all_signatures`), rows after the newest trusted one are `unattested_rows`, and a given
     `checkpoint`/`since` must carry a trusted signature.
 
+    `expected_origin`: the log this store must be (a store put in its place is a `checkpoint_mismatch`, as a kept
+    checkpoint of the right log would show; without one, signatures by the same key cannot tell two logs apart).
+
     `on_progress(rows_done, rows_total)` is called after every batch this process checks (with `jobs`, it checks
     the first range itself) and as each worker's range completes.
     Raises `StoreUnavailable` (and its subclasses) when the audit cannot run at all.
     """
     if jobs != "auto" and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise ArgumentTypeError(f"jobs is a positive integer or 'auto', not {jobs!r}")
+    if expected_origin is not None and not valid_origin(expected_origin):
+        raise ArgumentTypeError(f"origin {expected_origin!r} is not a log origin (1 to 128 printable ASCII, no '+')")
     started = time.perf_counter()
     started_at = utc_now()
     checkpoint = as_checkpoint(checkpoint) if checkpoint is not None else None
@@ -100,6 +106,16 @@ process gets at least `AUTO_ROWS_PER_JOB` rows to check, else one. The report's 
             anchors = [_anchor(snapshot, low, since) for low, _ in plan.ranges]
             origin = snapshot.origin()
             findings_before: list[Finding] = []
+            if expected_origin is not None and origin != expected_origin:
+                findings_before.append(
+                    Finding(
+                        FindingKind.CHECKPOINT_MISMATCH,
+                        None,
+                        None,
+                        f"this store is log {origin or '(none: the store has no origin)'}, not {expected_origin}: "
+                        "another store is in its place",
+                    )
+                )
             held: list[Checkpoint] = []
             for proof in (checkpoint, since):
                 if proof is not None:

@@ -427,6 +427,12 @@ def _jobs_option(_ctx: click.Context, param: click.Parameter, value: object) -> 
     metavar="FILE",
     help="After a clean audit, sign the checkpoint --save-checkpoint writes with this key (a witness).",
 )
+@click.option(
+    "--origin",
+    "expected_origin",
+    metavar="NAME",
+    help="Require the store to be this log (its origin): another store put in its place is a finding.",
+)
 def audit_command(
     db: str | None,
     checkpoint_path: str | None,
@@ -439,6 +445,7 @@ def audit_command(
     trusted_keys: tuple[str, ...],
     all_signatures: bool,
     cosign_path: str | None,
+    expected_origin: str | None,
 ) -> None:
     """Replay-audit the store read-only: exit 0 clean, 1 findings, 2 cannot run.
 
@@ -485,6 +492,7 @@ def audit_command(
             trusted_keys,
             all_signatures,
             cosign_path,
+            expected_origin,
         )
     except click.exceptions.Exit:
         raise  # a result (exit 0 or 1), its reports written
@@ -508,6 +516,7 @@ def _audit_and_report(
     trusted_keys: tuple[str, ...],
     all_signatures: bool,
     cosign_path: str | None,
+    expected_origin: str | None,
 ) -> None:
     from compute_budget.auditor.scan import audit, load_checkpoint
     from compute_budget.cli.render_audit import render
@@ -537,6 +546,7 @@ def _audit_and_report(
             on_progress=on_progress,
             trusted_keys=keys,
             all_signatures=all_signatures,
+            expected_origin=expected_origin,
         )
     for warning in report.warnings:
         say(f"warning: {warning}")
