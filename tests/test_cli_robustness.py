@@ -287,3 +287,26 @@ def test_unreadable_status_is_named_in_the_audit(run_cli: Run, recorded: Path) -
     malformed = [f["detail"] for f in json.loads(out)["findings"] if f["kind"] == "malformed_row"]
     assert malformed
     assert all("status" in detail and "evidence_spans" not in detail for detail in malformed)
+
+
+def test_text_that_is_not_utf8_is_named_by_every_command_that_reads_it(run_cli: Run, recorded: Path) -> None:
+    """A raw edit stored bytes that are not UTF-8 in a row: the audit reports the row (`malformed_row`), and the
+    commands that must read it whole (show, list) say which column holds what compute-budget never writes,
+    instead of a bare "database error … Could not decode"."""
+    tamper(recorded, ("UPDATE compute_budget_decisions SET explanation = CAST(:bad AS TEXT) WHERE seq = 5",
+                      {"bad": b"\xff"}))
+    import sqlite3
+
+    with sqlite3.connect(recorded) as connection:
+        (budget_id,) = connection.execute("SELECT budget_id FROM compute_budget_decisions WHERE seq = 5").fetchone()
+    connection.close()
+    said = (
+        f"compute-budget: error: {recorded}: column 'explanation' holds text that is not UTF-8, which compute-budget "
+        "never writes: the file was edited outside it (`compute-budget audit` reports such decision rows)\n"
+    )
+    assert run_cli("list", "--db", str(recorded), "--format", "jsonl")[0::2] == (2, said)
+    assert run_cli("list", "--db", str(recorded))[0::2] == (2, said)
+    assert run_cli("show", budget_id, "--db", str(recorded))[0::2] == (2, said)
+    status, out, _ = run_cli("audit", "--db", str(recorded), "--format", "json")
+    assert status == 1
+    assert [finding["kind"] for finding in json.loads(out)["findings"]] == ["malformed_row"]

@@ -7,6 +7,7 @@ message a person can act on.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import urllib.parse
 from dataclasses import dataclass
@@ -204,6 +205,12 @@ def translate(error: BaseException, location: Location) -> ComputeBudgetError:
         translated = _translate_sqlite(getattr(original, "sqlite_errorname", None) or "", text, location)
         if translated is not None:
             return translated
+        undecodable = _UNDECODABLE.match(text)
+        if undecodable is not None:
+            return StoreUnavailable(
+                f"{location.display}: column {undecodable.group(1)} holds text that is not UTF-8, which compute-budget "
+                "never writes: the file was edited outside it (`compute-budget audit` reports such decision rows)"
+            )
     elif location.backend == "postgresql":
         code = getattr(original, "sqlstate", None) or _connect_sqlstate(original)
         if code:
@@ -213,6 +220,11 @@ def translate(error: BaseException, location: Location) -> ComputeBudgetError:
         if _is_connection_failure(original):
             return StoreUnavailable(f"cannot connect to PostgreSQL at {location.display}: {_connect_detail(text)}")
     return StoreUnavailable(f"database error on {location.display}: {text}")
+
+
+# Python's sqlite3 module, not SQLite, fails a fetch of text that is not UTF-8: the error has no SQLite code, and
+# its message is Python's own (never translated), so it is matched here. Only a raw edit can store such text.
+_UNDECODABLE = re.compile(r"Could not decode to UTF-8 column ('[^']*')")
 
 
 def _translate_sqlite(name: str, text: str, location: Location) -> ComputeBudgetError | None:
