@@ -97,6 +97,85 @@ def test_keygen_never_overwrites(run_cli: Run, tmp_path: Path) -> None:
     assert not (tmp_path / "x.key").exists()
 
 
+@pytest.mark.parametrize("name", ["wé", "writer-ñandú", "書き手", "🔏signer", "ops/検証"])
+def test_keygen_takes_every_name_spec_9_2_allows(
+    run_cli: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """Latin-1, CJK and emoji names (issue 18): the key file is UTF-8, its verifier key (printed, and again by
+    verifier-key) verifies a note signed with the key file, and the default file name is the key's name."""
+    from compute_budget.core.note import sign_note
+    from compute_budget.store.keys import default_key_file, load_signer_key
+
+    status, out, err = run_cli("keygen", name, "--out", str(tmp_path / "chosen.key"))
+    assert status == 0, err
+    verifier = VerifierKey.parse(out.strip())
+    assert verifier.name == name
+    signer = load_signer_key(tmp_path / "chosen.key")
+    assert (tmp_path / "chosen.key").read_bytes().decode("utf-8") == signer.format() + "\n"
+    note = sign_note("example.org/log\n1\nAAAA\n", signer)
+    assert verify_note(note, [verifier]).verified == (verifier,)
+    assert run_cli("verifier-key", str(tmp_path / "chosen.key")) == (0, out, "")
+    monkeypatch.chdir(tmp_path)
+    status, _, err = run_cli("keygen", name)
+    assert status == 0, err
+    assert load_signer_key(tmp_path / default_key_file(name)).name == name
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("two words", "white space character U+0020"),
+        ("no\u00a0break", "white space character U+00A0"),
+        ("ideographic\u3000space", "white space character U+3000"),
+        ("tab\there", "control character U+0009"),
+        ("a+b", "contains '+'"),
+        ("bad\udcffbyte", "not valid UTF-8"),
+    ],
+)
+def test_keygen_refuses_a_name_spec_9_2_forbids_and_leaves_no_file(
+    run_cli: Run, tmp_path: Path, name: str, why: str
+) -> None:
+    """One line saying why; no file left behind to block a retry."""
+    status, out, err = run_cli("keygen", name, "--out", str(tmp_path / "refused.key"))
+    assert (status, out) == (2, "")
+    assert err.count("\n") == 1
+    assert "invalid key name" in err
+    assert why in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_key_file_written_by_another_tool_with_a_utf8_name_is_read(tmp_path: Path) -> None:
+    """C2SP tools write key names as UTF-8: such a file (signer and verifier) is accepted, not refused as
+    'not ASCII'; a file that is not UTF-8 at all is still one clear line."""
+    from compute_budget.errors import InputError
+    from compute_budget.store.keys import load_signer_key, verifier_key
+
+    signer = SignerKey.from_seed("écrivain", bytes(range(32)))
+    (tmp_path / "key").write_bytes(signer.format().encode("utf-8") + b"\n")
+    assert load_signer_key(tmp_path / "key") == signer
+    (tmp_path / "pub").write_bytes(signer.verifier().format().encode("utf-8") + b"\n")
+    assert verifier_key(str(tmp_path / "pub")) == signer.verifier()
+    (tmp_path / "latin1").write_bytes(signer.format().encode("latin-1") + b"\n")
+    with pytest.raises(InputError, match="not UTF-8 text"):
+        load_signer_key(tmp_path / "latin1")
+
+
+def test_a_key_write_interrupted_after_creating_the_file_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file is this call's own: any failure after it was created removes it (a retry is not blocked)."""
+    from compute_budget.errors import InputError
+    from compute_budget.store import keys as keys_module
+
+    def short_write(handle: int, content: bytes) -> int:
+        return len(content) - 1
+
+    monkeypatch.setattr(keys_module.os, "write", short_write)
+    with pytest.raises(InputError, match="cannot write key"):
+        keys_module.write_new_signer_key(tmp_path / "k.key", SignerKey.from_seed("wé", bytes(32)))
+    assert not (tmp_path / "k.key").exists()
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [

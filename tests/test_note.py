@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from compute_budget.core.note import (
     MAX_SIGNATURES,
+    UNICODE_WHITE_SPACE,
     CheckpointBody,
     NoteError,
     Signature,
@@ -26,6 +27,7 @@ from compute_budget.core.note import (
     parse_checkpoint,
     parse_note,
     sign_note,
+    valid_key_name,
     valid_origin,
     verify_note,
 )
@@ -357,11 +359,36 @@ def test_generate_signer_makes_fresh_working_keys() -> None:
     assert not verify_note(sign_note("hello\n", first), [second.verifier()]).ok
 
 
-@pytest.mark.parametrize("name", ["", "a b", "a+b", "tab\there", "zero\u200bwidth", "nbsp\u00a0"])
+@pytest.mark.parametrize(
+    "name",
+    ["", "a b", "a+b", "tab\there", "nbsp\u00a0", "line\u2028sep", "nel\u0085", "unit\x1fsep", "ogham\u1680",
+     "lone\ud800"],
+)
 def test_generate_signer_refuses_bad_names(name: str) -> None:
-    """A key name with a space, a '+', an invisible or control character, or none at all is refused."""
+    """Spec 9.2: a key name with White_Space, a '+', a character below U+0020, a lone surrogate (not UTF-8), or
+    nothing at all is refused."""
     with pytest.raises(NoteError, match="cannot make a signer key: invalid key name"):
         generate_signer(name)
+
+
+@pytest.mark.parametrize("name", ["zero\u200bwidth", "del\x7f", "wé", "書き手", "🔏", "a/b.c_d-e"])
+def test_key_names_are_the_spec_rule_not_isprintable(name: str) -> None:
+    """Spec 9.2 forbids only '+', characters below U+0020 and White_Space (U+200B is format, not White_Space;
+    Go's sumdb/note accepts it too): such names make keys whose verifier keys parse back."""
+    assert valid_key_name(name)
+    key = generate_signer(name)
+    assert VerifierKey.parse(key.verifier().format()) == key.verifier()
+    assert SignerKey.parse(key.format()) == key
+
+
+def test_the_white_space_set_is_unicodes_white_space_property() -> None:
+    """Every character str.isspace() calls space is refused, except U+001C..U+001F, which are refused as control
+    characters below U+0020 instead; nothing else is White_Space."""
+    import sys
+
+    spaces = {chr(code) for code in range(sys.maxunicode + 1) if chr(code).isspace()}
+    assert spaces - UNICODE_WHITE_SPACE == {"\x1c", "\x1d", "\x1e", "\x1f"}
+    assert spaces >= UNICODE_WHITE_SPACE
 
 
 # --- checkpoints ------------------------------------------------------------------------------------------------

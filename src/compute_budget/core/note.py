@@ -47,15 +47,34 @@ def _shown(value: str, limit: int = 60) -> str:
     return repr(value if len(value) <= limit else value[:limit] + "…")
 
 
+# Unicode's White_Space property (PropList.txt), spelled out: str.isspace() is a different set (it also takes
+# U+001C..U+001F), and a key name's rule is the property's.
+UNICODE_WHITE_SPACE = frozenset(
+    "\u0009\u000a\u000b\u000c\u000d\u0020\u0085\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
+    "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+KEY_NAME_RULE = "non-empty UTF-8, no '+', no control character below U+0020, no white space"
+
+
 def valid_key_name(name: object) -> bool:
-    """A signed-note key name: non-empty, printable, without white space or ``+``."""
-    return (
-        isinstance(name, str)
-        and name != ""
-        and "+" not in name
-        and name.isprintable()
-        and not any(char.isspace() for char in name)
-    )
+    """A key name of spec 9.2: non-empty UTF-8, no ``+``, nothing below U+0020, no Unicode White_Space."""
+    return isinstance(name, str) and key_name_problem(name) is None
+
+
+def key_name_problem(name: str) -> str | None:
+    """Why `name` is not a valid key name (one phrase), or None when it is."""
+    if name == "":
+        return "it is empty"
+    for char in name:
+        if char == "+":
+            return "it contains '+'"
+        if char < " ":
+            return f"it contains the control character U+{ord(char):04X}"
+        if char in UNICODE_WHITE_SPACE:
+            return f"it contains the white space character U+{ord(char):04X}"
+        if "\ud800" <= char <= "\udfff":
+            return "it is not valid UTF-8 (a lone surrogate)"
+    return None
 
 
 def valid_origin(name: object) -> bool:
@@ -87,7 +106,7 @@ def _check_key(kind: str, name: object, hash_value: object, key: object) -> None
     """Raise `NoteError` unless `name` is a valid key name and `hash_value`/`key` an int and 32 bytes."""
     if not valid_key_name(name):
         shown = _shown(name) if isinstance(name, str) else type(name).__name__
-        raise NoteError(f"not a {kind}: invalid key name {shown} (non-empty, printable, no spaces, no '+')")
+        raise NoteError(f"not a {kind}: invalid key name {shown} ({KEY_NAME_RULE})")
     if not (type(hash_value) is int and 0 <= hash_value < 2**32):
         raise NoteError(f"not a {kind}: the key hash must be a 32-bit unsigned integer")
     if not (isinstance(key, bytes) and len(key) == ED25519_KEY_SIZE):
@@ -101,7 +120,7 @@ def _parse_key_fields(kind: str, text: str, shown: str) -> tuple[str, int, bytes
         raise NoteError(f"not a {kind}: expected <name>+<8 hex digits>+<base64 key>, got {shown}")
     name, hash_text, key_text = parts
     if not valid_key_name(name):
-        raise NoteError(f"not a {kind}: invalid key name {_shown(name)} (non-empty, printable, no spaces, no '+')")
+        raise NoteError(f"not a {kind}: invalid key name {_shown(name)} ({KEY_NAME_RULE})")
     if not _KEY_HASH.fullmatch(hash_text):
         raise NoteError(f"not a {kind}: key hash {_shown(hash_text)} is not 8 lowercase hex digits")
     raw = _strict_b64decode(key_text)
@@ -233,9 +252,12 @@ def _public_key(seed: bytes) -> bytes:
 
 def generate_signer(name: str) -> SignerKey:
     """A new signer key named `name`. RANDOMNESS: the only function here that is not deterministic."""
-    if not valid_key_name(name):
+    problem = key_name_problem(name) if isinstance(name, str) else f"it is {type(name).__name__}, not text"
+    if problem is not None:
         shown = _shown(name) if isinstance(name, str) else type(name).__name__
-        raise NoteError(f"cannot make a signer key: invalid key name {shown} (non-empty, printable, no spaces, no '+')")
+        raise NoteError(
+            f"cannot make a signer key: invalid key name {shown}: {problem} (a key name is {KEY_NAME_RULE})"
+        )
     seed = Ed25519PrivateKey.generate().private_bytes_raw()  # randomness, from the OS via `cryptography`
     return SignerKey.from_seed(name, seed)
 

@@ -29,9 +29,9 @@ def _read_key_file(path: str | os.PathLike[str], what: str) -> str:
     if len(raw) > MAX_KEY_FILE_BYTES:
         raise InputError(f"{what} {shown} is not a key file (it is larger than {MAX_KEY_FILE_BYTES} bytes)")
     try:
-        text = raw.decode("ascii").strip()
+        text = raw.decode("utf-8").strip()  # key names may be any UTF-8 (spec 9.2); the rest is ASCII
     except UnicodeDecodeError:
-        raise InputError(f"{what} {shown} is not a key file (it is not ASCII text)") from None
+        raise InputError(f"{what} {shown} is not a key file (it is not UTF-8 text)") from None
     if "\n" in text:
         raise InputError(f"{what} {shown} is not a key file (a key is one line)")
     return text
@@ -86,6 +86,8 @@ def write_new_signer_key(path: str | os.PathLike[str], key: SignerKey) -> Path:
     target = Path(path)
     if not valid_key_name(key.name):  # pragma: no cover  (a SignerKey always has a valid name)
         raise InputError(f"invalid key name {key.name!r}")
+    # Encoded before the file exists: nothing can fail between creating it and writing it but the disk.
+    content = (key.format() + "\n").encode("utf-8")
     if target.is_dir():
         raise InputError(f"{target} is a folder; give the key file's path")
     if not target.parent.is_dir():
@@ -98,10 +100,14 @@ def write_new_signer_key(path: str | os.PathLike[str], key: SignerKey) -> Path:
         raise InputError(f"cannot write key {target}: {error.strerror or error}") from None
     try:
         os.fchmod(handle, 0o600)  # whatever the umask
-        os.write(handle, (key.format() + "\n").encode("ascii"))
-    except OSError as error:
+        written = os.write(handle, content)
+        if written != len(content):
+            raise OSError(f"only {written} of {len(content)} bytes were written")
+    except BaseException as error:
         os.close(handle)
-        target.unlink(missing_ok=True)
-        raise InputError(f"cannot write key {target}: {error.strerror or error}") from None
+        target.unlink(missing_ok=True)  # this call created it: a half-written key must not block a retry
+        if isinstance(error, OSError):
+            raise InputError(f"cannot write key {target}: {error.strerror or error}") from None
+        raise
     os.close(handle)
     return target
