@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import zipfile
@@ -47,3 +48,34 @@ def test_wheel_records_and_audits_outside_the_checkout(tmp_path: Path) -> None:
                               check=False)
         assert done.returncode == 0, done.stderr
     assert (work / "compute_budget.db").is_file()
+
+
+@pytest.mark.slow
+def test_the_test_extra_alone_runs_a_test_that_needs_mypy(tmp_path: Path) -> None:
+    """Issue 18: the package built into a fresh virtual environment with only `[test]` (nothing of `[dev]`, nothing
+    of this environment) runs tests/test_public_api.py, which type-checks a client with mypy. A tool a test needs
+    but only `[dev]` installs fails here, as it would on a newcomer's machine."""
+    import os
+
+    venv = tmp_path / "venv"
+    made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, check=False)
+    assert made.returncode == 0, made.stderr
+    python = str(venv / "bin" / "python")
+    installed = subprocess.run(
+        [python, "-m", "pip", "install", "-q", f"{REPO_ROOT}[test]"], capture_output=True, text=True, check=False,
+        timeout=1200,
+    )
+    assert installed.returncode == 0, installed.stderr
+    where = subprocess.run([python, "-c", "import compute_budget; print(compute_budget.__file__)"],
+                           cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert where.returncode == 0, where.stderr
+    assert where.stdout.startswith(str(venv)), where.stdout  # the built package, not this checkout's src/
+    environment = {key: value for key, value in os.environ.items()
+                   if not key.startswith(("PYTEST_", "COMPUTE_BUDGET_", "COV_", "VIRTUAL_ENV"))}
+    done = subprocess.run(
+        [python, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(REPO_ROOT / "tests" / "test_public_api.py")],
+        cwd=REPO_ROOT, env=environment, capture_output=True, text=True, check=False, timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert re.search(r"\b[1-9]\d* passed\b", done.stdout), done.stdout[-500:]
+    assert not re.search(r"\b(failed|error|errors|skipped)\b", done.stdout.splitlines()[-1]), done.stdout[-500:]

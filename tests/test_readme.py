@@ -39,14 +39,32 @@ def commands(block: str) -> list[str]:
 
 
 def shell(command: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run one command with `sh`, as cron or a person would, with this environment's compute-budget first on
-    PATH and no COMPUTE_BUDGET_DB unless given."""
+    """Run a command or a whole block with bash under `set -euo pipefail` (so a failing step anywhere fails the
+    block, not only its last command), with this environment's compute-budget first on PATH and no
+    COMPUTE_BUDGET_DB unless given."""
     environment = {key: value for key, value in os.environ.items() if key != "COMPUTE_BUDGET_DB"}
     environment["PATH"] = BIN + os.pathsep + environment.get("PATH", "")
     environment.update(env)
     return subprocess.run(
-        ["sh", "-c", command], cwd=cwd, env=environment, capture_output=True, text=True, check=False, timeout=300
+        ["bash", "-c", "set -euo pipefail\n" + command], cwd=cwd, env=environment, capture_output=True, text=True,
+        check=False, timeout=300,
     )
+
+
+def junit_counts(path: Path) -> tuple[str | None, str | None]:
+    """(failures, errors) of a JUnit report's testsuite: both are read, an error is no pass."""
+    suite = ElementTree.parse(path).getroot().find("testsuite")
+    assert suite is not None, path
+    return suite.get("failures"), suite.get("errors")
+
+
+@pytest.mark.slow
+def test_shell_fails_a_block_whose_middle_step_fails(tmp_path: Path) -> None:
+    """The runner above cannot pass a block that only ends well (the defect issue 18 found)."""
+    assert shell("false\ntrue", tmp_path).returncode != 0
+    assert shell("false | true", tmp_path).returncode != 0
+    assert shell("echo $UNSET_IN_THIS_TEST", tmp_path).returncode != 0
+    assert shell("true\ntrue", tmp_path).returncode == 0
 
 
 def with_examples(folder: Path) -> Path:
@@ -107,6 +125,20 @@ def test_the_quick_start_runs(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "recorded 8 gates: 8 new, 0 already present" in done.stdout
     assert "CLEAN" in done.stdout
+
+
+def test_ci_runs_the_readme_test_command_in_a_fresh_environment() -> None:
+    """Issue 18: .ci/run's test step is the README's test command, character for character, and nothing is
+    installed into its .venv before it (lint and types have their own environment); an existing .venv stops
+    the run instead of being reused."""
+    readme_test_command = commands(fenced("sh", "Quick start")[0])[1]
+    assert "'.[test]'" in readme_test_command
+    script = (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    lines = [line.strip() for line in script.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    assert lines[-1] == readme_test_command
+    before = "\n".join(lines[:-1])
+    assert ".venv/" not in before.replace(".venv-lint/", "")  # nothing touches .venv before the README's command
+    assert 'if [ -e .venv ]; then' in before
 
 
 @pytest.mark.slow
@@ -182,7 +214,7 @@ def test_the_nightly_recipe_for_three_nights(tmp_path: Path) -> None:
     done = shell(recipe["cron_weekday"].replace("/var/lib/practice", str(practice)), tmp_path)
     assert done.returncode == 0, done.stderr
     assert seq_of(checkpoint) == 35
-    assert ElementTree.parse(practice / "audit.xml").getroot().find("testsuite").get("failures") == "0"  # type: ignore[union-attr]
+    assert junit_counts(practice / "audit.xml") == ("0", "0")
 
     day("day2", 15)  # night 2: systemd, in its working folder
     done = shell(recipe["systemd"], practice)
@@ -203,9 +235,9 @@ def test_the_nightly_recipe_for_three_nights(tmp_path: Path) -> None:
     report = json.loads((logs / "audit.json").read_text())
     assert report["clean"] is False
     assert [finding["seq"] for finding in report["findings"] if finding["kind"] == "rederive_mismatch"] == [57]
-    suite = ElementTree.parse(logs / "audit.xml").getroot().find("testsuite")
-    assert suite is not None
-    assert suite.get("failures") != "0"
+    failures, errors = junit_counts(logs / "audit.xml")
+    assert failures != "0"
+    assert errors == "0"
 
     checkpoint.unlink()  # a later night without its checkpoint: exit 2, and the report says why
     done = shell(recipe["cron_weekday"].replace("/var/lib/practice", str(practice)), tmp_path)
@@ -222,18 +254,21 @@ def test_the_nightly_recipe_for_three_nights(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_the_postgresql_section_runs(pg_admin_url: str, tmp_path: Path) -> None:
-    """On a throwaway server: the section's roles and database, `copy` from SQLite, the SELECT-only auditor
-    role auditing clean, and that role refused when it tries to record."""
+    """On a throwaway server, every block run with `set -euo pipefail`: the section's roles and database, `copy`
+    from SQLite, the auditor role given exactly what `compute-budget grants` prints (through psql, as the README
+    says) auditing clean with a JUnit report of no failure and no error, and that role refused when it records."""
     from sqlalchemy import create_engine
     from sqlalchemy.engine import make_url
 
     admin = make_url(pg_admin_url)
     suffix = uuid.uuid4().hex[:10]
     names = {"practice": f"practice_{suffix}", "auditor": f"auditor_{suffix}"}
+    superuser = admin.set(drivername="postgresql", database=names["practice"]).render_as_string(hide_password=False)
 
     def local(text: str) -> str:
         text = text.replace("db.example:5432", f"{admin.host}:{admin.port}")
-        return re.sub(r"\b(practice|auditor)\b", lambda match: names[match.group(1)], text)
+        text = re.sub(r"(?<![-\w])(practice|auditor)\b", lambda match: names[match.group(1)], text)
+        return text.replace(f"psql -U postgres -d {names['practice']}", f"psql '{superuser}'")
 
     def run_sql(block: str, database: str) -> None:
         engine = create_engine(admin.set(database=database), isolation_level="AUTOCOMMIT")
@@ -244,7 +279,7 @@ def test_the_postgresql_section_runs(pg_admin_url: str, tmp_path: Path) -> None:
         finally:
             engine.dispose()
 
-    create, grant = fenced("sql", "PostgreSQL")
+    create, create_auditor = fenced("sql", "PostgreSQL")
     writer, reader = fenced("sh", "PostgreSQL")
     folder = with_examples(tmp_path)
     assert shell("compute-budget record examples/gates.jsonl && compute-budget checkpoint > checkpoint.json",
@@ -254,17 +289,16 @@ def test_the_postgresql_section_runs(pg_admin_url: str, tmp_path: Path) -> None:
         done = shell(local(writer), folder)
         assert done.returncode == 0, done.stderr
         assert "copied 8 rows" in done.stdout
-        run_sql(grant, names["practice"])
+        run_sql(create_auditor, names["practice"])
+        assert f"psql '{superuser}'" in local(reader)
         done = shell(local(reader), folder)
         assert done.returncode == 0, done.stderr
-        suite = ElementTree.parse(folder / "audit.xml").getroot().find("testsuite")
-        assert suite is not None
-        assert suite.get("failures") == "0"
+        assert junit_counts(folder / "audit.xml") == ("0", "0")
         auditor_url = re.search(r"AUDITOR_DB=(\S+)", local(reader))
         assert auditor_url is not None
         refused = shell(f"compute-budget record examples/gates.jsonl --db '{auditor_url.group(1)}'", folder)
         assert refused.returncode == 2
-        assert f"role '{names['auditor']}' may not do this" in refused.stderr
+        assert f"role '{names['auditor']}' cannot append to table compute_budget_decisions" in refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1
     finally:
         cleanup = create_engine(admin, isolation_level="AUTOCOMMIT")

@@ -23,10 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.importorskip("starlette", reason="the workbench extra is not installed: pip install 'compute-budget[workbench]'")
-
-from starlette.testclient import TestClient
+from starlette.testclient import TestClient  # the workbench extra is part of [test]: never skipped for lack of it
 
 from compute_budget.store import BudgetStore
 from compute_budget.web import app as web_app

@@ -332,6 +332,40 @@ def migrate_command(db: str | None, origin: str | None) -> None:
         click.echo(f"schema migrated from {before or 'nothing'} to head revision {after}")
 
 
+@cli.command("grants")
+@click.option("--role", "role_name", required=True, metavar="NAME", help="The PostgreSQL role to grant to.")
+@click.option("--writer", "role", flag_value="writer", help="A role that records: SELECT and INSERT.")
+@click.option("--auditor", "role", flag_value="auditor", help="A read-only role: audit, list, show, serve.")
+@click.option(
+    "--db",
+    "database",
+    metavar="DB",
+    help="Also GRANT CONNECT on this database (its name, or a postgresql:// URL naming it).",
+)
+@click.option("--schema", default="public", show_default=True, metavar="NAME", help="The schema the store is in.")
+def grants_command(role_name: str, role: str | None, database: str | None, schema: str) -> None:
+    """Print the GRANT statements that let PostgreSQL role NAME record (--writer) or read (--auditor) a store of
+    this release, one per line, for `psql` run as the store's owner. Creating the schema (`migrate`) stays the
+    owner's. Exit 0; 2 on a name that cannot be quoted exactly."""
+    from compute_budget.store.grants import Role, grant_statements
+
+    if role is None:
+        raise click.UsageError("give --writer or --auditor")
+    if database is not None and "://" in database:
+        from sqlalchemy.engine import make_url
+
+        try:
+            url = make_url(database)
+        except Exception:
+            raise click.BadParameter(f"{clip(database)!r} is not a database URL", param_hint="--db") from None
+        if not url.drivername.startswith("postgresql") or not url.database:
+            raise click.BadParameter("give a postgresql:// URL that names a database, or the database's name",
+                                     param_hint="--db")
+        database = url.database
+    for statement in grant_statements(role_name, Role(role), database=database, schema=schema):
+        click.echo(statement)
+
+
 @cli.command("checkpoint")
 @db_option
 @click.option(

@@ -186,8 +186,8 @@ def _on_read_only_filesystem(path: Path) -> bool:
 def permission_denied(role: object, where: str) -> StoreUnavailable:
     """The one message for a PostgreSQL role that may not do what was asked."""
     return StoreUnavailable(
-        f"role {role!r} may not do this on {where} (permission denied; a read-only role can audit, list and "
-        "show, but only a role allowed to insert can record, and only the owner can migrate)"
+        f"role {role!r} may not do this on {where} (permission denied): only the owner can migrate; `compute-budget "
+        f"grants --role {role} --writer` (or `--auditor`) prints the grants a role needs to record (or to read)"
     )
 
 

@@ -53,10 +53,10 @@ from compute_budget.store.backend import (
     begin_write,
     create_store_engine,
     locate,
-    permission_denied,
     translate,
 )
 from compute_budget.store.browse import Browsing
+from compute_budget.store.grants import Role, require_grants
 from compute_budget.store.keys import signer_from_environment, signer_key
 from compute_budget.store.migrations import SchemaState, head_revision, schema_state, upgrade_to_head
 from compute_budget.store.schema_check import restore_guard, schema_problems
@@ -204,6 +204,8 @@ class BudgetStore(Browsing):
         try:
             with engine.begin() if readonly else begin_write(engine) as connection:
                 _lock_for_append(connection, statements_for(engine.dialect.name), readonly=readonly)
+                if readonly:
+                    require_grants(connection, Role.AUDITOR, location.display)
                 state, revision = schema_state(connection)
                 if state is SchemaState.EMPTY and not readonly:
                     upgrade_to_head(connection)
@@ -1002,11 +1004,8 @@ def _require_head(location: Location, state: SchemaState, revision: str | None) 
 def _require_guard(connection: Connection, location: Location) -> None:
     """Writers append only under the guard this release created: a missing, disabled or altered trigger, or
     one added by hand on a guarded table, stops the append (inside its transaction, so nothing is written)."""
-    if connection.dialect.name == "postgresql" and not connection.exec_driver_sql(
-        "SELECT has_table_privilege(current_user, %s, 'INSERT')", (TABLE_NAME,)
-    ).scalar():
-        # Asked before inserting: a refused INSERT inside psycopg's pipeline would also log driver noise.
-        raise permission_denied(connection.exec_driver_sql("SELECT current_user").scalar(), location.display)
+    # Asked before inserting: a refused INSERT inside psycopg's pipeline would also log driver noise.
+    require_grants(connection, Role.WRITER, location.display)
     problems = schema_problems(connection)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
