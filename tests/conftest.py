@@ -50,6 +50,16 @@ def run_cli(capsysbinary: pytest.CaptureFixture[bytes]) -> Callable[..., tuple[i
 
 
 @pytest.fixture
+def writer_state_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """$COMPUTE_BUDGET_WRITER_STATE set to a fresh file: a test that signs with one `SignerKey` object (which has
+    no key file to keep its state beside, spec 9.1) gets one state file; a test of several keys gives each its own
+    `writer_state=`."""
+    path = tmp_path / "writer.state"
+    monkeypatch.setenv("COMPUTE_BUDGET_WRITER_STATE", str(path))
+    return path
+
+
+@pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     """A fresh SQLite database path (the file does not exist yet)."""
     return tmp_path / "store.db"

@@ -272,13 +272,17 @@ def test_a_key_file_is_never_an_output(run_cli: Run, signed: str, keys: dict[str
 def test_record_signs_and_checkpoint_prints_the_signed_head(
     run_cli: Run, signed: str, keys: dict[str, tuple[Path, str]]
 ) -> None:
-    """Each record run leaves one signed checkpoint; `checkpoint --signing-key` prints (and stores nothing)."""
+    """Each record run leaves one signed checkpoint; `checkpoint --signing-key` prints (and stores nothing). A second
+    key that never signed this store signs the head only beside the writer named as its peer (spec 9.1)."""
     writer, auditor = (VerifierKey.parse(keys[name][1]) for name in ("writer", "auditor"))
     assert [row[0] for row in query(signed, "SELECT tree_size FROM compute_budget_checkpoints ORDER BY id")] == [8, 28]
-    status, out, _ = run_cli(
-        "checkpoint", "--db", signed, "--signing-key", str(keys["writer"][0]), "--signing-key", str(keys["auditor"][0])
-    )
-    assert status == 0
+    both = ("checkpoint", "--db", signed, "--signing-key", str(keys["writer"][0]),
+            "--signing-key", str(keys["auditor"][0]))
+    status, out, err = run_cli(*both)
+    assert (status, out) == (2, "")
+    assert "rows 1..28 were appended by no trusted writer" in err
+    status, out, err = run_cli(*both, "--peer-key", keys["writer"][1])
+    assert status == 0, err
     outcome = verify_note(out, [writer, auditor])
     assert outcome.ok
     assert len(outcome.verified) == 2
@@ -337,7 +341,11 @@ def test_unsigned_appends_are_unattested_on_the_command_line(
     """A record without the key (an INSERT-capable forger) makes the trusted audit exit 1, naming the rows."""
     lines = tmp_path / "forged.jsonl"
     lines.write_text("\n".join(gate_lines(3, prefix="forged")) + "\n")
-    assert run_cli("record", str(lines), "--db", signed)[0] == 0
+    status, out, err = run_cli("record", str(lines), "--db", signed)
+    assert (status, out) == (2, "")
+    assert "holds signed checkpoints" in err
+    assert "--unsigned" in err
+    assert run_cli("record", str(lines), "--db", signed, "--unsigned")[0] == 0
     status, out, _ = run_cli("audit", "--db", signed, "--trusted-key", keys["writer"][1], "--format", "json")
     assert status == 1
     report = json.loads(out)

@@ -19,6 +19,7 @@ from compute_budget import (
     NotConsistent,
     ProofBundle,
     ProofError,
+    StoreDamaged,
     UnknownBudgetId,
     decide,
     prove,
@@ -46,6 +47,8 @@ from tests.backends import rows, tamper
 from tests.conftest import gate_lines, make_gate
 from tests.sealing import rewrite_consistently, signer
 from tests.strategies import decisions
+
+pytestmark = pytest.mark.usefixtures("writer_state_env")  # SignerKey objects keep their state there
 
 # -- leaves -----------------------------------------------------------------------------------------------------
 
@@ -328,16 +331,25 @@ def test_a_bundle_without_a_stored_signature_carries_the_unsigned_head(tmp_path:
 
 
 def test_a_signed_row_that_does_not_rederive_fails_the_rederive_check(tmp_path: Path) -> None:
-    """A row edited before the writer's first signature is included and signed, but its gate gives another
-    decision: verify-proof re-derives it as the audit does."""
+    """A row edited before a signature was made over it (by a leaked key: an honest writer refuses to sign rows it
+    did not write, spec 9.1) is included and signed, but its gate gives another decision: verify-proof re-derives
+    it as the audit does."""
+    from compute_budget.core.note import format_checkpoint, sign_note
+
     target = str(tmp_path / "store.db")
     with BudgetStore.open(target) as store:
         store.record_many(gate_lines(6))
     tamper(target, "UPDATE compute_budget_decisions SET max_steps = 99 WHERE seq = 1")
     key = signer()
-    with BudgetStore.open(target, signing_key=key) as store:
+    with BudgetStore.open(target, signing_key=key) as store, pytest.raises(StoreDamaged, match=r"rows 1\.\.6"):
         store.record_many(gate_lines(1, prefix="later"))
-    result = verify_proof(prove(budget_id_at(target, 1), target), [key.verifier()])
+    with BudgetStore.open(target, readonly=True) as store:
+        head = store.checkpoint()
+    assert head.origin is not None
+    assert head.root is not None
+    leaked = sign_note(format_checkpoint(head.origin, head.seq, head.root, head.chain_hash), key)
+    bundle = prove(budget_id_at(target, 1), target, checkpoint=Checkpoint.from_note(leaked))
+    result = verify_proof(bundle, [key.verifier()])
     assert (result.valid, result.check) == (False, "rederive")
     assert "max_steps stored 99, policy gives" in result.message
 

@@ -17,10 +17,12 @@ from compute_budget.core.checkpoint import Checkpoint
 from compute_budget.core.leaf import row_leaf_hash
 from compute_budget.core.merkle import EMPTY_ROOT, MemoryTree
 from compute_budget.core.note import verify_note
-from compute_budget.errors import CopyVerificationFailed, InputError
+from compute_budget.errors import CopyVerificationFailed, InputError, UnsignedAppendRefused
 from tests.backends import execute, insert_sql, is_postgres, query, rows, tamper_all
 from tests.conftest import gate_lines
 from tests.sealing import forged_row, rewrite_consistently, signer
+
+pytestmark = pytest.mark.usefixtures("writer_state_env")  # SignerKey objects keep their state there
 
 
 def naive_tree(target: str) -> MemoryTree:
@@ -32,6 +34,13 @@ def stored_checkpoints(target: str) -> list[tuple[int, str]]:
     """(tree_size, note) of every stored signed checkpoint, oldest first."""
     found = query(target, "SELECT tree_size, note FROM compute_budget_checkpoints ORDER BY id")
     return [(row[0], row[1]) for row in found]
+
+
+def writer_state_of(target: str) -> Path:
+    """The folder of this test's writer state ($COMPUTE_BUDGET_WRITER_STATE), for a second key's own state."""
+    import os
+
+    return Path(os.environ["COMPUTE_BUDGET_WRITER_STATE"]).parent
 
 
 def kinds(report: object) -> list[str]:
@@ -164,7 +173,9 @@ def test_a_forged_correctly_chained_append_is_unattested(store_target: str) -> N
         store.record_many(gate_lines(10))
     forged = forged_row(store_target)
     execute(store_target, insert_sql(forged))
-    with BudgetStore.open(store_target) as store:  # a writer without the key appends on top
+    with BudgetStore.open(store_target) as store, pytest.raises(UnsignedAppendRefused, match="holds signed"):
+        store.record_many(gate_lines(2, prefix="unsigned"))  # spec 9.1: not without saying so
+    with BudgetStore.open(store_target, allow_unsigned=True) as store:  # a writer without the key, told to
         store.record_many(gate_lines(2, prefix="unsigned"))
     assert audit(store_target).clean  # without a trusted key the forgery is invisible, as before the seal
     report = audit(store_target, trusted_keys=[key.verifier()])
@@ -192,7 +203,8 @@ def test_a_consistent_rewrite_is_caught_by_the_stored_signed_roots(store_target:
 
 
 def test_a_writer_holding_the_key_refuses_to_sign_a_rewritten_history(store_target: str) -> None:
-    """C2SP's rule: the writer never signs a view inconsistent with its newest checkpoint; nothing is written."""
+    """C2SP's rule: the writer never signs a view inconsistent with its newest checkpoint; nothing is written.
+    Another key (spec 9.1) finds rows no trusted writer signed: refused too, unless told to adopt them."""
     key = signer()
     with BudgetStore.open(store_target, signing_key=key) as store:
         store.record_many(gate_lines(10))
@@ -200,12 +212,15 @@ def test_a_writer_holding_the_key_refuses_to_sign_a_rewritten_history(store_targ
     before = (rows(store_target), stored_checkpoints(store_target))
     with BudgetStore.open(store_target, signing_key=key) as store, pytest.raises(StoreDamaged, match="rewritten"):
         store.record_many(gate_lines(3, prefix="after"))
-    with BudgetStore.open(store_target, readonly=True) as store, pytest.raises(StoreDamaged, match="refusing"):
+    with BudgetStore.open(store_target) as store, pytest.raises(StoreDamaged, match="refusing"):
         store.signed_checkpoint([key])
     assert (rows(store_target), stored_checkpoints(store_target)) == before
-    other = signer("other")  # a key that never signed this store has nothing to be inconsistent with
-    with BudgetStore.open(store_target, signing_key=other) as store:
-        assert store.record_many(gate_lines(1, prefix="other")).new == 1
+    other, other_state = signer("other"), Path(str(writer_state_of(store_target))) / "other.state"
+    with BudgetStore.open(store_target, signing_key=other, writer_state=other_state) as store:
+        with pytest.raises(StoreDamaged, match=r"rows 1\.\.10 were appended by no trusted writer"):
+            store.record_many(gate_lines(1, prefix="other"))
+        batch = store.record_many(gate_lines(1, prefix="other"), adopt_unsigned_through=10)
+    assert (batch.new, batch.adopted, batch.adopted_after) == (1, 10, 0)
 
 
 def test_a_forged_checkpoint_row_is_a_bad_signature_and_stops_the_writer(store_target: str) -> None:
@@ -229,8 +244,9 @@ def test_a_forged_checkpoint_row_is_a_bad_signature_and_stops_the_writer(store_t
     report = audit(store_target, trusted_keys=[key.verifier()])
     assert kinds(report) == ["bad_signature"]
     assert "does not verify" in report.findings[0].detail
-    with BudgetStore.open(store_target, signing_key=key) as store, pytest.raises(StoreDamaged, match="tampered"):
-        store.record_many(gate_lines(1, prefix="x"))
+    with BudgetStore.open(store_target, signing_key=key) as store:  # spec 9.1: skipped, never trusted or a block
+        assert store.record_many(gate_lines(1, prefix="x")).new == 1
+    assert kinds(audit(store_target, trusted_keys=[key.verifier()], all_signatures=True)) == ["bad_signature"]
 
 
 def test_all_signatures_verifies_the_older_checkpoints_too(store_target: str) -> None:
@@ -254,12 +270,13 @@ def test_all_signatures_verifies_the_older_checkpoints_too(store_target: str) ->
 
 def test_truncation_below_the_newest_signature_needs_an_outside_checkpoint(store_target: str) -> None:
     """The documented limit: dropping the last rows together with their checkpoints leaves a store that audits
-    clean; only a checkpoint kept outside (here the auditor's cosigned note) catches it."""
+    clean; only a checkpoint kept outside catches it: the note kept by the auditor, and the writer's own state
+    file (spec 9.1), which stops the writer from signing under that origin again."""
     key = signer()
     with BudgetStore.open(store_target, signing_key=key) as store:
         store.record_many(gate_lines(10))
         store.record_many(gate_lines(5, prefix="tail"))
-        outside = store.signed_checkpoint([signer("auditor")])
+        outside = store.signed_checkpoint([key])
     tamper_all(
         store_target,
         "DELETE FROM compute_budget_decisions WHERE seq > 10",
@@ -269,6 +286,13 @@ def test_truncation_below_the_newest_signature_needs_an_outside_checkpoint(store
     report = audit(store_target, checkpoint=outside)
     assert kinds(report) == ["checkpoint_mismatch"]
     assert "truncated" in report.findings[0].detail
+    before = rows(store_target)
+    with BudgetStore.open(store_target, signing_key=key) as store:
+        with pytest.raises(StoreDamaged, match=r"writer state .*: size 15, root .*truncated"):
+            store.record_many(gate_lines(1, prefix="after"))
+        with pytest.raises(StoreDamaged, match="size 15"):
+            store.signed_checkpoint([key])
+    assert rows(store_target) == before
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,8 @@ from compute_budget.web.app import CONTENT_SECURITY_POLICY, Guard, create_app
 from tests import backends
 from tests.conftest import REPO_ROOT, gate_lines, make_gate
 
+pytestmark = pytest.mark.usefixtures("writer_state_env")  # SignerKey objects keep their state there
+
 ROWS = 120
 XSS_GATE_ID = '"><img src=x onerror=alert(1)>'
 XSS_SPAN = "<script>alert(1)</script>"

@@ -138,6 +138,15 @@ class StoreDamaged(StoreError):
     """A row the store itself needs (its chain head, a row to show) cannot be read: it was tampered with."""
 
 
+class UnsignedAppendRefused(StoreError):
+    """An append without a signing key to a store that holds signed checkpoints (spec 9.1): it would leave rows no
+    writer signed. `allow_unsigned=True` (`record --unsigned`) appends anyway."""
+
+
+class WriterStateError(StoreError):
+    """The writer state file (spec 9.1, rule 2) cannot be used as it is: the message names the file."""
+
+
 class ReadOnlyStore(StoreError):
     """A write was attempted through a store opened with ``readonly=True``."""
 

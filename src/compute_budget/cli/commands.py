@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Literal
 
 import click
@@ -96,6 +96,32 @@ db_option = click.option(
 
 
 MAX_CONFLICTS_SHOWN = 20
+SIGNING_KEY_ENV = "COMPUTE_BUDGET_SIGNING_KEY"
+
+
+def writer_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The writer's state and peer options of spec 9.1 (`record`, `checkpoint --signing-key`)."""
+    command = click.option(
+        "--peer-key",
+        "peer_keys",
+        metavar="KEY",
+        multiple=True,
+        help="Also trust checkpoints signed by this writer key (verifier key text, else a file); repeatable. "
+        "Never a key that leaked.",
+    )(command)
+    command = click.option(
+        "--init-writer-state",
+        is_flag=True,
+        help="Create a missing or unreadable writer state from the newest checkpoint this key signed in the store.",
+    )(command)
+    return click.option(
+        "--writer-state",
+        "writer_state",
+        metavar="FILE",
+        default=None,
+        help="The writer state file: the checkpoint this key signed last, per origin "
+        "[default: $COMPUTE_BUDGET_WRITER_STATE, else the key file plus .state].",
+    )(command)
 
 
 origin_option = click.option(
@@ -125,26 +151,67 @@ origin_option = click.option(
     help="Sign a checkpoint of the new head with this key, in the same transaction "
     "[default: the file $COMPUTE_BUDGET_SIGNING_KEY names, if set].",
 )
+@writer_options
+@click.option(
+    "--adopt-unsigned",
+    "adopt_unsigned",
+    metavar="SEQ",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Sign over the rows after the newest trusted checkpoint through SEQ, the head (review them first with "
+    "`list --after-seq K`); each is re-derived before it is signed.",
+)
+@click.option(
+    "--unsigned",
+    is_flag=True,
+    help="Append without a key to a store that holds signed checkpoints (ignores $COMPUTE_BUDGET_SIGNING_KEY).",
+)
 @origin_option
 def record_command(
-    input_path: str, db: str | None, on_conflict: str, signing_key: str | None, origin: str | None
+    input_path: str,
+    db: str | None,
+    on_conflict: str,
+    signing_key: str | None,
+    writer_state: str | None,
+    init_writer_state: bool,
+    peer_keys: tuple[str, ...],
+    adopt_unsigned: int | None,
+    unsigned: bool,
+    origin: str | None,
 ) -> None:
     """Decide every gate of INPUT and append them all to the store, atomically (all or nothing).
 
     Re-recording a stored gate is a no-op; the same budget_id with a different gate is a conflict (exit 2,
     nothing written; with --on-conflict skip it is left out and named on stderr), and so is a line that is not
-    JSON. A run that fails removes the new, empty database file it created.
+    JSON. A run that fails removes the new, empty database file it created. With a signing key, the writer signs
+    only what it wrote (spec 9.1): rows after the newest checkpoint it or a --peer-key signed are refused (exit 2,
+    named) unless adopted with --adopt-unsigned.
     """
     from compute_budget.store import BudgetStore
 
-    with open_input(input_path) as raw, BudgetStore.open(db, origin=origin, signing_key=signing_key) as store:
+    if unsigned and signing_key is not None:
+        raise click.UsageError("--unsigned and --signing-key contradict each other: give one")
+    if adopt_unsigned is not None and (unsigned or (signing_key is None and not os.environ.get(SIGNING_KEY_ENV))):
+        raise click.UsageError("--adopt-unsigned signs the rows it adopts: it needs --signing-key")
+    opened = BudgetStore.open(
+        db, origin=origin, signing_key=signing_key, writer_state=writer_state, init_writer_state=init_writer_state,
+        peer_keys=peer_keys, allow_unsigned=unsigned,
+    )
+    with open_input(input_path) as raw, opened as store:
         try:
             with read_ahead(raw, _where(input_path)) as stream, progress_bar(stream, "recording") as lines:
                 gates = _gates_or_fail(read_gates(lines), input_path)
-                result = store.record_many(gates, on_conflict="skip" if on_conflict == "skip" else "raise")
+                result = store.record_many(
+                    gates, on_conflict="skip" if on_conflict == "skip" else "raise",
+                    adopt_unsigned_through=adopt_unsigned,
+                )
         except BaseException:
             store.discard_if_unused()
             raise
+        if adopt_unsigned is not None:
+            first, last = result.adopted_after + 1, result.adopted_after + result.adopted
+            say(f"adopted {_plural(result.adopted, 'row')} (seq {first}..{last})" if result.adopted else
+                "adopted 0 rows (the head was already signed)")
         for conflict in result.conflicts[:MAX_CONFLICTS_SHOWN]:
             differ = f" (they differ in {', '.join(conflict.differing)})" if conflict.differing else ""
             at = f"line {conflict.line}" if conflict.line is not None else f"gate {conflict.index + 1}"
@@ -373,18 +440,37 @@ def grants_command(role_name: str, role: str | None, database: str | None, schem
     "signing_keys",
     metavar="FILE",
     multiple=True,
-    help="Print the head's checkpoint note signed with this key (repeatable); nothing is stored.",
+    help="Print the head's checkpoint note signed with this writer key (repeatable); nothing is stored.",
 )
-def checkpoint_command(db: str | None, signing_keys: tuple[str, ...]) -> None:
+@writer_options
+def checkpoint_command(
+    db: str | None, signing_keys: tuple[str, ...], writer_state: str | None, init_writer_state: bool,
+    peer_keys: tuple[str, ...],
+) -> None:
     """Print a checkpoint of the head (keep it outside the database for the next audit): JSON, or with
-    --signing-key a signed checkpoint note."""
+    --signing-key a signed checkpoint note, made inside the append lock under spec 9.1's rules (the head must be
+    the newest checkpoint the key or a --peer-key signed)."""
     from compute_budget.store import BudgetStore
 
-    with BudgetStore.open(db, readonly=True) as store:
-        if signing_keys:
-            click.echo(store.signed_checkpoint(signing_keys), nl=False)
-        else:
+    if not signing_keys:
+        if writer_state is not None or init_writer_state or peer_keys:
+            raise click.UsageError("--writer-state, --init-writer-state and --peer-key go with --signing-key")
+        with BudgetStore.open(db, readonly=True) as store:
             click.echo(store.checkpoint().to_json())
+        return
+    if writer_state is not None and len(signing_keys) > 1:
+        raise click.UsageError("--writer-state names one key's state file: give one --signing-key with it")
+    from compute_budget.store.backend import locate
+
+    sqlite_path = locate(db).sqlite_path
+    if sqlite_path is not None and not sqlite_path.exists():
+        with BudgetStore.open(db, readonly=True):
+            pass  # the reader's own "does not exist" message; a writer would create an empty file
+    with BudgetStore.open(db, allow_unsigned=True) as store:
+        note = store.signed_checkpoint(
+            signing_keys, writer_state=writer_state, peer_keys=peer_keys, init_writer_state=init_writer_state
+        )
+    click.echo(note, nl=False)
 
 
 def _report_spec(value: str) -> tuple[str, str]:

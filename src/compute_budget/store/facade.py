@@ -45,9 +45,18 @@ from compute_budget.errors import (
     StoreClosed,
     StoreDamaged,
     StoreUnavailable,
+    UnsignedAppendRefused,
 )
 from compute_budget.store import seal as sealing
 from compute_budget.store.append import CHUNK_SIZE, ChunkPlan, collector_paused, plan_chunk, prepared_chunks
+from compute_budget.store.authorship import (
+    WriterKeys,
+    check_signed_head,
+    check_state,
+    holds_checkpoints,
+    newest_stored_note,
+    writer_keys,
+)
 from compute_budget.store.backend import (
     Location,
     begin_write,
@@ -57,7 +66,6 @@ from compute_budget.store.backend import (
 )
 from compute_budget.store.browse import Browsing
 from compute_budget.store.grants import Role, require_grants
-from compute_budget.store.keys import signer_from_environment, signer_key
 from compute_budget.store.migrations import SchemaState, head_revision, schema_state, upgrade_to_head
 from compute_budget.store.schema_check import restore_guard, schema_problems
 from compute_budget.store.seal import SealStatements, seal_statements_for
@@ -112,6 +120,8 @@ class BatchResult:
     head: ChainHead
     results: tuple[GateResult, ...] = ()
     conflicts: tuple[SkippedConflict, ...] = ()
+    adopted: int = 0  # rows signed over by `adopt_unsigned_through` (seq adopted_after+1 .. adopted_after+adopted)
+    adopted_after: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +146,9 @@ class _Appended:
     present: int = 0
     results: list[tuple[int, PreparedGate, bool, int]] | None = None
     conflicts: list[tuple[int, GateConflict]] | None = None
+    adopted: int = 0
+    adopted_after: int = 0
+    state_created: bool = False
 
 
 class _StoredAlready(Exception):
@@ -152,8 +165,9 @@ class BudgetStore(Browsing):
         *,
         readonly: bool,
         created: bool = False,
-        signer: SignerKey | None = None,
+        writer: WriterKeys | None = None,
         origin: str | None = None,
+        allow_unsigned: bool = False,
     ) -> None:
         self.location = location
         self.readonly = readonly
@@ -163,13 +177,16 @@ class BudgetStore(Browsing):
         self._postgresql = engine.dialect.name == "postgresql"
         self._closed = False
         self._seal = seal_statements_for(engine.dialect.name)
-        self._signer = signer
-        self._verifier = signer.verifier() if signer is not None else None
+        self._writer = writer
+        self._signer = writer.signer if writer is not None else None
+        self._verifier = writer.verifier if writer is not None else None
+        self._allow_unsigned = allow_unsigned
         self._wanted_origin = origin
         # The tree's frontier after this process's last append, keyed by the head it belongs to: a process that
         # appends one gate at a time then never rereads its tile of rows.
         self._frontier_cache: tuple[ChainHead, CompactRange] | None = None
-        self._verified_notes: set[str] = set()  # own checkpoints whose signature this process already verified
+        # (note, key) pairs whose signature this process already verified
+        self._verified_notes: set[tuple[str, VerifierKey]] = set()
         self._last_signed: tuple[str, ChainHead] | None = None  # the note this process signed last, and its head
 
     @classmethod
@@ -180,6 +197,10 @@ class BudgetStore(Browsing):
         readonly: bool = False,
         origin: str | None = None,
         signing_key: SignerKey | str | os.PathLike[str] | None = None,
+        writer_state: str | os.PathLike[str] | None = None,
+        init_writer_state: bool = False,
+        peer_keys: Iterable[VerifierKey | str] = (),
+        allow_unsigned: bool = False,
     ) -> BudgetStore:
         """Open the store at a path or SQLAlchemy URL (None: `$COMPUTE_BUDGET_DB` or `compute_budget.db`).
 
@@ -188,15 +209,27 @@ class BudgetStore(Browsing):
 
         `origin` names a new store's log (spec section 8; refused if the store already has another); without it
         the first append sets a random one. `signing_key` (a `SignerKey` or a key file; default: the file named by
-        `$COMPUTE_BUDGET_SIGNING_KEY`, if set) signs a checkpoint of the new head in every append transaction.
+        `$COMPUTE_BUDGET_SIGNING_KEY`, if set) signs a checkpoint of the new head in every append transaction, under
+        spec 9.1's rules: the head must be the newest checkpoint signed by this key or one of `peer_keys`, and the
+        store must extend the checkpoint this key last signed, kept in `writer_state` (default
+        `$COMPUTE_BUDGET_WRITER_STATE`, else the key file's path plus ``.state``; `init_writer_state=True` makes a
+        missing one from the store). Without a key, appending to a store that holds signed checkpoints raises
+        `UnsignedAppendRefused` unless `allow_unsigned=True` (which also ignores the environment's key).
         """
-        if readonly and (origin is not None or signing_key is not None):
-            raise InputError("origin and signing_key are for a store opened for writing, not readonly=True")
+        writing_options = (signing_key, writer_state) != (None, None) or init_writer_state or allow_unsigned
+        if readonly and (origin is not None or writing_options or tuple(peer_keys)):
+            raise InputError(
+                "origin, signing_key, writer_state, init_writer_state, peer_keys and allow_unsigned are for a store "
+                "opened for writing, not readonly=True"
+            )
         if origin is not None:
             sealing.check_origin_name(origin)
-        signer = None
+        writer = None
         if not readonly:
-            signer = signer_key(signing_key) if signing_key is not None else signer_from_environment()
+            writer = writer_keys(
+                signing_key, writer_state=writer_state, init_writer_state=init_writer_state, peer_keys=peer_keys,
+                allow_unsigned=allow_unsigned,
+            )
         location = locate(target)
         _check_file(location, readonly=readonly)
         created = not readonly and location.sqlite_path is not None and not location.sqlite_path.exists()
@@ -219,7 +252,10 @@ class BudgetStore(Browsing):
         except BaseException:
             engine.dispose()
             raise
-        return cls(location, engine, readonly=readonly, created=created, signer=signer, origin=origin)
+        return cls(
+            location, engine, readonly=readonly, created=created, writer=writer, origin=origin,
+            allow_unsigned=allow_unsigned,
+        )
 
     @staticmethod
     def migrate(
@@ -324,6 +360,7 @@ class BudgetStore(Browsing):
         on_progress: Callable[[int], None] | None = None,
         results: bool = False,
         on_conflict: Literal["raise", "skip"] = "raise",
+        adopt_unsigned_through: int | None = None,
     ) -> BatchResult:
         """Decide and append every gate atomically (all or none), streaming any iterable of any length.
 
@@ -331,12 +368,22 @@ class BudgetStore(Browsing):
         one small object per gate). `on_conflict="skip"`: a gate whose budget_id is recorded with a different
         gate is left out and listed in `BatchResult.conflicts`, and every other gate is recorded; the default,
         ``"raise"``, raises `GateConflict` and writes nothing.
+
+        `adopt_unsigned_through=SEQ` (a signing writer only, spec 9.1): sign over the rows after the newest trusted
+        checkpoint through SEQ, which must be the head when the transaction starts; each is re-derived as the
+        audit does first, and a signed checkpoint of the head is stored even when no gate is new.
         """
         if on_conflict not in ("raise", "skip"):
             raise ValueError(f"on_conflict must be 'raise' or 'skip', not {on_conflict!r}")
+        if adopt_unsigned_through is not None:
+            if self._writer is None:
+                raise InputError("adopting unsigned rows signs them: it needs a signing key (--signing-key)")
+            if type(adopt_unsigned_through) is not int or adopt_unsigned_through < 0:
+                raise InputError(f"adopt_unsigned_through must be a row number, not {adopt_unsigned_through!r}")
         with collector_paused():
             appended = self._append(
-                gates, results=results, ahead=True, skip_conflicts=on_conflict == "skip", on_progress=on_progress
+                gates, results=results, ahead=True, skip_conflicts=on_conflict == "skip", on_progress=on_progress,
+                adopt_through=adopt_unsigned_through,
             )
         per_gate = tuple(
             GateResult(index, item.decision.budget_id, seq, new, item.line)
@@ -346,7 +393,9 @@ class BudgetStore(Browsing):
             SkippedConflict(index, conflict.budget_id, conflict.line, conflict.differing)
             for index, conflict in appended.conflicts or ()
         )
-        return BatchResult(appended.new, appended.present, appended.head, per_gate, skipped)
+        return BatchResult(
+            appended.new, appended.present, appended.head, per_gate, skipped, appended.adopted, appended.adopted_after
+        )
 
     def _append(
         self,
@@ -356,6 +405,7 @@ class BudgetStore(Browsing):
         ahead: bool,
         skip_conflicts: bool,
         on_progress: Callable[[int], None] | None = None,
+        adopt_through: int | None = None,
     ) -> _Appended:
         """Append in one write transaction, a chunk of gates at a time.
 
@@ -373,76 +423,101 @@ class BudgetStore(Browsing):
         chunks = prepared_chunks(gates, ahead=ahead)
         first = next(chunks, None)
         appended = _Appended(EMPTY_HEAD, results=[] if results else None, conflicts=[] if skip_conflicts else None)
+        writer = self._writer
+        note: str | None = None
+        to_keep: str | None = None  # the note the writer state gets once the transaction committed
+        # Spec 9.1: the state file's lock is taken before the transaction begins and released after the state was
+        # replaced, so writers sharing a key queue here first, then on the append lock, always in that order.
+        state_lock = writer.state.locked() if writer is not None else contextlib.nullcontext()
         try:
-            with begin_write(self._engine) as connection:
-                _lock_for_append(connection, self._sql, readonly=False)
-                _require_guard(connection, self.location)
-                head = _head(connection, self._sql)
-                origin = sealing.ensure_origin(connection, self._seal, self._wanted_origin, create=True)
-                assert origin is not None
-                frontier = self._frontier(connection, head)
-                if self._verifier is not None and not self._still_signed_by_me(connection, head):
-                    sealing.require_extends(
-                        connection, self._sql, self._seal, self._verifier, origin, head, frontier.root(),
-                        verified=self._verified_notes,
-                    )
-                start = head
-                insert_if_new = self._sql.insert_if_new
-                optimistic = True
-                offset = 0
-                for prepared in itertools.chain([first] if first is not None else [], chunks):
-                    recorded_at = _utc_now()
-                    plan: ChunkPlan | None = None
-                    if optimistic:
-                        plan = plan_chunk(
-                            prepared, {}, head, recorded_at, results=results, skip_conflicts=skip_conflicts
+            with state_lock:
+                with begin_write(self._engine) as connection:
+                    _lock_for_append(connection, self._sql, readonly=False)
+                    _require_guard(connection, self.location)
+                    head = _head(connection, self._sql)
+                    origin = sealing.ensure_origin(connection, self._seal, self._wanted_origin, create=True)
+                    assert origin is not None
+                    frontier = self._frontier(connection, head)
+                    if writer is None:
+                        if not self._allow_unsigned and holds_checkpoints(connection, self._seal):
+                            raise UnsignedAppendRefused(
+                                f"{self.location.display} holds signed checkpoints: an append without the writer's key "
+                                "would leave rows no writer signed; record with --signing-key, or with --unsigned to "
+                                "append unsigned rows anyway; nothing was written"
+                            )
+                    else:
+                        if adopt_through is not None or not self._still_signed_by_me(connection, head):
+                            authorised = check_signed_head(
+                                connection, self._sql, self._seal, writer, origin, head, frontier,
+                                verified=self._verified_notes, adopt_through=adopt_through, decode=self._logical,
+                            )
+                            appended.adopted, appended.adopted_after = authorised.adopted, authorised.signed_size
+                        to_keep = check_state(
+                            connection, self._sql, self._seal, writer, origin, head, frontier.root(),
+                            verified=self._verified_notes,
                         )
-                        if insert_if_new is None and len(plan.rows) <= MULTI_ROW_MAX:
-                            # SQLite, a chunk that is one statement: a statement is atomic, so a stored gate
-                            # (the primary key, or the guard's no-replace trigger) undoes the whole statement
-                            # and nothing of it stays; no savepoint is needed.
-                            try:
+                        appended.state_created = to_keep is not None
+                    start = head
+                    insert_if_new = self._sql.insert_if_new
+                    optimistic = True
+                    offset = 0
+                    for prepared in itertools.chain([first] if first is not None else [], chunks):
+                        recorded_at = _utc_now()
+                        plan: ChunkPlan | None = None
+                        if optimistic:
+                            plan = plan_chunk(
+                                prepared, {}, head, recorded_at, results=results, skip_conflicts=skip_conflicts
+                            )
+                            if insert_if_new is None and len(plan.rows) <= MULTI_ROW_MAX:
+                                # SQLite, a chunk that is one statement: a statement is atomic, so a stored gate
+                                # (the primary key, or the guard's no-replace trigger) undoes the whole statement
+                                # and nothing of it stays; no savepoint is needed.
+                                try:
+                                    _insert_exactly(connection, self._sql, plan.rows, self.location)
+                                except IntegrityError:
+                                    _require_nothing_kept(connection, self._sql, head, self.location)
+                                    optimistic, plan = False, None
+                            else:
+                                try:
+                                    with connection.begin_nested():
+                                        if insert_if_new is None:
+                                            _insert_exactly(connection, self._sql, plan.rows, self.location)
+                                        else:
+                                            stored_rows = encode_rows(plan.rows)  # PostgreSQL text holds no NUL
+                                            written = connection.exec_driver_sql(insert_if_new, stored_rows).rowcount
+                                            if written != len(plan.rows):
+                                                raise _StoredAlready  # then every row is looked up, inserted exactly
+                                except (IntegrityError, _StoredAlready):
+                                    optimistic, plan = False, None
+                        if plan is None:
+                            wanted = {item.decision.budget_id for item in prepared}
+                            stored = _stored_gates(connection, self._sql, wanted)
+                            plan = plan_chunk(
+                                prepared, stored, head, recorded_at, results=results, skip_conflicts=skip_conflicts
+                            )
+                            if plan.rows:
                                 _insert_exactly(connection, self._sql, plan.rows, self.location)
-                            except IntegrityError:
-                                _require_nothing_kept(connection, self._sql, head, self.location)
-                                optimistic, plan = False, None
-                        else:
-                            try:
-                                with connection.begin_nested():
-                                    if insert_if_new is None:
-                                        _insert_exactly(connection, self._sql, plan.rows, self.location)
-                                    else:
-                                        stored_rows = encode_rows(plan.rows)  # PostgreSQL text holds no NUL
-                                        written = connection.exec_driver_sql(insert_if_new, stored_rows).rowcount
-                                        if written != len(plan.rows):
-                                            raise _StoredAlready  # then every row is looked up, inserted exactly
-                            except (IntegrityError, _StoredAlready):
-                                optimistic, plan = False, None
-                    if plan is None:
-                        stored = _stored_gates(connection, self._sql, {item.decision.budget_id for item in prepared})
-                        plan = plan_chunk(
-                            prepared, stored, head, recorded_at, results=results, skip_conflicts=skip_conflicts
-                        )
                         if plan.rows:
-                            _insert_exactly(connection, self._sql, plan.rows, self.location)
-                    if plan.rows:
-                        _require_planned_head(connection, self._sql, plan.head, self.location)
-                    sealing.insert_nodes(connection, self._seal, frontier.extend(plan.leaves, min_level=TILE_LEVEL))
-                    head = plan.head
-                    appended.new += len(plan.rows)
-                    appended.present += len(prepared) - len(plan.rows) - len(plan.conflicts)
-                    if appended.results is not None:
-                        appended.results.extend(
-                            (offset + index, item, new, seq) for index, item, new, seq in plan.results
-                        )
-                    if appended.conflicts is not None:
-                        appended.conflicts.extend((offset + index, conflict) for index, conflict in plan.conflicts)
-                    offset += len(prepared)
-                    if on_progress is not None:
-                        on_progress(len(prepared))
-                if self._signer is not None and head != start:
-                    note = sealing.signed_note(origin, head, frontier.root(), [self._signer])
-                    sealing.insert_checkpoint(connection, self._seal, head.seq, self._signer, note, _utc_now())
+                            _require_planned_head(connection, self._sql, plan.head, self.location)
+                        sealing.insert_nodes(connection, self._seal, frontier.extend(plan.leaves, min_level=TILE_LEVEL))
+                        head = plan.head
+                        appended.new += len(plan.rows)
+                        appended.present += len(prepared) - len(plan.rows) - len(plan.conflicts)
+                        if appended.results is not None:
+                            appended.results.extend(
+                                (offset + index, item, new, seq) for index, item, new, seq in plan.results
+                            )
+                        if appended.conflicts is not None:
+                            appended.conflicts.extend((offset + index, conflict) for index, conflict in plan.conflicts)
+                        offset += len(prepared)
+                        if on_progress is not None:
+                            on_progress(len(prepared))
+                    if writer is not None and (head != start or adopt_through is not None):
+                        note = sealing.signed_note(origin, head, frontier.root(), [writer.signer])
+                        sealing.insert_checkpoint(connection, self._seal, head.seq, writer.signer, note, _utc_now())
+                        to_keep = note
+                if writer is not None and to_keep is not None:
+                    writer.state.save(origin, to_keep)
         except SQLAlchemyError as error:
             raise translate(error, self.location) from None
         except OverflowError:
@@ -452,19 +527,20 @@ class BudgetStore(Browsing):
             ) from None
         finally:
             chunks.close()  # stops the decide-ahead thread whatever happened
-        if self._signer is not None and head != start:
-            self._verified_notes = {note}
+        if note is not None and writer is not None:
+            self._verified_notes = {(note, writer.verifier)}
             self._last_signed = (note, head)
         self._frontier_cache = (head, frontier)
         appended.head = head
         return appended
 
     def _still_signed_by_me(self, connection: Connection, head: ChainHead) -> bool:
-        """True when the head is the one this process signed last and that note is still the newest filed under
-        its key: then the store trivially extends it, with nothing to reread or re-verify."""
-        if self._last_signed is None or self._last_signed[1] != head or self._verifier is None:
+        """True when the head is the one this process signed last and that note is still the newest stored
+        checkpoint of any key: then it is the newest trusted one and names the head (rule 1), with nothing to
+        reread or re-verify."""
+        if self._last_signed is None or self._last_signed[1] != head:
             return False
-        return sealing.newest_note_by_key(connection, self._seal, self._verifier) == self._last_signed[0]
+        return newest_stored_note(connection, self._seal) == self._last_signed[0]
 
     def _frontier(self, connection: Connection, head: ChainHead) -> CompactRange:
         """The tree's frontier at `head`: this process's own from its last append when nobody appended since,
@@ -658,24 +734,66 @@ class BudgetStore(Browsing):
                 return Checkpoint.from_head(head)
             return Checkpoint.from_head(head, origin=origin, root=self._stored_root(connection, head))
 
-    def signed_checkpoint(self, signers: Iterable[SignerKey | str | os.PathLike[str]]) -> str:
-        """The checkpoint note of the current head signed by every key of `signers` (keys or key files); it is
-        not stored. Each key must find the store extending the newest checkpoint it signed (else `StoreDamaged`)."""
-        keys = [signer_key(item) for item in signers]
-        if not keys:
+    def signed_checkpoint(
+        self,
+        signers: Iterable[SignerKey | str | os.PathLike[str]],
+        *,
+        writer_state: str | os.PathLike[str] | None = None,
+        peer_keys: Iterable[VerifierKey | str] = (),
+        init_writer_state: bool = False,
+    ) -> str:
+        """The checkpoint note of the current head signed by every key of `signers` (key files, or `SignerKey`s
+        with `writer_state=`); it is not stored. Spec 9.1, inside the append lock: the head must be the newest
+        checkpoint signed by the key or a peer, and the store must extend each key's writer state, which then
+        holds this note (else `StoreDamaged` or `WriterStateError`, and nothing is signed)."""
+        self._require_open()
+        sources = list(signers)
+        if not sources:
             raise InputError("signing a checkpoint needs at least one signing key")
-        with self._reading() as connection:
-            head = _head(connection, self._sql)
-            origin = sealing.read_origin(connection, self._seal)
-            if origin is None:
-                raise StoreUnavailable(
-                    f"{self.location.display} has no origin yet: record a gate first, or run "
-                    "`compute-budget migrate --origin NAME`"
-                )
-            root = self._stored_root(connection, head)
-            for key in keys:
-                sealing.require_extends(connection, self._sql, self._seal, key.verifier(), origin, head, root)
-            return sealing.signed_note(origin, head, root, keys)
+        if writer_state is not None and len(sources) > 1:
+            raise InputError("writer_state names one key's state file: sign with one key at a time")
+        if self.readonly:
+            raise ReadOnlyStore(
+                f"{self.location.display} was opened read-only: a writer signs inside the append lock, so open the "
+                "store for writing to sign a checkpoint"
+            )
+        peers = tuple(peer_keys)
+        writers = [
+            writer_keys(source, writer_state=writer_state, init_writer_state=init_writer_state, peer_keys=peers)
+            for source in sources
+        ]
+        chosen = [writer for writer in writers if writer is not None]
+        with contextlib.ExitStack() as locks:
+            # Always in the order of the paths: two processes signing with the same keys never wait on each other.
+            for writer in sorted(chosen, key=lambda item: str(item.state.path)):
+                locks.enter_context(writer.state.locked())
+            try:
+                with begin_write(self._engine) as connection:
+                    _lock_for_append(connection, self._sql, readonly=False)
+                    head = _head(connection, self._sql)
+                    origin = sealing.read_origin(connection, self._seal)
+                    if origin is None:
+                        raise StoreUnavailable(
+                            f"{self.location.display} has no origin yet: record a gate first, or run "
+                            "`compute-budget migrate --origin NAME`"
+                        )
+                    self._stored_root(connection, head)  # refuses a store whose tree was never built
+                    frontier = sealing.frontier_at(connection, self._seal, head.seq)
+                    for writer in chosen:
+                        check_signed_head(
+                            connection, self._sql, self._seal, writer, origin, head, frontier,
+                            verified=self._verified_notes, adopt_through=None, decode=self._logical,
+                        )
+                        check_state(
+                            connection, self._sql, self._seal, writer, origin, head, frontier.root(),
+                            verified=self._verified_notes,
+                        )
+                    note = sealing.signed_note(origin, head, frontier.root(), [writer.signer for writer in chosen])
+            except SQLAlchemyError as error:
+                raise translate(error, self.location) from None
+            for writer in chosen:
+                writer.state.save(origin, note)
+        return note
 
     def origin(self) -> str | None:
         """The store's origin (its log name), or None while none is set."""

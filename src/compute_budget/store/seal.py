@@ -14,7 +14,6 @@ from typing import Any
 from sqlalchemy import Connection
 
 from compute_budget.core.chain import GENESIS_CHAIN_HASH, ChainHead
-from compute_budget.core.checkpoint import Checkpoint
 from compute_budget.core.leaf import unreadable_leaf_hash
 from compute_budget.core.merkle import CompactRange, Node
 from compute_budget.core.note import (
@@ -26,15 +25,16 @@ from compute_budget.core.note import (
     valid_origin,
 )
 from compute_budget.core.row import ROW_COLUMNS
-from compute_budget.core.seal import StoredCheckpoint, extends, signature_problem
+from compute_budget.core.seal import StoredCheckpoint
 from compute_budget.core.tree import TILE_LEVEL, TILE_SIZE, TiledTree
-from compute_budget.errors import CheckpointError, InputError, MerkleError, StoreDamaged, StoreError
+from compute_budget.errors import InputError, MerkleError, StoreDamaged, StoreError
 from compute_budget.store.statements import Statements
 from compute_budget.store.table import CHECKPOINTS_TABLE, NODES_TABLE, ORIGIN_TABLE, TABLE_NAME
 from compute_budget.store.text_codec import tolerant_text
 
 ORIGIN_PREFIX = "compute-budget/"
 PAGE_ROWS = 2000  # rows or table entries read per query when streaming
+NEWEST_PAGE_ROWS = 50  # checkpoint entries read per query, newest first (the first page almost always answers)
 MAX_NODE_LEVEL = 62  # a node at level 63 would cover 2**63 rows, more than a seq can number
 _CHECKPOINT_COLUMNS = "id, tree_size, key_name, key_hash, note"
 # A checkpoint entry whose values have their columns' types (a CAST to the same type compares unequal to a text in
@@ -98,10 +98,14 @@ class SealStatements:
             f"SELECT {_CHECKPOINT_COLUMNS} FROM {CHECKPOINTS_TABLE} WHERE {ok} AND key_name = {m} AND key_hash = {m} "
             f"AND {before} ORDER BY tree_size DESC, id DESC LIMIT 50"
         )
-        self.newest_note_by_key = (
-            f"SELECT note FROM {CHECKPOINTS_TABLE} WHERE {ok} AND key_name = {m} AND key_hash = {m} "
-            "ORDER BY tree_size DESC, id DESC LIMIT 1"
+        self.newest_any = (
+            f"SELECT {_CHECKPOINT_COLUMNS} FROM {CHECKPOINTS_TABLE} WHERE {ok} AND {before} "
+            f"ORDER BY tree_size DESC, id DESC LIMIT {NEWEST_PAGE_ROWS}"
         )
+        self.newest_any_note = (
+            f"SELECT note FROM {CHECKPOINTS_TABLE} WHERE {ok} ORDER BY tree_size DESC, id DESC LIMIT 1"
+        )
+        self.any_checkpoint = f"SELECT 1 FROM {CHECKPOINTS_TABLE} LIMIT 1"
         self.newest_covering = (
             f"SELECT {_CHECKPOINT_COLUMNS} FROM {CHECKPOINTS_TABLE} WHERE {ok} AND tree_size >= {m} "
             f"AND tree_size <= {m} ORDER BY tree_size DESC, id DESC LIMIT 1"
@@ -300,46 +304,6 @@ def newest_by_key(
             return
 
 
-def newest_own_checkpoint(
-    connection: Connection, seal: SealStatements, key: VerifierKey, origin: str, *, verified: set[str] | None = None
-) -> tuple[StoredCheckpoint, Checkpoint] | None:
-    """The newest stored checkpoint of `origin` signed by `key`, its signature verified; `StoreDamaged` when the
-    newest one claiming that key does not verify (a forged entry in the checkpoint table). `verified` caches the
-    notes already verified by this process."""
-    for stored in newest_by_key(connection, seal, key):
-        try:
-            found = Checkpoint.from_note(stored.note)
-        except CheckpointError as error:
-            raise StoreDamaged(
-                f"stored checkpoint #{stored.id} (signed by {stored.key_label()}) cannot be read: {error}; "
-                "run `compute-budget audit`"
-            ) from None
-        if found.origin != origin:
-            continue
-        if verified is None or stored.note not in verified:
-            problem = signature_problem(stored.note, key)
-            if problem is not None:
-                raise StoreDamaged(
-                    f"stored checkpoint #{stored.id} claims to be signed by {stored.key_label()}, but {problem}: "
-                    "the checkpoint table was tampered with; run `compute-budget audit`"
-                )
-            if verified is not None:
-                verified.add(stored.note)
-        if found.seq != stored.tree_size:
-            raise StoreDamaged(
-                f"stored checkpoint #{stored.id} is a note for size {found.seq} filed under size {stored.tree_size}: "
-                "run `compute-budget audit`"
-            )
-        return stored, found
-    return None
-
-
-def newest_note_by_key(connection: Connection, seal: SealStatements, key: VerifierKey | SignerKey) -> str | None:
-    """The note of the newest stored checkpoint filed under `key` (unverified), or None."""
-    value = connection.exec_driver_sql(seal.newest_note_by_key, (key.name, f"{key.key_hash:08x}")).scalar()
-    return value if isinstance(value, str) else None
-
-
 def chain_at(connection: Connection, statements: Statements) -> Callable[[int], str | None]:
     """A function giving the stored chain_hash of row `seq` (None when there is no such readable row)."""
 
@@ -350,37 +314,6 @@ def chain_at(connection: Connection, statements: Statements) -> Callable[[int], 
         return row[1] if row is not None and isinstance(row[1], str) else None
 
     return at
-
-
-def require_extends(
-    connection: Connection,
-    statements: Statements,
-    seal: SealStatements,
-    key: VerifierKey,
-    origin: str,
-    head: ChainHead,
-    root: bytes,
-    *,
-    verified: set[str] | None = None,
-) -> None:
-    """Refuse (`StoreDamaged`) to let `key` sign the head unless the store extends the newest checkpoint that key
-    signed for this origin (C2SP: a log never signs two inconsistent views)."""
-    own = newest_own_checkpoint(connection, seal, key, origin, verified=verified)
-    if own is None:
-        return
-    stored, old = own
-    outcome = extends(
-        old.body(),
-        size=head.seq,
-        root=root,
-        chain_at=chain_at(connection, statements),
-        reader=tree_reader(connection, seal, head.seq),
-    )
-    if not outcome.ok:
-        raise StoreDamaged(
-            f"refusing to sign with key {key.name}: the store no longer extends checkpoint #{stored.id}, which this "
-            f"key signed at size {old.seq} ({outcome.message}); run `compute-budget audit`"
-        )
 
 
 def signed_note(origin: str, head: ChainHead, root: bytes, signers: list[SignerKey]) -> str:
