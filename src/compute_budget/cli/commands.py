@@ -208,6 +208,8 @@ def record_command(
         except BaseException:
             store.discard_if_unused()
             raise
+        if result.writer_state_created:
+            say(f"created writer state {store.writer_state} from the store's newest checkpoint signed by this key")
         if adopt_unsigned is not None:
             first, last = result.adopted_after + 1, result.adopted_after + result.adopted
             say(f"adopted {_plural(result.adopted, 'row')} (seq {first}..{last})" if result.adopted else

@@ -122,6 +122,7 @@ class BatchResult:
     conflicts: tuple[SkippedConflict, ...] = ()
     adopted: int = 0  # rows signed over by `adopt_unsigned_through` (seq adopted_after+1 .. adopted_after+adopted)
     adopted_after: int = 0
+    writer_state_created: bool = False  # `init_writer_state` made the state from the store's own checkpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +301,11 @@ class BudgetStore(Browsing):
         return revision, head_revision()
 
     @property
+    def writer_state(self) -> Path | None:
+        """The writer state file this store's signing key keeps (spec 9.1), or None without a key."""
+        return self._writer.state.path if self._writer is not None else None
+
+    @property
     def signing_key(self) -> VerifierKey | None:
         """The verifier key of the key this store signs its appends with, if any."""
         return self._verifier
@@ -394,7 +400,8 @@ class BudgetStore(Browsing):
             for index, conflict in appended.conflicts or ()
         )
         return BatchResult(
-            appended.new, appended.present, appended.head, per_gate, skipped, appended.adopted, appended.adopted_after
+            appended.new, appended.present, appended.head, per_gate, skipped, appended.adopted, appended.adopted_after,
+            appended.state_created,
         )
 
     def _append(
@@ -517,7 +524,7 @@ class BudgetStore(Browsing):
                         sealing.insert_checkpoint(connection, self._seal, head.seq, writer.signer, note, _utc_now())
                         to_keep = note
                 if writer is not None and to_keep is not None:
-                    writer.state.save(origin, to_keep)
+                    writer.state.save(origin, to_keep, discard_unreadable=writer.init_state)
         except SQLAlchemyError as error:
             raise translate(error, self.location) from None
         except OverflowError:
@@ -792,7 +799,7 @@ class BudgetStore(Browsing):
             except SQLAlchemyError as error:
                 raise translate(error, self.location) from None
             for writer in chosen:
-                writer.state.save(origin, note)
+                writer.state.save(origin, note, discard_unreadable=writer.init_state)
         return note
 
     def origin(self) -> str | None:

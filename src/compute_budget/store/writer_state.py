@@ -124,9 +124,15 @@ class WriterState:
             )
         return dict(notes)
 
-    def save(self, origin: str, note: str) -> None:
-        """Replace the file with one whose note for `origin` is `note` (others kept)."""
-        notes = self._read() or {}
+    def save(self, origin: str, note: str, *, discard_unreadable: bool = False) -> None:
+        """Replace the file with one whose note for `origin` is `note` (others kept; with `discard_unreadable`, as
+        `--init-writer-state` asks, an unreadable file is replaced whole, but never a link)."""
+        try:
+            notes = self._read() or {}
+        except WriterStateError:
+            if not discard_unreadable or self.is_link():
+                raise
+            notes = {}
         notes[origin] = note
         text = json.dumps({STATE_FORMAT: 1, "notes": dict(sorted(notes.items()))}, ensure_ascii=False, indent=1)
         folder = self.path.parent
