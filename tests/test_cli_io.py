@@ -182,3 +182,51 @@ def test_a_line_longer_than_any_gate_stops_the_input_with_one_line(
         assert err.count("\n") == 1
         assert "is longer than 1 MiB, which no gate is (is INPUT a device, or not JSON Lines?)" in err
     assert not db_path.exists() or run_cli("list", "--db", str(db_path), "--format", "jsonl")[1] == ""
+
+
+@pytest.mark.parametrize(
+    "option",
+    [("--output",), ("--report", "junit:"), ("--report", "json:"), ("--save-checkpoint",)],
+)
+def test_no_output_is_written_through_a_symbolic_link(
+    run_cli: Callable[..., tuple[int, str, str]], recorded: Path, tmp_path: Path, option: tuple[str, ...]
+) -> None:
+    """Issue 19: a link planted where an output goes (aimed at a key file, in the trial) is refused, naming it;
+    the file it points to is untouched."""
+    victim = tmp_path / "writer.key"
+    victim.write_text("PRIVATE+KEY+the-victim\n")
+    link = tmp_path / "out.file"
+    link.symlink_to(victim)
+    value = option[-1] + str(link) if option[-1].endswith(":") else str(link)
+    status, _, err = run_cli("audit", "--db", str(recorded), option[0], value)
+    assert status == 2
+    assert f"{link} is a symbolic link" in err
+    assert victim.read_text() == "PRIVATE+KEY+the-victim\n"
+    assert link.is_symlink()
+
+
+def test_keygen_never_writes_through_a_symbolic_link(
+    run_cli: Callable[..., tuple[int, str, str]], tmp_path: Path
+) -> None:
+    """Even a dangling link: keygen --out refuses it by name and creates nothing where it points."""
+    target = tmp_path / "somewhere.key"
+    link = tmp_path / "new.key"
+    link.symlink_to(target)
+    status, out, err = run_cli("keygen", "writer", "--out", str(link))
+    assert (status, out) == (2, "")
+    assert f"{link} is a symbolic link" in err
+    assert not target.exists()
+
+
+def test_a_link_planted_after_the_checks_is_still_not_written_through(tmp_path: Path) -> None:
+    """write_atomically checks again when it writes (a link may appear between the option check and the end of a
+    long audit)."""
+    from compute_budget.cli.io import write_atomically
+    from compute_budget.errors import OutputUnwritable
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (tmp_path / "report").symlink_to(victim)
+    with pytest.raises(OutputUnwritable, match="symbolic link"):
+        write_atomically(str(tmp_path / "report"), "new")
+    assert victim.read_text() == "keep"

@@ -152,6 +152,7 @@ def test_a_key_file_written_by_another_tool_with_a_utf8_name_is_read(tmp_path: P
 
     signer = SignerKey.from_seed("écrivain", bytes(range(32)))
     (tmp_path / "key").write_bytes(signer.format().encode("utf-8") + b"\n")
+    (tmp_path / "key").chmod(0o600)
     assert load_signer_key(tmp_path / "key") == signer
     (tmp_path / "pub").write_bytes(signer.verifier().format().encode("utf-8") + b"\n")
     assert verifier_key(str(tmp_path / "pub")) == signer.verifier()
@@ -182,6 +183,7 @@ def test_a_key_write_interrupted_after_creating_the_file_leaves_nothing(
         ("PRIVATE+KEY+writer+00000000+AAAA\n", "not a signer key"),
         ("writer+12345678+AYMxQBvQhFLctRc3W+MSZapq18aHRlo60C/dtUVq3U5v\n", "is this a verifier key?"),
         ("\x00\xff garbage", "not a key file"),
+        ("PRIVATE+KEY+w\xe9+00000000+AAAA\n", "not a key file (it is not UTF-8 text)"),
         ("line one\nline two\n", "not a key file"),
         ("", "not a signer key"),
     ],
@@ -192,6 +194,7 @@ def test_a_corrupt_or_wrong_signing_key_is_one_clear_line(
     """record, checkpoint and audit --cosign refuse an unusable key with one line, before writing anything."""
     key = tmp_path / "bad.key"
     key.write_bytes(content.encode("latin-1"))
+    key.chmod(0o600)
     db = tmp_path / "store.db"
     for argv in (
         ["record", EXAMPLES, "--db", str(db), "--signing-key", str(key)],
@@ -207,6 +210,61 @@ def test_a_corrupt_or_wrong_signing_key_is_one_clear_line(
         assert message in err
         assert "Traceback" not in err
     assert not (tmp_path / "cp").exists()
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o644, 0o604, 0o666, 0o700 | 0o010])
+def test_a_signer_key_file_readable_by_others_is_refused_naming_its_mode(
+    run_cli: Run, tmp_path: Path, mode: int
+) -> None:
+    """Spec 9.3: any group or other permission bit refuses the key (exit 2, the mode named, the secret not shown);
+    0600 and 0400 are used."""
+    path, _ = keygen(run_cli, tmp_path, "writer")
+    secret = path.read_text().strip()
+    path.chmod(mode)
+    for argv in (["record", EXAMPLES, "--db", str(tmp_path / "s.db"), "--signing-key", str(path)],
+                 ["verifier-key", str(path)]):
+        status, out, err = run_cli(*argv)
+        assert (status, out) == (2, ""), argv
+        assert f"has mode {mode:04o}" in err
+        assert secret not in err
+    path.chmod(0o400)
+    assert run_cli("verifier-key", str(path))[0] == 0
+
+
+def test_a_verifier_key_argument_is_a_key_before_it_is_a_path(
+    run_cli: Run, signed: str, keys: dict[str, tuple[Path, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spec 9.3: a file planted in the working folder under the writer key's own text does not replace it."""
+    writer_text = keys["writer"][1]
+    insider = SignerKey.parse(keys["auditor"][0].read_text().strip())
+    monkeypatch.chdir(tmp_path)
+    planted = tmp_path / writer_text
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.write_text(insider.verifier().format() + "\n")
+    status, out, err = run_cli("audit", "--db", signed, "--trusted-key", writer_text, "--format", "json")
+    assert status == 0, err
+    assert json.loads(out)["attested_size"] == 28
+
+
+def test_signer_key_text_given_as_a_trusted_key_is_never_echoed(
+    run_cli: Run, signed: str, keys: dict[str, tuple[Path, str]], tmp_path: Path
+) -> None:
+    """A signer key pasted as --trusted-key: exit 2, one line, and its text is in no output, JSON or JUnit report."""
+    secret = keys["writer"][0].read_text().strip()
+    report_json, report_junit = tmp_path / "audit.json", tmp_path / "audit.xml"
+    status, out, err = run_cli("audit", "--db", signed, "--trusted-key", secret,
+                               "--report", f"json:{report_json}", "--report", f"junit:{report_junit}")
+    assert status == 2
+    assert "private signer key" in err
+    written = out + err + "".join(path.read_text() for path in (report_json, report_junit) if path.exists())
+    assert secret not in written
+    assert secret.split("+")[-1] not in written  # not even the base64 of the seed
+    for command in (["verify-proof", str(tmp_path / "none.json"), "--trusted-key", secret],
+                    ["record", EXAMPLES, "--db", signed, "--signing-key", str(keys["writer"][0]),
+                     "--peer-key", secret]):
+        status, out, err = run_cli(*command)
+        assert status == 2, command
+        assert secret.split("+")[-1] not in out + err
 
 
 @pytest.mark.slow

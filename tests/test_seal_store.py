@@ -155,6 +155,7 @@ def test_the_signing_key_can_come_from_the_environment(
     key = signer("env-writer")
     path = tmp_path / "writer.key"
     path.write_text(key.format() + "\n")
+    path.chmod(0o600)
     monkeypatch.setenv("COMPUTE_BUDGET_SIGNING_KEY", str(path))
     with BudgetStore.open(db_path) as store:
         assert store.signing_key == key.verifier()

@@ -113,7 +113,8 @@ class _ReadErrorsNamed:
 def check_writable(option: str, path: str, *, db: str | None, keep: Sequence[tuple[str, str]] = ()) -> None:
     """Refuse an output path that would destroy what the command reads or be no file at all.
 
-    Guarded: the database and its `-wal`, `-shm` and `-journal` files, every input given to the same command
+    Guarded: a symbolic link (never written through, spec 9.3: a planted link would aim the write at a key file),
+    the database and its `-wal`, `-shm` and `-journal` files, every input given to the same command
     (`keep`: (option, path) pairs such as the checkpoint being read or a key file), and anything that is not a
     regular file (a device, FIFO or socket, `/dev/null` and `/dev/stdout` included, or a link to one): writing
     atomically replaces the path, which would turn a device name into an ordinary file.
@@ -135,6 +136,11 @@ def check_writable(option: str, path: str, *, db: str | None, keep: Sequence[tup
     if target.startswith(("/dev/", "/proc/")) or (os.path.lexists(path) and not os.path.isfile(path)):
         raise click.BadParameter(
             f"{path} is not a regular file (a device, pipe, socket or broken link); name a file", param_hint=option
+        )
+    if os.path.islink(path):
+        raise click.BadParameter(
+            f"{path} is a symbolic link: compute-budget never writes through one (name the file itself)",
+            param_hint=option,
         )
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
@@ -158,8 +164,9 @@ def write_atomically(path: str, text: str) -> None:
     """Write a whole file or nothing: a half-written checkpoint would fail tomorrow's audit."""
     import tempfile
 
-    path = os.path.realpath(path)  # a link is followed: its target is replaced, never the link itself
-    folder = os.path.dirname(path)
+    if os.path.islink(path):  # checked again here: a link planted after the options were checked
+        raise OutputUnwritable(f"{path} is a symbolic link: compute-budget never writes through one")
+    folder = os.path.dirname(os.path.abspath(path))
     temporary: str | None = None
     try:
         handle, temporary = tempfile.mkstemp(dir=folder, prefix=".compute-budget-", suffix=".tmp")

@@ -7,9 +7,10 @@ overwritten. Every failure is one line naming the file and what is wrong, never 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
-from compute_budget.core.note import SignerKey, VerifierKey, valid_key_name
+from compute_budget.core.note import SIGNER_KEY_PREFIX, SignerKey, VerifierKey, valid_key_name
 from compute_budget.errors import InputError, NoteError
 from compute_budget.store.files import read_small_file
 
@@ -38,12 +39,20 @@ def _read_key_file(path: str | os.PathLike[str], what: str) -> str:
 
 
 def load_signer_key(path: str | os.PathLike[str]) -> SignerKey:
-    """The signer key in file `path`; `InputError` (one line, without the secret) when it cannot be used."""
+    """The signer key in file `path`; `InputError` (one line, without the secret) when it cannot be used,
+    including a key file any group or other permission bit is set on (spec 9.3: its secret may have been read)."""
     text = _read_key_file(path, "signing key")
     try:
-        return SignerKey.parse(text)
+        key = SignerKey.parse(text)
     except NoteError as error:
         raise InputError(f"signing key {os.fspath(path)}: {error}") from None
+    mode = os.stat(path).st_mode
+    if stat.S_ISREG(mode) and mode & 0o077:
+        raise InputError(
+            f"signing key {os.fspath(path)} has mode {stat.S_IMODE(mode):04o}: group or others may read it; a signer "
+            f"key file must be private (chmod 600 {os.fspath(path)}; if others did read it, the key has leaked)"
+        )
+    return key
 
 
 def signer_key(value: SignerKey | str | os.PathLike[str]) -> SignerKey:
@@ -63,17 +72,27 @@ def signer_from_environment() -> SignerKey | None:
 
 
 def verifier_key(value: VerifierKey | str | os.PathLike[str]) -> VerifierKey:
-    """A verifier key given as a `VerifierKey`, its text (``<name>+<hash>+<base64>``) or a file holding it."""
+    """A verifier key given as a `VerifierKey`, its text (``<name>+<hash>+<base64>``) or a file holding it.
+
+    Text that parses as a verifier key is that key, whatever files exist (spec 9.3: a file planted under the key's
+    text must not replace it); only other text names a file. Signer key text is refused without being echoed.
+    """
     if isinstance(value, VerifierKey):
         return value
     text = os.fspath(value)
+    if text.strip().startswith(SIGNER_KEY_PREFIX):
+        raise InputError(
+            "a trusted key was given as private signer key text (PRIVATE+KEY+…, not shown): give its verifier key, "
+            "which `compute-budget verifier-key FILE` prints; if this text was shared, the key has leaked"
+        )
+    try:
+        return VerifierKey.parse(text)
+    except NoteError as error:
+        parse_error = error
     if not os.path.exists(text):
         if "+" not in text:
-            raise InputError(f"trusted key {text!r} is neither a verifier key (<name>+<hash>+<key>) nor a file")
-        try:
-            return VerifierKey.parse(text)
-        except NoteError as error:
-            raise InputError(f"trusted key {text[:80]!r}: {error}") from None
+            raise InputError(f"trusted key {text[:80]!r} is neither a verifier key (<name>+<hash>+<key>) nor a file")
+        raise InputError(f"trusted key {text[:80]!r}: {parse_error}") from None
     content = _read_key_file(text, "trusted key file")
     try:
         return VerifierKey.parse(content)
@@ -88,6 +107,8 @@ def write_new_signer_key(path: str | os.PathLike[str], key: SignerKey) -> Path:
         raise InputError(f"invalid key name {key.name!r}")
     # Encoded before the file exists: nothing can fail between creating it and writing it but the disk.
     content = (key.format() + "\n").encode("utf-8")
+    if os.path.islink(target):
+        raise InputError(f"{target} is a symbolic link: compute-budget never writes through one")
     if target.is_dir():
         raise InputError(f"{target} is a folder; give the key file's path")
     if not target.parent.is_dir():
