@@ -36,13 +36,14 @@ def refusal(decision: ComputeBudgetDecision, **kwargs: Any) -> RefusalReason:
 
 
 def test_refusal_reasons_are_the_spec_values() -> None:
-    """RefusalReason holds exactly the five reasons of spec section 4."""
+    """RefusalReason holds exactly the six reasons of spec section 4 (limits_invalid since revision 3)."""
     assert {reason.value for reason in RefusalReason} == {
         "status_not_allowed",
         "limits_exhausted",
         "budget_id_mismatch",
         "unsupported_policy_version",
         "gate_rederive_mismatch",
+        "limits_invalid",
     }
 
 
@@ -94,12 +95,35 @@ def test_budget_zero_is_refused() -> None:
         pytest.param({"max_candidates": 0}, id="no-candidates"),
         pytest.param({"max_steps": 0}, id="no-steps"),
         pytest.param({"max_candidates": 0, "max_steps": 0}, id="neither"),
-        pytest.param({"max_candidates": -1}, id="negative-candidates"),
     ],
 )
 def test_exhausted_limits_are_refused(changes: dict[str, int]) -> None:
     """An allowed decision with max_candidates or max_steps at 0 is refused as limits_exhausted."""
     assert refusal(rehashed(decide(make_gate()), **changes)) is RefusalReason.LIMITS_EXHAUSTED
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        pytest.param({"max_candidates": -1}, id="negative-candidates"),
+        pytest.param({"max_depth": -1}, id="negative-depth"),
+        pytest.param({"max_parallelism": -5}, id="negative-parallelism"),
+        pytest.param({"max_candidates": -1, "max_steps": 0}, id="before-exhausted"),
+    ],
+)
+def test_negative_limits_are_invalid(changes: dict[str, int]) -> None:
+    """Spec 4, revision 3: a negative limit is limits_invalid, checked before limits_exhausted."""
+    assert refusal(rehashed(decide(make_gate()), **changes)) is RefusalReason.LIMITS_INVALID
+
+
+@pytest.mark.parametrize("wallclock", [0, 1, 86_400_000])
+def test_a_wall_clock_limit_under_v1_is_invalid(wallclock: int) -> None:
+    """v1 never sets max_wallclock_ms: a decision carrying one is refused (it is not hashed, so the budget_id
+    still matches: this is the check that catches it), after status and before the exhausted limits."""
+    decision = dataclasses.replace(decide(make_gate()), max_wallclock_ms=wallclock)
+    assert refusal(decision) is RefusalReason.LIMITS_INVALID
+    blocked = dataclasses.replace(decide(make_gate(status="blocked")), max_wallclock_ms=wallclock)
+    assert refusal(blocked) is RefusalReason.STATUS_NOT_ALLOWED
 
 
 @pytest.mark.parametrize("value", [True, 5.0, "5", None])
@@ -130,8 +154,9 @@ def test_tampered_decisions_are_refused(changes: dict[str, Any]) -> None:
 
 
 def test_unhashed_fields_may_change() -> None:
-    """explanation and max_wallclock_ms are not hashed: changing them does not stop admission."""
-    decision = dataclasses.replace(decide(make_gate()), explanation="edited", max_wallclock_ms=60_000)
+    """explanation is not hashed: changing it does not stop admission (max_wallclock_ms is not hashed either, but
+    v1 fixes it to null: see limits_invalid)."""
+    decision = dataclasses.replace(decide(make_gate()), explanation="edited")
     admit(decision)
     admit(decision, gate=make_gate())
 

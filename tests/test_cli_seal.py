@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -535,3 +536,136 @@ def test_audit_origin_requires_the_store_to_be_that_log(run_cli: Run, tmp_path: 
     assert (status, out) == (2, "")
     assert err.count("\n") == 1
     assert "is not a log origin" in err
+
+
+# -- spec 9.6: strict receipts --------------------------------------------------------------------------------
+
+
+def _bundle_of(run_cli: Run, signed: str, seq: int) -> dict[str, object]:
+    status, out, err = run_cli("prove", str(rows(signed)[seq - 1][1]), "--db", signed)
+    assert status == 0, err
+    return dict(json.loads(out))
+
+
+def _verify_text(run_cli: Run, text: str, tmp_path: Path, key: str) -> tuple[int, str, str]:
+    path = tmp_path / "bundle.json"
+    path.write_text(text, encoding="utf-8")
+    return run_cli("verify-proof", str(path), "--trusted-key", key)
+
+
+@pytest.mark.parametrize(
+    ("spoil", "message"),
+    [
+        (lambda text: text.replace('"max_steps": ', '"max_steps": 100, "max_steps": ', 1), "twice"),
+        (lambda text: text.replace('"row": {', '"row": {"seq": 1, ', 1), "twice"),
+        (lambda text: text.replace('"format": ', '"format": "x", "format": ', 1), "twice"),
+        (lambda text: text.replace('"leaf_index"', '"extra": 1, "leaf_index"', 1), "unknown key"),
+        (lambda text: re.sub(r'"seq": \d+', '"seq": 18446744073709551616', text, count=1), "out of range"),
+        (lambda text: re.sub(r'"seq": \d+', '"seq": 0', text, count=1), "seq 0"),
+        (lambda text: re.sub(r'"leaf_index": \d+', '"leaf_index": 9223372036854775808', text, count=1), "leaf_index"),
+        (lambda text: text.replace('"recorded_at": "', '"recorded_at": "\\ud800', 1), "not valid Unicode"),
+        (lambda text: re.sub(r'"max_depth": \d+', '"max_depth": 1e3', text, count=1), "max_depth of type float"),
+        (lambda text: re.sub(r'"chain_hash": "[0-9a-f]+"', '"chain_hash": "zz"', text, count=1), "chain_hash"),
+    ],
+)
+def test_verify_proof_reads_a_bundle_strictly(
+    run_cli: Run, signed: str, keys: dict[str, tuple[Path, str]], tmp_path: Path,
+    spoil: Callable[[str], str], message: str,
+) -> None:
+    """Duplicate keys at any depth, unknown top-level keys, and every value of a wrong type or range: exit 2 with
+    one line, never the internal-error handler (issue 19's trial: a duplicated max_steps used to verify)."""
+    bundle = json.dumps(_bundle_of(run_cli, signed, 28), ensure_ascii=False)
+    status, out, err = _verify_text(run_cli, spoil(bundle), tmp_path, keys["writer"][1])
+    assert (status, out) == (2, ""), err
+    assert err.count("\n") == 1
+    assert message in err
+    assert "unexpected" not in err
+
+
+def test_a_row_that_is_not_the_last_leaf_carries_no_covered_chain_hash(
+    run_cli: Run, signed: str, keys: dict[str, tuple[Path, str]], tmp_path: Path
+) -> None:
+    """prove leaves a non-last row's chain_hash out; a bundle given one (any value) verifies, saying it is not
+    covered; the last row's chain_hash is checked against the note's chain line."""
+    inner = _bundle_of(run_cli, signed, 12)
+    row = inner["row"]
+    assert isinstance(row, dict)
+    assert "chain_hash" not in row
+    row["chain_hash"] = "ab" * 32
+    status, out, err = _verify_text(run_cli, json.dumps(inner), tmp_path, keys["writer"][1])
+    assert status == 0, err
+    assert out.startswith("valid")
+    assert "chain_hash not covered" in out
+    last = _bundle_of(run_cli, signed, 28)
+    last_row = last["row"]
+    assert isinstance(last_row, dict)
+    assert "chain_hash" in last_row
+    status, out, _ = _verify_text(run_cli, json.dumps(last), tmp_path, keys["writer"][1])
+    assert (status, "chain_hash not covered" in out) == (0, False)
+    last_row["chain_hash"] = "ab" * 32
+    status, out, _ = _verify_text(run_cli, json.dumps(last), tmp_path, keys["writer"][1])
+    assert status == 1
+    assert out.startswith("invalid (chain)")
+    del last_row["chain_hash"]
+    status, _, err = _verify_text(run_cli, json.dumps(last), tmp_path, keys["writer"][1])
+    assert status == 2
+    assert "last leaf but has no chain_hash" in err
+
+
+def test_a_wall_clock_limit_under_v1_is_invalid_in_a_receipt_and_in_the_audit(
+    run_cli: Run, signed: str, keys: dict[str, tuple[Path, str]], tmp_path: Path
+) -> None:
+    """max_wallclock_ms is not hashed but v1 fixes it to null: a stored row carrying 86,400,000 is
+    rederive_mismatch in the audit, and a receipt for it (signed here by a leaked key, since the honest writer
+    refuses) is invalid (rederive) (spec 6 and 8, revision 3)."""
+    from compute_budget import BudgetStore
+    from compute_budget.core.note import format_checkpoint, sign_note
+    from tests.backends import tamper
+
+    tamper(signed, "UPDATE compute_budget_decisions SET max_wallclock_ms = 86400000 WHERE seq = 28")
+    status, out, _ = run_cli("audit", "--db", signed, "--format", "json")
+    assert status == 1
+    findings = json.loads(out)["findings"]
+    assert [item["seq"] for item in findings if item["kind"] == "rederive_mismatch"] == [28]
+    with BudgetStore.open(signed, readonly=True) as store:
+        head = store.checkpoint()
+    assert head.origin is not None
+    assert head.root is not None
+    leaked = SignerKey.parse(keys["writer"][0].read_text().strip())
+    note = tmp_path / "leaked.note"
+    note.write_text(sign_note(format_checkpoint(head.origin, head.seq, head.root, head.chain_hash), leaked))
+    status, bundle, err = run_cli("prove", str(rows(signed)[27][1]), "--db", signed, "--checkpoint", str(note))
+    assert status == 0, err
+    status, out, _ = _verify_text(run_cli, bundle, tmp_path, keys["writer"][1])
+    assert status == 1
+    assert out.startswith("invalid (rederive)")
+    assert "max_wallclock_ms stored 86400000" in out
+
+
+def test_verify_proofs_output_is_terminal_safe(
+    run_cli: Run, signed: str, keys: dict[str, tuple[Path, str]], tmp_path: Path
+) -> None:
+    """A receipt whose row was rewritten with escape sequences and signed with a stolen key: the rederive line
+    quotes the stored text escaped, on one line, with no escape character."""
+    from compute_budget import BudgetStore
+    from compute_budget.core.note import format_checkpoint, sign_note
+    from tests.backends import tamper
+
+    hostile = "\x1b[2J\x1b[31mforged\nvalid: all is well\u202e"
+    tamper(signed, ("UPDATE compute_budget_decisions SET reason_code = :code WHERE seq = 28", {"code": hostile}))
+    with BudgetStore.open(signed, readonly=True) as store:
+        head = store.checkpoint()
+    assert head.origin is not None
+    assert head.root is not None
+    stolen = SignerKey.parse(keys["writer"][0].read_text().strip())
+    note = tmp_path / "stolen.note"
+    note.write_text(sign_note(format_checkpoint(head.origin, head.seq, head.root, head.chain_hash), stolen))
+    status, bundle, err = run_cli("prove", str(rows(signed)[27][1]), "--db", signed, "--checkpoint", str(note))
+    assert status == 0, err
+    status, out, _ = _verify_text(run_cli, bundle, tmp_path, keys["writer"][1])
+    assert status == 1
+    assert out.startswith("invalid (rederive)")
+    assert "reason_code" in out
+    assert "\x1b" not in out
+    assert "\u202e" not in out
+    assert out.count("\n") == 1

@@ -62,6 +62,7 @@ class RefusalReason(StrEnum):
     BUDGET_ID_MISMATCH = "budget_id_mismatch"
     UNSUPPORTED_POLICY_VERSION = "unsupported_policy_version"
     GATE_REDERIVE_MISMATCH = "gate_rederive_mismatch"
+    LIMITS_INVALID = "limits_invalid"  # spec revision 3
 
 
 class BudgetRefused(ComputeBudgetError):

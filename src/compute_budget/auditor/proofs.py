@@ -69,7 +69,10 @@ def prove(
                 f"the stored tree does not prove row {seq} against the checkpoint of size {size}: the rows or the "
                 "stored tree changed since it was made; run `compute-budget audit`"
             )
-    return ProofBundle(row_from_values(row), seq - 1, size, tuple(path), note)
+    values = row_from_values(row)
+    if seq != size:
+        del values["chain_hash"]  # spec 9.6: the note names only the last leaf's chain hash; any other is uncovered
+    return ProofBundle(values, seq - 1, size, tuple(path), note)
 
 
 def _note_for(

@@ -115,11 +115,15 @@ def verify_proof_command(bundle_path: str, trusted_keys: tuple[str, ...], origin
         raise InputUnreadable(f"cannot read proof bundle {bundle_path}: {error.strerror or error}") from None
     if len(raw) > MAX_BUNDLE_BYTES:  # /dev/zero, say: read no further than any bundle could be
         raise InputUnreadable(f"proof bundle {bundle_path} is larger than {MAX_BUNDLE_BYTES >> 20} MiB: not a bundle")
+    from compute_budget.cli.render import escaped
+
     result = verify_proof(raw, keys, origin=origin)
+    # Every string a bundle carries reaches the line (spec 9.6): escaped, so a bundle made with a stolen key can
+    # neither drive the terminal nor forge a second line.
     if result.valid:
-        click.echo(result.message)
+        click.echo(escaped(result.message))
         return
-    click.echo(f"invalid ({result.check}): {result.message}")
+    click.echo(f"invalid ({result.check}): {escaped(result.message)}")
     click.get_current_context().exit(1)
 
 

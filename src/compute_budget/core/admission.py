@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from compute_budget.core.hashing import compute_budget_id
 from compute_budget.core.parse import decide_json
-from compute_budget.core.policy import POLICIES
+from compute_budget.core.policy import COMPUTE_BUDGET_POLICY_VERSION, POLICIES
 from compute_budget.core.types import REDERIVED_FIELDS, ComputeBudgetDecision, ComputeBudgetStatus
 from compute_budget.errors import ArgumentTypeError, BudgetRefused, InputNotJson, RefusalReason
 
@@ -14,7 +14,8 @@ from compute_budget.errors import ArgumentTypeError, BudgetRefused, InputNotJson
 def admit(decision: ComputeBudgetDecision, *, gate: object = None) -> None:
     """Return None when `decision` may bound a run; otherwise raise `BudgetRefused` with its reason.
 
-    Checks run in this order, first failure wins: policy version, status, limits, `budget_id`, and (when
+    Checks run in this order, first failure wins: policy version, status, invalid limits (revision 3: under v1
+    `max_wallclock_ms` must be null, and no limit may be negative), exhausted limits, `budget_id`, and (when
     `gate` is given) re-derivation. A version is checked first because nothing else of a decision can be read
     without its policy; status and limits come before the hash so the plainest reason is the one reported.
     """
@@ -30,6 +31,9 @@ def admit(decision: ComputeBudgetDecision, *, gate: object = None) -> None:
         raise BudgetRefused(
             RefusalReason.STATUS_NOT_ALLOWED, f"status is {decision.status}, only budget_allowed may run"
         )
+    invalid = _invalid_limits(decision, policy.version)
+    if invalid:
+        raise BudgetRefused(RefusalReason.LIMITS_INVALID, invalid)
     if not _positive(decision.max_candidates) or not _positive(decision.max_steps):
         raise BudgetRefused(
             RefusalReason.LIMITS_EXHAUSTED,
@@ -63,3 +67,14 @@ def admit(decision: ComputeBudgetDecision, *, gate: object = None) -> None:
 def _positive(limit: object) -> bool:
     """A limit that is 0 (or, never emitted but not to be trusted, negative or not an integer) is exhausted."""
     return isinstance(limit, int) and not isinstance(limit, bool) and limit > 0
+
+
+def _invalid_limits(decision: ComputeBudgetDecision, version: str) -> str:
+    """Why the decision's limits are ones its policy never gives (spec 4, revision 3), or ""."""
+    if version == COMPUTE_BUDGET_POLICY_VERSION and decision.max_wallclock_ms is not None:
+        return f"max_wallclock_ms is {decision.max_wallclock_ms!r}; policy {version} never sets a wall-clock limit"
+    for name in ("max_candidates", "max_depth", "max_steps", "max_parallelism"):
+        value = getattr(decision, name)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+            return f"{name} is {value}: a limit is never negative"
+    return ""

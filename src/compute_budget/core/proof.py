@@ -9,9 +9,11 @@ A proof bundle (``compute_budget.proof.v1``) makes one stored decision a portabl
      "checkpoint": "the checkpoint note of size N, with its signature lines"}
 
 `verify_proof` checks, in this order: a trusted signature on the note (and its origin, when one is required);
-the inclusion path from the row's leaf to the note's root; the chain hash when the row is the note's last;
-and the row re-derived from its ``gate_input`` as the audit does (``budget_id`` recomputed, every field but
-``explanation`` and ``max_wallclock_ms`` compared).
+the inclusion path from the row's leaf to the note's root; the chain hash when the row is the note's last (any
+other row's is not covered, spec 9.6: `prove` leaves it out, and a bundle carrying one is told so); and the row
+re-derived from its ``gate_input`` as the audit does (``budget_id`` recomputed, every field but ``explanation``
+compared, ``max_wallclock_ms`` null under v1). Reading is strict: a key named twice at any depth, an unknown
+top-level key, or any value of the wrong type or range is `MalformedProof`, never an internal error.
 
 A consistency document (``compute_budget.consistency.v1``) proves a newer tree extends an older one:
 ``origin``, ``old_size``, ``old_root``, ``new_size``, ``new_root`` (roots in standard base64, as in checkpoint
@@ -45,6 +47,10 @@ _HEX_HASH = re.compile(r"[0-9a-f]{64}")
 _BUNDLE_KEYS = ("format", "row", "leaf_index", "tree_size", "inclusion", "checkpoint")
 _INTEGER_COLUMNS = frozenset({"seq", "max_candidates", "max_depth", "max_steps", "max_parallelism"})
 MAX_PROOF_HASHES = 64  # a tree of 2**64 leaves needs no more
+# The stored integer columns are 64-bit: a bundle's integers outside that range are no row's.
+MIN_STORED_INTEGER, MAX_STORED_INTEGER = -(2**63), 2**63 - 1
+# Stands in for a chain hash a bundle leaves out (a row that is not the last leaf): re-derivation ignores chains.
+_UNCOVERED_CHAIN = "0" * 64
 
 
 def row_from_values(values: Sequence[Any]) -> dict[str, Any]:
@@ -64,13 +70,28 @@ def _hashes(value: object, what: str) -> tuple[bytes, ...]:
     return tuple(bytes.fromhex(item) for item in value)
 
 
+class _DuplicateKey(ValueError):
+    """A JSON object that names one key twice (spec 9.6: refused, whichever value a parser would keep)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document: dict[str, Any] = {}
+    for key, item in pairs:
+        if key in document:
+            raise _DuplicateKey(key)
+        document[key] = item
+    return document
+
+
 def _loads(value: object, what: str) -> dict[str, Any]:
-    """A JSON object from a mapping, JSON text or bytes."""
+    """A JSON object from a mapping, JSON text or bytes; a key named twice at any depth is refused."""
     if isinstance(value, Mapping):
         return dict(value)
     if isinstance(value, str | bytes):
         try:
-            loaded = json.loads(value)
+            loaded = json.loads(value, object_pairs_hook=_unique_keys)
+        except _DuplicateKey as duplicate:
+            raise MalformedProof(f"the {what} names the key {_quoted(str(duplicate))} twice in one object") from None
         except (ValueError, UnicodeDecodeError) as error:
             raise MalformedProof(f"the {what} is not JSON ({error})") from None
         except RecursionError:  # arrays or objects nested thousands deep: no bundle nests more than 3
@@ -78,6 +99,22 @@ def _loads(value: object, what: str) -> dict[str, Any]:
         if isinstance(loaded, dict):
             return loaded
     raise MalformedProof(f"the {what} is not a JSON object")
+
+
+def _quoted(text: str, limit: int = 40) -> str:
+    """Untrusted text for a one-line message: ASCII-escaped and cut, so it can neither drive a terminal nor
+    break the line."""
+    cut = text if len(text) <= limit else text[:limit] + "..."
+    return json.dumps(cut)
+
+
+def _valid_text(text: str) -> bool:
+    """Text that is valid Unicode (JSON's \\ud800 escapes can carry lone surrogates, which no UTF-8 holds)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,33 +164,48 @@ class ProofBundle:
         missing = [name for name in _BUNDLE_KEYS if name not in document]
         if missing:
             raise MalformedProof(f"incomplete proof bundle: {', '.join(missing)} missing")
+        unknown = sorted(set(document) - set(_BUNDLE_KEYS))
+        if unknown:
+            raise MalformedProof(f"the proof bundle has an unknown key {_quoted(unknown[0])}")
         row = document["row"]
         if not isinstance(row, dict):
             raise MalformedProof("the bundle's row is not an object")
-        absent = [name for name in ROW_COLUMNS if name not in row]
+        absent = [name for name in CHAINED_COLUMNS if name not in row]
         extra = sorted(set(row) - set(ROW_COLUMNS))
         if absent or extra:
             problem = (f"missing {', '.join(absent)}" if absent else "") + (
-                f"{'; ' if absent else ''}unexpected {', '.join(extra)}" if extra else ""
+                f"{'; ' if absent else ''}unexpected {', '.join(_quoted(name) for name in extra)}" if extra else ""
             )
-            raise MalformedProof(f"the bundle's row must have the 17 leaf keys and chain_hash: {problem}")
+            raise MalformedProof(f"the bundle's row must have the 17 leaf keys (and chain_hash): {problem}")
         for name in ROW_COLUMNS:
+            if name not in row:
+                continue  # chain_hash: checked below, against where the row sits
             item = row[name]
             if name in _INTEGER_COLUMNS:
-                ok = type(item) is int
+                ok = type(item) is int and MIN_STORED_INTEGER <= item <= MAX_STORED_INTEGER
             elif name == "max_wallclock_ms":
-                ok = item is None or type(item) is int
+                ok = item is None or (type(item) is int and MIN_STORED_INTEGER <= item <= MAX_STORED_INTEGER)
             else:
-                ok = isinstance(item, str)
+                ok = isinstance(item, str) and _valid_text(item)
             if not ok:
-                raise MalformedProof(f"the bundle's row has {name} of type {type(item).__name__}")
-        if not (_count(document["leaf_index"]) and _count(document["tree_size"])):
-            raise MalformedProof("leaf_index and tree_size must be non-negative integers")
-        if not isinstance(document["checkpoint"], str):
+                kind = type(item).__name__ if not isinstance(item, str | int) or isinstance(item, bool) else (
+                    "text that is not valid Unicode" if isinstance(item, str) else "an integer out of range"
+                )
+                raise MalformedProof(f"the bundle's row has {name} of type {kind}")
+        if not 1 <= row["seq"] <= MAX_STORED_INTEGER:
+            raise MalformedProof(f"the bundle's row has seq {row['seq']}: a seq is from 1 to 2**63-1")
+        leaf_index, tree_size = document["leaf_index"], document["tree_size"]
+        if not (_count(leaf_index) and _count(tree_size) and max(leaf_index, tree_size) <= MAX_STORED_INTEGER):
+            raise MalformedProof("leaf_index and tree_size must be integers from 0 to 2**63-1")
+        if "chain_hash" in row and not (isinstance(row["chain_hash"], str) and _HEX_HASH.fullmatch(row["chain_hash"])):
+            raise MalformedProof("the bundle's row has a chain_hash that is not 64 lowercase hex digits")
+        if "chain_hash" not in row and row["seq"] == tree_size:
+            raise MalformedProof("the bundle's row is the tree's last leaf but has no chain_hash")
+        if not isinstance(document["checkpoint"], str) or not _valid_text(document["checkpoint"]):
             raise MalformedProof("the bundle's checkpoint must be a checkpoint note (text)")
-        ordered = {name: row[name] for name in ROW_COLUMNS}
+        ordered = {name: row[name] for name in ROW_COLUMNS if name in row}
         inclusion = _hashes(document["inclusion"], "inclusion")
-        return cls(ordered, document["leaf_index"], document["tree_size"], inclusion, document["checkpoint"])
+        return cls(ordered, leaf_index, tree_size, inclusion, document["checkpoint"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,19 +275,23 @@ def verify_proof(
         return outcome(
             "inclusion", "the inclusion path from the row's leaf does not lead to the checkpoint's root", verified
         )
-    if seq == checkpoint.seq and row["chain_hash"] != checkpoint.chain_hash:
+    last = seq == checkpoint.seq
+    if last and row["chain_hash"] != checkpoint.chain_hash:
         return outcome("chain", "the row is the checkpoint's last but its chain_hash is not the checkpoint's", verified)
     result = RangeResult()
-    check_row(tuple(row.values()), seq - 1, row["chain_hash"], result)
+    chain = row.get("chain_hash", _UNCOVERED_CHAIN)
+    check_row((*(row[name] for name in CHAINED_COLUMNS), chain), seq - 1, chain, result)
     problems = [finding for finding in result.findings if finding.kind is not FindingKind.CHAIN_BREAK]
     if problems:
         first = problems[0]
         return outcome("rederive", f"{first.kind.value}: {first.detail}", verified)
     signers = ", ".join(f"{key.name}+{key.key_hash:08x}" for key in verified)
+    # Spec 9.6: only the last leaf's chain hash is named by the note; any other is the bundle's word alone.
+    uncovered = "; chain_hash not covered (only the tree's last row's is)" if not last and "chain_hash" in row else ""
     return outcome(
         None,
         f"valid: budget_id {budget_id}, seq {seq}, in {checkpoint.origin} (tree size {checkpoint.seq}), "
-        f"signed by {signers}",
+        f"signed by {signers}{uncovered}",
         verified,
     )
 

@@ -129,7 +129,7 @@ def check_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result: Rang
         derived.max_candidates,
         derived.max_depth,
         derived.max_steps,
-    ) == row[2:11] and derived.max_parallelism == row[12]
+    ) == row[2:11] and derived.max_parallelism == row[12] and derived.max_wallclock_ms == row[11]
     if same and spans_json(derived.evidence_spans) == row[13]:
         # Every hashed field equals the re-derived decision's, so its budget_id is the recomputed one.
         if derived.budget_id != budget_id:
@@ -186,6 +186,11 @@ def _rederive_findings(row: tuple[Any, ...], derived: ComputeBudgetDecision, par
         for name in _COMPARED
         if stored[name] != getattr(derived, name)
     ]
+    if stored["max_wallclock_ms"] != derived.max_wallclock_ms:  # never hashed, but the policy fixes it (revision 3)
+        differences.append(
+            f"max_wallclock_ms stored {_shown(stored['max_wallclock_ms'])}, policy "
+            f"{stored['policy_version']} gives {_shown(derived.max_wallclock_ms)}"
+        )
     derived_spans = spans_json(derived.evidence_spans)
     if stored["evidence_spans"] != derived_spans:
         differences.append(
