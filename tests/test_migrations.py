@@ -51,7 +51,7 @@ def _triggers(path: Path) -> set[str]:
 
 GUARD = {
     f"compute_budget_{table}_{trigger}"
-    for table in ("decisions", "origin", "tree_nodes", "checkpoints")
+    for table in ("decisions", "origin", "tree_nodes", "checkpoints", "provenance")
     for trigger in ("no_update", "no_delete", "no_replace")
 }
 
@@ -148,7 +148,9 @@ def test_offline_sql_prints_the_ddl_with_the_guard(tmp_path: Path, database: str
     assert "Running upgrade 0001 -> 0002" in done.stdout
     assert "ck_compute_budget_decisions_seq_positive" in done.stdout
     assert "Running upgrade 0002 -> 0003" in done.stdout
-    for table in ("compute_budget_origin", "compute_budget_tree_nodes", "compute_budget_checkpoints"):
+    assert "Running upgrade 0003 -> 0004" in done.stdout
+    for table in ("compute_budget_origin", "compute_budget_tree_nodes", "compute_budget_checkpoints",
+                  "compute_budget_provenance"):
         assert f"CREATE TABLE {table}" in done.stdout
         assert f"CREATE TRIGGER {table}_no_" in done.stdout
     assert "INSERT INTO compute_budget_origin" not in done.stdout  # the store names itself, never the script
@@ -204,7 +206,7 @@ def test_several_version_rows_are_a_revision_this_release_does_not_know(tmp_path
     engine = create_store_engine(locate(str(path)), readonly=True)
     try:
         with engine.connect() as connection:
-            assert schema_state(connection) == (SchemaState.AHEAD, "0003,zzzz")
+            assert schema_state(connection) == (SchemaState.AHEAD, f"{head_revision()},zzzz")
     finally:
         engine.dispose()
 

@@ -18,8 +18,10 @@ from compute_budget.core.chain import GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.merkle import CompactRange
 from compute_budget.core.seal import TreeCheck
 from compute_budget.core.verify import RangeResult, check_row
-from compute_budget.errors import CopyVerificationFailed, StoreUnavailable
+from compute_budget.errors import CopyVerificationFailed, InputError, StoreUnavailable
 from compute_budget.store import BudgetStore
+from compute_budget.store.seal import check_origin_name
+from compute_budget.store.seal import new_origin as fresh_origin
 
 
 def copy_store(
@@ -27,9 +29,22 @@ def copy_store(
     destination: str | os.PathLike[str],
     *,
     on_progress: Callable[[int, int], None] | None = None,
+    through: int | None = None,
+    new_origin: str | None = None,
 ) -> ChainHead:
     """Copy every row of `source`, its origin and its signed checkpoints into the empty store `destination`;
-    returns the copied head."""
+    returns the copied head.
+
+    `through=SEQ` is salvage (spec 9.8): only rows 1..SEQ, each of which must hold, into a new origin
+    (`new_origin`, else a random one), with no checkpoint, and one provenance row naming the source's origin, SEQ,
+    and the root and chain hash at SEQ. The destination's first signed append then needs `--adopt-unsigned SEQ`.
+    """
+    if through is None and new_origin is not None:
+        raise InputError("a new origin is for a salvage copy: give --through SEQ with --origin")
+    if new_origin is not None:
+        check_origin_name(new_origin)
+    if through is not None:
+        return _salvage(source, destination, through, new_origin, on_progress)
     with BudgetStore.open(source, readonly=True) as origin, origin.snapshot() as snapshot:
         total = origin.count()
         expected = origin.head()
@@ -58,6 +73,7 @@ def copy_store(
                         verified,
                         origin=log,
                         checkpoints=_held(tree, origin.iter_checkpoint_rows()),
+                        provenance=snapshot.provenance(),
                         on_progress=advance,
                     )
                 finally:  # close the source's cursor now, while its store is still open, whatever happened
@@ -98,3 +114,59 @@ def _held(
             "(run `compute-budget audit` on the source)"
         )
     yield from checkpoints
+
+
+def _salvage(
+    source: str | os.PathLike[str],
+    destination: str | os.PathLike[str],
+    through: int,
+    new_origin: str | None,
+    on_progress: Callable[[int, int], None] | None,
+) -> ChainHead:
+    """`copy --through`: rows 1..`through`, each verified, into a new origin with a provenance row."""
+    if type(through) is not int or through < 0:
+        raise InputError(f"--through takes a row number, not {through!r}")
+    with BudgetStore.open(source, readonly=True) as origin, origin.snapshot() as snapshot:
+        log = snapshot.origin()
+        held = snapshot.max_seq()
+        if through > held:
+            raise StoreUnavailable(f"{origin.location.display} holds {held} rows, fewer than --through {through}")
+        if log is None:
+            raise StoreUnavailable(f"{origin.location.display} has no origin: there is nothing to salvage from")
+        chosen = new_origin if new_origin is not None else fresh_origin()
+        if chosen == log:
+            raise InputError(f"a salvaged store takes a new origin, not the source's {log}")
+        with BudgetStore.open(destination, origin=chosen, allow_unsigned=True) as target:
+            try:
+                if target.location.url == origin.location.url:
+                    raise StoreUnavailable("source and destination are the same store")
+                done = [0]
+
+                def advance(count: int) -> None:
+                    done[0] += count
+                    if on_progress is not None:
+                        on_progress(done[0], through)
+
+                raw = origin.iter_raw_rows()
+                rows = _first(raw, through)
+                verified = _verified(rows, TreeCheck(CompactRange(), end=through, origin=log))
+                try:
+                    head = target.import_history(
+                        verified, origin=chosen, provenance_from=log, on_progress=advance
+                    )
+                finally:
+                    verified.close()
+                    raw.close()
+                if head.seq != through:  # pragma: no cover  (the source changed under a read transaction)
+                    raise CopyVerificationFailed(f"copied {head.seq} rows, not {through}")
+            except BaseException:
+                target.discard_if_unused()
+                raise
+    return head
+
+
+def _first(rows: Iterator[tuple[Any, ...]], count: int) -> Iterator[tuple[Any, ...]]:
+    for index, row in enumerate(rows):
+        if index >= count:
+            return
+        yield row

@@ -53,6 +53,7 @@ class AuditReport:
     root: bytes | None = None  # the Merkle root the audit recomputed for the head
     trusted_keys: tuple[str, ...] = ()  # the verifier keys given
     attested_size: int | None = None  # rows covered by the newest checkpoint a trusted key signed (keys given)
+    provenance: dict[str, Any] | None = None  # a salvaged store's origin of record (spec 9.8), else None
 
     @property
     def clean(self) -> bool:
@@ -94,6 +95,7 @@ class AuditReport:
             "origin": self.origin,
             "trusted_keys": list(self.trusted_keys),
             "attested_size": self.attested_size,
+            "provenance": self.provenance,
             "status_counts": dict(sorted(self.status_counts.items())),
             "reason_counts": dict(sorted(self.reason_counts.items())),
             "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,

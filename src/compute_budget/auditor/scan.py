@@ -106,6 +106,8 @@ process gets at least `AUTO_ROWS_PER_JOB` rows to check, else one. The report's 
             anchors = [_anchor(snapshot, low, since) for low, _ in plan.ranges]
             origin = snapshot.origin()
             findings_before: list[Finding] = []
+            provenance, provenance_findings = _provenance(snapshot)
+            findings_before += provenance_findings
             if expected_origin is not None and origin != expected_origin:
                 findings_before.append(
                     Finding(
@@ -197,7 +199,34 @@ process gets at least `AUTO_ROWS_PER_JOB` rows to check, else one. The report's 
         root=frontier.root() if frontier is not None else None,
         trusted_keys=tuple(key.format() for key in keys),
         attested_size=max((size for size, _ in attested.values()), default=0) if keys else None,
+        provenance=provenance,
     )
+
+
+def _provenance(snapshot: Snapshot) -> tuple[dict[str, Any] | None, list[Finding]]:
+    """The salvaged store's provenance (spec 9.8) for the report, and a finding when its row no longer names the
+    chain hash stored at its size (the copied history changed after it was salvaged)."""
+    try:
+        found = snapshot.provenance()
+    except StoreDamaged as damaged:
+        return None, [Finding(FindingKind.SCHEMA_TAMPERED, None, None, str(damaged))]
+    if found is None:
+        return None, []
+    source, through, root, chain, recorded_at = found
+    document = {"source_origin": source, "through_seq": through, "root": root, "chain_hash": chain,
+                "recorded_at": recorded_at}
+    stored = snapshot.chain_at(through)
+    if stored != chain:
+        return document, [
+            Finding(
+                FindingKind.CHECKPOINT_MISMATCH,
+                None,
+                through,
+                f"the provenance row says this store was salvaged from {source} through seq {through} with chain_hash "
+                f"{chain}, but row {through} now has {stored}: the salvaged history was rewritten",
+            )
+        ]
+    return document, []
 
 
 @dataclass(frozen=True, slots=True)

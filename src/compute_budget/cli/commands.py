@@ -392,7 +392,8 @@ def migrate_command(db: str | None, origin: str | None) -> None:
 
     def restored(problems: list[str]) -> None:
         for problem in problems:
-            say(f"restored the append-only guard: {problem}")
+            # The guard's problems are restored; the revision record (spec 9.7) is repaired, and says so itself.
+            say(problem if problem.startswith("repaired ") else f"restored the append-only guard: {problem}")
 
     before, after = BudgetStore.migrate(db, origin=origin, on_restore=restored)
     if before == after:
@@ -735,21 +736,38 @@ def _write_error_reports(targets: list[tuple[str, str]], error: BaseException, d
 @cli.command("copy")
 @click.argument("source", metavar="SRC")
 @click.argument("destination", metavar="DST")
-def copy_command(source: str, destination: str) -> None:
-    """Copy the whole history of store SRC into the empty store DST (paths or URLs), verifying every row.
+@click.option(
+    "--through",
+    type=click.IntRange(min=0),
+    metavar="SEQ",
+    default=None,
+    help="Salvage: copy only rows 1..SEQ (the last witnessed size) into a new origin, with no checkpoints and a "
+    "provenance row (spec 9.8).",
+)
+@click.option("--origin", "new_origin", metavar="NAME", default=None, help="With --through: the new store's origin.")
+def copy_command(source: str, destination: str, through: int | None, new_origin: str | None) -> None:
+    """Copy the whole history of store SRC into the empty store DST (paths or URLs), verifying every row; with
+    --through SEQ, salvage rows 1..SEQ into a new origin (its first signed append needs --adopt-unsigned SEQ).
 
     Exit 0 copied; 1 a source row failed verification (nothing copied); 2 cannot run.
     """
     from compute_budget.auditor.copy import copy_store
     from compute_budget.errors import CopyVerificationFailed
 
+    if new_origin is not None and through is None:
+        raise click.UsageError("--origin goes with --through: a whole copy keeps the source's origin")
     try:
         with audit_progress() as on_progress:
-            head = copy_store(source, destination, on_progress=on_progress)
+            head = copy_store(source, destination, on_progress=on_progress, through=through, new_origin=new_origin)
     except CopyVerificationFailed as failed:
         say(f"error: {failed}")
         click.get_current_context().exit(1)
     click.echo(f"copied {head.seq} rows; head seq {head.seq}, chain_hash {head.chain_hash}")
+    if through is not None:
+        say(
+            f"salvaged rows 1..{through} into a new origin; its first signed append needs "
+            f"`record --signing-key KEY --adopt-unsigned {through}`"
+        )
 
 
 def _shown(text: str) -> str:

@@ -37,6 +37,12 @@ def render_text(report: AuditReport) -> str:
     ]
     if report.origin is not None and report.root is not None:
         lines.append(f"  tree          {escaped(report.origin)}, root {base64.b64encode(report.root).decode('ascii')}")
+    if report.provenance is not None:
+        item = report.provenance
+        lines.append(
+            f"  provenance    salvaged from {escaped(str(item['source_origin']))} through seq {item['through_seq']} "
+            f"(root {escaped(str(item['root']))}, chain_hash {escaped(str(item['chain_hash']))})"
+        )
     if report.trusted_keys:
         names = ", ".join(key.rsplit("+", 1)[0] for key in report.trusted_keys)
         lines.append(f"  attested      through seq {report.attested_size} by trusted keys ({names})")

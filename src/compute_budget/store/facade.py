@@ -7,6 +7,7 @@ written whole or not at all. Readers open the database read-only and never write
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime as dt
 import itertools
@@ -70,7 +71,7 @@ from compute_budget.store.migrations import SchemaState, head_revision, schema_s
 from compute_budget.store.schema_check import restore_guard, schema_problems
 from compute_budget.store.seal import SealStatements, seal_statements_for
 from compute_budget.store.statements import MULTI_ROW_MAX, Statements, statements_for
-from compute_budget.store.table import TABLE_NAME
+from compute_budget.store.table import TABLE_NAME, VERSION_TABLE
 from compute_budget.store.text_codec import decode_row, encode_rows, encode_text, tolerant_text
 
 
@@ -286,7 +287,18 @@ class BudgetStore(Browsing):
                     raise NotABudgetStore(f"{location.display} is not a compute-budget database: it has other tables")
                 if state in (SchemaState.AHEAD, SchemaState.TABLE_MISSING):
                     _require_head(location, state, revision)
-                if state is not SchemaState.AT_HEAD:
+                if state is SchemaState.REVISION_TAMPERED:
+                    # Spec 9.7: the tables are already head's; only the record is wrong. Repair the record (the
+                    # guard is checked next, as on every migrate).
+                    connection.exec_driver_sql(
+                        f"UPDATE {VERSION_TABLE} SET version_num = {_mark(connection)}", (head_revision(),)
+                    )
+                    if on_restore is not None:
+                        on_restore([
+                            f"repaired the schema's bookkeeping: alembic_version recorded revision {revision!r} under "
+                            f"this release's head tables; it now records {head_revision()}"
+                        ])
+                elif state is not SchemaState.AT_HEAD:
                     upgrade_to_head(connection)
                 problems = schema_problems(connection)
                 if problems:
@@ -673,6 +685,8 @@ class BudgetStore(Browsing):
         *,
         origin: str | None = None,
         checkpoints: Iterable[tuple[int, str, str, str, str]] = (),
+        provenance: sealing.Provenance | None = None,
+        provenance_from: str | None = None,
         on_progress: Callable[[int], None] | None = None,
     ) -> ChainHead:
         """Append another store's rows exactly as stored (every column, the chain kept), into this empty store,
@@ -680,7 +694,8 @@ class BudgetStore(Browsing):
         recorded_at), oldest first, read after the rows); the tree is rebuilt from the rows.
 
         All or nothing: an error from `rows` or `checkpoints` (a row failing verification, say) leaves this store
-        empty.
+        empty. `provenance` is the source's provenance row, copied as it is; `provenance_from` (salvage, spec 9.8)
+        writes a new one naming that origin and the copied head's size, root and chain hash.
         """
         self._require_open()
         if self.readonly:
@@ -717,6 +732,14 @@ class BudgetStore(Browsing):
                         on_progress(len(chunk))
                 for batch in _batched(checkpoints, CHUNK_SIZE):
                     connection.exec_driver_sql(self._seal.insert_checkpoint, list(batch))
+                if provenance_from is not None:
+                    root = base64.b64encode(frontier.root()).decode("ascii")
+                    connection.exec_driver_sql(
+                        self._seal.insert_provenance,
+                        (provenance_from, head.seq, root, head.chain_hash, _utc_now()),
+                    )
+                elif provenance is not None:
+                    connection.exec_driver_sql(self._seal.insert_provenance, provenance)
         except SQLAlchemyError as error:
             raise translate(error, self.location) from None
         return head
@@ -891,6 +914,11 @@ class Snapshot:
     def origin(self) -> str | None:
         """The store's origin, or None while none is set."""
         return sealing.read_origin(self._connection, self._seal)
+
+    def provenance(self) -> sealing.Provenance | None:
+        """Where a salvaged store came from (spec 9.8): (source origin, through seq, root, chain hash, recorded at),
+        or None for a store that was not made by `copy --through`."""
+        return sealing.read_provenance(self._connection, self._seal)
 
     def tree(self, size: int) -> TiledTree:
         """A `NodeReader` over the stored tree of the first `size` rows."""
@@ -1101,10 +1129,15 @@ def _check_file(location: Location, *, readonly: bool) -> None:
         raise StoreUnavailable(f"cannot create database {path}: folder {path.parent} does not exist")
 
 
+def _mark(connection: Connection) -> str:
+    """The driver's parameter placeholder."""
+    return "%s" if connection.dialect.name == "postgresql" else "?"
+
+
 def _require_head(location: Location, state: SchemaState, revision: str | None) -> None:
     where = location.display
-    if state is SchemaState.AT_HEAD:
-        return
+    if state in (SchemaState.AT_HEAD, SchemaState.REVISION_TAMPERED):
+        return  # a tampered revision record is read and reported (schema_tampered); appends refuse it
     if state is SchemaState.EMPTY:
         raise NoHistory(f"{where} holds no compute-budget store yet (an empty database)", where=where, dropped=False)
     if state is SchemaState.TABLE_MISSING:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, inspect, text
 
-from compute_budget.store.table import TABLE_NAME
+from compute_budget.store.table import HEAD_TABLES, TABLE_NAME
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -22,7 +22,7 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 
 # This release's revisions, oldest first. Written out so that opening a store (every CLI run, the nightly audit)
 # needs no Alembic import and no reading of the revision scripts; a test holds them equal to the scripts.
-REVISIONS: tuple[str, ...] = ("0001", "0002", "0003")
+REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004")
 
 
 def migrations_path() -> Path:
@@ -69,6 +69,9 @@ class SchemaState(StrEnum):
     AHEAD = "ahead"  # a revision this release does not know (written by a newer release?)
     FOREIGN = "foreign"  # tables, but not ours
     TABLE_MISSING = "table_missing"  # our revision, but the decisions table was dropped
+    # Spec 9.7: the tables are exactly this release's head tables, but alembic_version records another revision
+    # (behind head or unknown): its bookkeeping was edited. Read and audited (`schema_tampered`); `migrate` repairs.
+    REVISION_TAMPERED = "revision_tampered"
 
 
 def schema_state(connection: Connection) -> tuple[SchemaState, str | None]:
@@ -89,6 +92,8 @@ def schema_state(connection: Connection) -> tuple[SchemaState, str | None]:
         return (SchemaState.EMPTY, None) if tables == {"alembic_version"} else (SchemaState.FOREIGN, None)
     if revision == head_revision():
         return (SchemaState.AT_HEAD if TABLE_NAME in tables else SchemaState.TABLE_MISSING), revision
+    if tables == HEAD_TABLES:
+        return SchemaState.REVISION_TAMPERED, revision
     if revision in known_revisions():
         return SchemaState.BEHIND, revision
     return SchemaState.AHEAD, revision

@@ -13,7 +13,7 @@ import re
 from sqlalchemy import Connection
 
 from compute_budget.core.row import ROW_COLUMNS
-from compute_budget.store.table import TABLE_NAME, checkpoints, origin, tree_nodes
+from compute_budget.store.table import TABLE_NAME, checkpoints, origin, provenance, tree_nodes
 from compute_budget.store.triggers import (
     POSTGRESQL_GUARD,
     POSTGRESQL_SEAL_GUARD,
@@ -26,7 +26,10 @@ from compute_budget.store.triggers import (
 # Every guarded table and its columns, in order: the decisions, then the seal's tables (migration 0003).
 GUARDED_COLUMNS: dict[str, tuple[str, ...]] = {
     TABLE_NAME: ROW_COLUMNS,
-    **{table.name: tuple(column.name for column in table.columns) for table in (origin, tree_nodes, checkpoints)},
+    **{
+        table.name: tuple(column.name for column in table.columns)
+        for table in (origin, tree_nodes, checkpoints, provenance)
+    },
 }
 
 _SQLITE_NAME = re.compile(r"CREATE\s+TRIGGER\s+(\S+)\s+\S+\s+\S+\s+ON\s+(\S+)", re.IGNORECASE)
@@ -56,7 +59,7 @@ _POSTGRESQL_TRIGGERS.update(
                 f"EXECUTE FUNCTION {SEAL_GUARD_FUNCTION}()"
             ),
         }
-        for table in (origin.name, tree_nodes.name, checkpoints.name)
+        for table in (origin.name, tree_nodes.name, checkpoints.name, provenance.name)
     }
 )
 _POSTGRESQL_FUNCTIONS: dict[str, str] = {
@@ -92,9 +95,23 @@ def _expected_sqlite() -> dict[str, dict[str, str]]:
 
 def schema_problems(connection: Connection) -> list[str]:
     """What differs from the schema this release creates, one sentence each (empty: the schema holds)."""
+    problems = _revision_problems(connection)
     if connection.dialect.name == "postgresql":
-        return _postgresql_problems(connection)
-    return _sqlite_problems(connection)
+        return problems + _postgresql_problems(connection)
+    return problems + _sqlite_problems(connection)
+
+
+def _revision_problems(connection: Connection) -> list[str]:
+    """Spec 9.7: the recorded revision of a database whose tables are this release's head tables."""
+    from compute_budget.store.migrations import SchemaState, head_revision, schema_state
+
+    state, revision = schema_state(connection)
+    if state is not SchemaState.REVISION_TAMPERED:
+        return []
+    return [
+        f"alembic_version records schema revision {revision!r}, but the tables are this release's head revision "
+        f"{head_revision()}: the schema's bookkeeping was edited by hand (`compute-budget migrate` repairs it)"
+    ]
 
 
 def _compare(table: str, expected: dict[str, str], found: dict[str, str], disabled: set[str]) -> list[str]:

@@ -29,7 +29,7 @@ from compute_budget.core.seal import StoredCheckpoint
 from compute_budget.core.tree import TILE_LEVEL, TILE_SIZE, TiledTree
 from compute_budget.errors import InputError, MerkleError, StoreDamaged, StoreError
 from compute_budget.store.statements import Statements
-from compute_budget.store.table import CHECKPOINTS_TABLE, NODES_TABLE, ORIGIN_TABLE, TABLE_NAME
+from compute_budget.store.table import CHECKPOINTS_TABLE, NODES_TABLE, ORIGIN_TABLE, PROVENANCE_TABLE, TABLE_NAME
 from compute_budget.store.text_codec import tolerant_text
 
 ORIGIN_PREFIX = "compute-budget/"
@@ -123,6 +123,13 @@ class SealStatements:
             f"ORDER BY id LIMIT {PAGE_ROWS}"
         )
         self.count_checkpoints = f"SELECT count(*) FROM {CHECKPOINTS_TABLE}"
+        self.get_provenance = (
+            f"SELECT source_origin, through_seq, root, chain_hash, recorded_at FROM {PROVENANCE_TABLE} WHERE id = 1"
+        )
+        self.insert_provenance = (
+            f"INSERT INTO {PROVENANCE_TABLE} (id, source_origin, through_seq, root, chain_hash, recorded_at) "
+            f"VALUES (1, {m}, {m}, {m}, {m}, {m})"
+        )
 
 
 _BY_BACKEND = {"sqlite": SealStatements("?"), "postgresql": SealStatements("%s")}
@@ -322,3 +329,18 @@ def signed_note(origin: str, head: ChainHead, root: bytes, signers: list[SignerK
     for signer in signers[1:]:
         note = add_signature(note, signer)
     return note
+
+
+Provenance = tuple[str, int, str, str, str]  # source_origin, through_seq, root (base64), chain_hash, recorded_at
+
+
+def read_provenance(connection: Connection, seal: SealStatements) -> Provenance | None:
+    """The store's provenance row (spec 9.8) as stored, or None; `StoreDamaged` for one of the wrong types."""
+    row = connection.exec_driver_sql(seal.get_provenance).first()
+    if row is None:
+        return None
+    source, through, root, chain, at = tuple(row)
+    if not (isinstance(source, str) and type(through) is int and isinstance(root, str) and isinstance(chain, str)
+            and isinstance(at, str)):
+        raise StoreDamaged("the store's provenance row cannot be read: run `compute-budget audit`")
+    return source, through, root, chain, at

@@ -93,3 +93,24 @@ checkpoints = Table(
 )
 
 SEAL_TABLES: tuple[str, ...] = (ORIGIN_TABLE, NODES_TABLE, CHECKPOINTS_TABLE)
+
+# Salvage (spec 9.8, migration 0004): where a store made by `copy --through` came from. At most one row.
+PROVENANCE_TABLE = "compute_budget_provenance"
+
+provenance = Table(
+    PROVENANCE_TABLE,
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("source_origin", Text, nullable=False),
+    Column("through_seq", BigInteger().with_variant(Integer(), "sqlite"), nullable=False),
+    Column("root", Text, nullable=False),
+    Column("chain_hash", String(64), nullable=False),
+    Column("recorded_at", Text, nullable=False),
+    CheckConstraint("id = 1", name="single_row"),
+    CheckConstraint("through_seq >= 0", name="through_non_negative"),
+    CheckConstraint("length(chain_hash) = 64", name="chain_hash_sha256"),
+)
+
+# Every table of this release's head schema, Alembic's own included (spec 9.7 compares a database with it).
+VERSION_TABLE = "alembic_version"
+HEAD_TABLES: frozenset[str] = frozenset({VERSION_TABLE, *metadata.tables})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from compute_budget.store.table import CHECKPOINTS_TABLE, NODES_TABLE, ORIGIN_TABLE, TABLE_NAME
+from compute_budget.store.table import CHECKPOINTS_TABLE, NODES_TABLE, ORIGIN_TABLE, PROVENANCE_TABLE, TABLE_NAME
 
 SQLITE_GUARD: tuple[str, ...] = (
     f"""CREATE TRIGGER {TABLE_NAME}_no_update BEFORE UPDATE ON {TABLE_NAME}
@@ -49,6 +49,7 @@ _SEAL_KEYS = {
     ORIGIN_TABLE: "id = NEW.id",
     NODES_TABLE: "level = NEW.level AND idx = NEW.idx",
     CHECKPOINTS_TABLE: "id = NEW.id",
+    PROVENANCE_TABLE: "id = NEW.id",  # migration 0004
 }
 
 SQLITE_SEAL_GUARD: tuple[str, ...] = tuple(
