@@ -11,6 +11,10 @@ In one run, on this machine:
    across it. Goals: under 50 ms and 20 ms.
 4. ``audit`` with ``trusted_keys=[writer]`` against ``audit`` without keys, on the sealed store, alternating.
    Goal: ratio >= 0.90.
+5. Spec 9.1 (issue 19): a signed single ``record()`` with the writer's rules and its state file (in the store's
+   folder, not fsynced) against the signed append before those rules (checks and state switched off), taking
+   turns call by call; and ``record_many`` of 100,000 signed gates the same way. Goals: at most 1 ms more per
+   call (medians), and a ratio of at least 0.95.
 
 Run: ``python benchmarks/bench_seal.py`` (1,000,000 rows, about 15 minutes here), ``--count 20000`` for a smoke
 run, ``--keep`` to keep the stores.
@@ -32,34 +36,46 @@ from typing import Any
 
 from bench_record import db_bytes, gates
 
+import compute_budget.core.leaf as leaf_module
 import compute_budget.store.append as append_module
+import compute_budget.store.facade as facade_module
 import compute_budget.store.seal as seal_module
 from compute_budget import BudgetStore, audit, prove, verify_proof
-from compute_budget.core.chain import chain_hash
+from compute_budget.core.leaf import RowHasher
 from compute_budget.core.merkle import CompactRange
 from compute_budget.core.note import SignerKey, generate_signer
-from compute_budget.core.row import chained_row
+from compute_budget.store.authorship import Authorised
+from compute_budget.store.writer_state import WriterState
 
 BATCH = 100_000
 GOAL_APPEND_RATIO = 0.90
 GOAL_AUDIT_RATIO = 0.90
 GOAL_PROVE_MS = 50.0
 GOAL_VERIFY_MS = 20.0
+GOAL_AUTHORSHIP_EXTRA_MS = 1.0  # issue 19: a signed record() pays at most this for spec 9.1
+GOAL_AUTHORSHIP_BATCH_RATIO = 0.95
 
 
-class _ChainOnly:
-    """The row hashing of the store before the seal: the whole row serialised and hashed once, for its chain hash
-    only, in the appending thread (`chained_row` + `chain_hash`, as `plan_chunk` did)."""
+class _NoLeaf:
+    """A leaf hash state that hashes nothing: the floor keeps the chain hash alone."""
 
-    __slots__ = ("decision", "gate_input", "spans")
+    __slots__ = ()
 
-    def __init__(self, decision: Any, gate_input: str) -> None:
-        self.decision, self.gate_input, self.spans = decision, gate_input, ""
+    def copy(self) -> _NoLeaf:
+        return self
 
-    def finish(self, prev: str, seq: int, recorded_at: str, reason_code: str, status: str) -> tuple[bytes, str]:
-        values = chained_row(seq, self.decision, self.gate_input, recorded_at)
-        self.spans = values[13]
-        return _ZERO, chain_hash(prev, values)
+    def update(self, data: bytes) -> None:
+        return None
+
+    def digest(self) -> bytes:
+        return _ZERO
+
+
+def _chain_only(decision: Any, gate_input: str) -> RowHasher:
+    """The row hashing of the store before the seal: the chain hash only (the leaf state hashes nothing; the
+    serialisation is shared, and its one extra SHA-256 update of the row's head bytes stays in the floor)."""
+    real = leaf_module.row_hasher(decision, gate_input)
+    return RowHasher(real.spans, _NoLeaf(), real.chain_state)
 
 
 _ZERO = bytes(32)
@@ -75,7 +91,7 @@ def seal_switched_off() -> Iterator[None]:
     def no_nodes(self: CompactRange, leaves: Any, *, min_level: int = 0) -> list[Any]:
         return []
 
-    append_module.row_hasher = _ChainOnly  # type: ignore[assignment]
+    append_module.row_hasher = _chain_only  # type: ignore[assignment]
     CompactRange.extend = no_nodes  # type: ignore[method-assign]
     seal_module.tree_is_built = lambda *args: True  # type: ignore[assignment]
     seal_module.frontier_at = lambda *args: CompactRange()  # type: ignore[assignment]
@@ -90,11 +106,43 @@ def seal_switched_off() -> Iterator[None]:
         ) = saved  # type: ignore[assignment,method-assign]
 
 
+@contextlib.contextmanager
+def authorship_switched_off() -> Iterator[None]:
+    """The signed append as it was before spec 9.1 (issue 19), for this benchmark's side-by-side figure: no rule 1
+    or rule 2 checks, no writer state file read, locked or replaced. Only for the floor of part 5."""
+    saved = (facade_module.check_signed_head, facade_module.check_state, WriterState.locked, WriterState.save)
+
+    @contextlib.contextmanager
+    def no_lock(self: WriterState) -> Iterator[WriterState]:
+        yield self
+
+    def nothing(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    def matched(*args: Any, **kwargs: Any) -> Authorised:
+        return Authorised(0)
+
+    facade_module.check_signed_head = matched  # type: ignore[assignment]
+    facade_module.check_state = nothing  # type: ignore[assignment]
+    WriterState.locked = no_lock  # type: ignore[assignment,method-assign]
+    WriterState.save = nothing  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        (
+            facade_module.check_signed_head,
+            facade_module.check_state,
+            WriterState.locked,
+            WriterState.save,
+        ) = saved  # type: ignore[assignment,method-assign]
+
+
 def record_batches(path: Path, count: int, key: SignerKey | None) -> float:
     """Seconds to record `count` gates in batches of `BATCH` with one store object (gate generation excluded)."""
     batches = [gates(start, min(BATCH, count - start)) for start in range(0, count, BATCH)]
+    state = path.with_name(path.name + ".writer-state") if key is not None else None
     started = time.perf_counter()
-    with BudgetStore.open(path, signing_key=key) as store:
+    with BudgetStore.open(path, signing_key=key, writer_state=state) as store:
         for batch in batches:
             store.record_many(batch)
     return time.perf_counter() - started
@@ -108,7 +156,8 @@ def record_singles(
     lines = gates(start, calls)
     with_seal: list[float] = []
     without: list[float] = []
-    with BudgetStore.open(sealed, signing_key=key) as first:
+    state = sealed.with_name(sealed.name + ".writer-state")
+    with BudgetStore.open(sealed, signing_key=key, writer_state=state) as first:
         with seal_switched_off():
             second = BudgetStore.open(plain)
         try:
@@ -123,6 +172,34 @@ def record_singles(
         finally:
             second.close()
     return with_seal, without
+
+
+def record_signed_singles(folder: Path, calls: int, key: SignerKey) -> tuple[list[float], list[float]]:
+    """Latencies (s) of `calls` signed single record() calls with spec 9.1 (state file in the store's folder, not
+    fsynced) and without it (the signed append before issue 19), into two stores of a few hundred rows, taking
+    turns call by call."""
+    now, before = folder / "authorship.db", folder / "pre-authorship.db"
+    for path in (now, before):
+        with BudgetStore.open(path, signing_key=key, writer_state=folder / f"{path.stem}.state") as store:
+            store.record_many(gates(0, 300))
+    lines = gates(300, calls)
+    with_rules: list[float] = []
+    without: list[float] = []
+    first = BudgetStore.open(now, signing_key=key, writer_state=folder / f"{now.stem}.state")
+    second = BudgetStore.open(before, signing_key=key, writer_state=folder / f"{before.stem}.state")
+    try:
+        for line in lines:
+            began = time.perf_counter()
+            first.record(line)
+            with_rules.append(time.perf_counter() - began)
+            with authorship_switched_off():
+                began = time.perf_counter()
+                second.record(line)
+                without.append(time.perf_counter() - began)
+    finally:
+        first.close()
+        second.close()
+    return with_rules, without
 
 
 def timed(function: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
@@ -254,6 +331,34 @@ def main(argv: list[str] | None = None) -> int:
         f"audit        project (--trusted-key) {total / trusted_audit:,.0f} rows/s ({trusted_audit:.1f} s) | "
         f"floor (no key) {total / plain_audit:,.0f} rows/s ({plain_audit:.1f} s) | ratio {audit_ratio:.3f} "
         f"(goal >= {GOAL_AUDIT_RATIO:.2f}: {'met' if audit_ratio >= GOAL_AUDIT_RATIO else 'MISSED'})"
+    )
+    # 5. spec 9.1 (issue 19): a signed record() with the writer rules and its state file against the signed
+    # append before them, and record_many of BATCH gates the same way.
+    rules, pre_rules = record_signed_singles(folder, args.calls, key)
+    extra = statistics.median(rules) - statistics.median(pre_rules)
+    print(
+        f"signed record() with spec 9.1 median {_ms(statistics.median(rules))} | before 9.1 median "
+        f"{_ms(statistics.median(pre_rules))} | extra {_ms(extra)} "
+        f"(goal <= {GOAL_AUTHORSHIP_EXTRA_MS:.1f} ms: "
+        f"{'met' if extra * 1000 <= GOAL_AUTHORSHIP_EXTRA_MS else 'MISSED'})"
+    )
+    batch = min(count, BATCH)
+    best_rules = best_pre = float("inf")
+    for round_number in range(2):
+        sides = ["rules", "pre"] if round_number % 2 == 0 else ["pre", "rules"]
+        for side in sides:
+            path = folder / f"batch-{side}-{round_number}.db"
+            if side == "rules":
+                best_rules = min(best_rules, record_batches(path, batch, key))
+            else:
+                with authorship_switched_off():
+                    best_pre = min(best_pre, record_batches(path, batch, key))
+    batch_ratio = best_pre / best_rules
+    print(
+        f"record_many({batch:,}) signed, with spec 9.1 {batch / best_rules:,.0f} rows/s | before "
+        f"{batch / best_pre:,.0f} rows/s | ratio {batch_ratio:.3f} "
+        f"(goal >= {GOAL_AUTHORSHIP_BATCH_RATIO:.2f}: "
+        f"{'met' if batch_ratio >= GOAL_AUTHORSHIP_BATCH_RATIO else 'MISSED'})"
     )
     if args.keep:
         print(f"kept: {sealed} {plain}")
