@@ -52,7 +52,9 @@ from compute_budget.errors import (
     StoreError,
     StoreUnavailable,
     UnknownBudgetId,
+    UnsignedAppendRefused,
     UnsupportedPolicyVersion,
+    WriterStateError,
 )
 
 if TYPE_CHECKING:  # what the lazy names below really are, for a client's type checker
@@ -126,8 +128,10 @@ __all__ = [
     "StoreUnavailable",
     "StoredDecision",
     "UnknownBudgetId",
+    "UnsignedAppendRefused",
     "UnsupportedPolicyVersion",
     "VerifierKey",
+    "WriterStateError",
     "admit",
     "audit",
     "budget_payload",
