@@ -145,7 +145,7 @@ def test_list_filters(run_cli: Run, db_path: Path, tmp_path: Path) -> None:
 
     assert seqs("--reason", "gate_blocked") == [5, 11]
     assert seqs("--after-seq", "3", "--before-seq", "7") == [4, 5, 6]
-    assert seqs("--after-seq", "3", "--before-seq", "7", "--limit", "1") == [6]
+    assert seqs("--after-seq", "3", "--before-seq", "7", "--limit", "1") == [4]  # paging forward: the first after
     assert seqs("--status", "budget_allowed", "--after-seq", "6") == [7, 8, 9]
     assert len(seqs("--policy-version", "compute_budget.v1")) == 12
     assert seqs("--policy-version", "compute_budget.v2") == []

@@ -85,7 +85,7 @@ def test_iter_decisions_filters(store_target: str) -> None:
         assert [row.seq for row in store.iter_decisions(reason_code="eligible_missing_role")] == [1]
         assert [row.seq for row in store.iter_decisions(reason_code="gate_blocked")] == [5, 11]
         assert [row.seq for row in store.iter_decisions(after_seq=3, before_seq=7)] == [4, 5, 6]
-        assert [row.seq for row in store.iter_decisions(after_seq=3, before_seq=7, limit=2)] == [5, 6]
+        assert [row.seq for row in store.iter_decisions(after_seq=3, before_seq=7, limit=2)] == [4, 5]
         assert [row.seq for row in store.iter_decisions(gate_decision_id="gate-0000004")] == [5]
         assert len(list(store.iter_decisions(policy_version="compute_budget.v1"))) == 12
         assert list(store.iter_decisions(policy_version="compute_budget.v2")) == []
@@ -243,3 +243,23 @@ def test_discard_never_drops_a_postgresql_database(pg_url: str) -> None:
     assert not store.discard_if_unused()
     with BudgetStore.open(pg_url, readonly=True) as reader:
         assert reader.count() == 0
+
+
+def test_paging_forward_with_after_seq_never_skips_a_row(store_target: str) -> None:
+    """Issue 22: a loop tailing new rows (after the last seq it saw, a page at a time) sees every row once, in
+    order; `limit` without `after_seq` is still the newest rows."""
+    from compute_budget import BudgetStore
+    from tests.conftest import gate_lines
+
+    with BudgetStore.open(store_target) as store:
+        store.record_many(gate_lines(8))
+        seen: list[int] = []
+        last, appended = 0, False
+        while page := [row.seq for row in store.iter_decisions(after_seq=last, limit=3)]:
+            seen += page
+            last = page[-1]
+            if len(seen) >= 5 and not appended:  # rows arrive while the loop pages
+                store.record_many(gate_lines(4, prefix="later"))
+                appended = True
+        assert seen == list(range(1, 13))
+        assert [row.seq for row in store.iter_decisions(limit=3)] == [10, 11, 12]

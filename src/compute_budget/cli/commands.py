@@ -345,7 +345,12 @@ SEQ = click.IntRange(min=0, max=2**62)
 @click.option("--gate", "gate_id", metavar="DECISION_ID", help="Only the decisions of the gate with this decision_id.")
 @click.option("--after-seq", type=SEQ, metavar="SEQ", help="Only rows after this seq.")
 @click.option("--before-seq", type=SEQ, metavar="SEQ", help="Only rows before this seq.")
-@click.option("--limit", type=SEQ, default=None, help="Only the newest N decisions (of those that match).")
+@click.option(
+    "--limit",
+    type=SEQ,
+    default=None,
+    help="Only N of the decisions that match: the first N after --after-seq when it is given, else the newest N.",
+)
 @click.option("--format", "output_format", type=click.Choice(["table", "jsonl"]), default="table", show_default=True)
 def list_command(
     db: str | None,

@@ -643,7 +643,8 @@ class BudgetStore(Browsing):
     ) -> Iterator[StoredDecision]:
         """Stored rows in `seq` order (newest last), streamed: only those matching every filter given (a
         status, reason code, policy version, gate decision_id, seq after / before a bound), and of those only
-        the newest `limit`."""
+        `limit`: the first after `after_seq` when it is given (page forward with the last seq seen, and no row is
+        skipped), else the newest."""
         self._require_open()
         wanted = {
             "status": None if status is None else str(status),

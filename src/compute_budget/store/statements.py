@@ -86,11 +86,14 @@ class Statements:
 
     def listing(self, filters: Sequence[str] = (), limit: int | None = None) -> str:
         """Rows in seq order matching every named filter of `LIST_FILTERS` (one parameter each, in the order
-        given), optionally only the newest `limit`."""
+        given), optionally only `limit` of them: the oldest after the bound when `after_seq` is a filter (paging
+        forward, as a loop tailing new rows does, must never skip one), else the newest."""
         conditions = [LIST_FILTERS[name].format(mark=self.mark) for name in filters]
         where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
         if limit is None:
             return f"{self.select}{where} ORDER BY seq"
+        if "after_seq" in filters:
+            return f"{self.select}{where} ORDER BY seq LIMIT {int(limit)}"
         return f"SELECT * FROM ({self.select}{where} ORDER BY seq DESC LIMIT {int(limit)}) AS newest ORDER BY seq"
 
     def stored_gates(self, how_many: int) -> str:
