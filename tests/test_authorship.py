@@ -296,6 +296,12 @@ def test_a_state_folder_that_cannot_be_written_names_it_and_the_option(
     assert status == 2
     assert "no-such-folder" in err
     assert "--writer-state" in err
+    (tmp_path / "a-folder").mkdir()
+    status, _, err = run_cli("record", gates_file(tmp_path, 1, "a"), "--db", str(db_path), "--signing-key", str(key),
+                             "--writer-state", str(tmp_path / "a-folder"))
+    assert status == 2
+    assert "is a folder" in err
+    assert not (tmp_path / "a-folder.lock").exists()  # refused before anything was made beside it
 
 
 def test_a_signer_key_object_needs_a_writer_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

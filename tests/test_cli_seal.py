@@ -547,6 +547,24 @@ def _bundle_of(run_cli: Run, signed: str, seq: int) -> dict[str, object]:
     return dict(json.loads(out))
 
 
+def _stolen_key_bundle(run_cli: Run, signed: str, keys: dict[str, tuple[Path, str]], tmp_path: Path) -> str:
+    """A proof bundle of row 28 as it is now stored, against a head note signed with the writer's key as a thief
+    would (the honest writer refuses to sign over a row it did not write)."""
+    from compute_budget import BudgetStore
+    from compute_budget.core.note import format_checkpoint, sign_note
+
+    with BudgetStore.open(signed, readonly=True) as store:
+        head = store.checkpoint()
+    assert head.origin is not None
+    assert head.root is not None
+    stolen = SignerKey.parse(keys["writer"][0].read_text().strip())
+    note = tmp_path / "stolen.note"
+    note.write_text(sign_note(format_checkpoint(head.origin, head.seq, head.root, head.chain_hash), stolen))
+    status, bundle, err = run_cli("prove", str(rows(signed)[27][1]), "--db", signed, "--checkpoint", str(note))
+    assert status == 0, err
+    return bundle
+
+
 def _verify_text(run_cli: Run, text: str, tmp_path: Path, key: str) -> tuple[int, str, str]:
     path = tmp_path / "bundle.json"
     path.write_text(text, encoding="utf-8")
@@ -618,8 +636,6 @@ def test_a_wall_clock_limit_under_v1_is_invalid_in_a_receipt_and_in_the_audit(
     """max_wallclock_ms is not hashed but v1 fixes it to null: a stored row carrying 86,400,000 is
     rederive_mismatch in the audit, and a receipt for it (signed here by a leaked key, since the honest writer
     refuses) is invalid (rederive) (spec 6 and 8, revision 3)."""
-    from compute_budget import BudgetStore
-    from compute_budget.core.note import format_checkpoint, sign_note
     from tests.backends import tamper
 
     tamper(signed, "UPDATE compute_budget_decisions SET max_wallclock_ms = 86400000 WHERE seq = 28")
@@ -627,15 +643,7 @@ def test_a_wall_clock_limit_under_v1_is_invalid_in_a_receipt_and_in_the_audit(
     assert status == 1
     findings = json.loads(out)["findings"]
     assert [item["seq"] for item in findings if item["kind"] == "rederive_mismatch"] == [28]
-    with BudgetStore.open(signed, readonly=True) as store:
-        head = store.checkpoint()
-    assert head.origin is not None
-    assert head.root is not None
-    leaked = SignerKey.parse(keys["writer"][0].read_text().strip())
-    note = tmp_path / "leaked.note"
-    note.write_text(sign_note(format_checkpoint(head.origin, head.seq, head.root, head.chain_hash), leaked))
-    status, bundle, err = run_cli("prove", str(rows(signed)[27][1]), "--db", signed, "--checkpoint", str(note))
-    assert status == 0, err
+    bundle = _stolen_key_bundle(run_cli, signed, keys, tmp_path)
     status, out, _ = _verify_text(run_cli, bundle, tmp_path, keys["writer"][1])
     assert status == 1
     assert out.startswith("invalid (rederive)")
@@ -647,21 +655,11 @@ def test_verify_proofs_output_is_terminal_safe(
 ) -> None:
     """A receipt whose row was rewritten with escape sequences and signed with a stolen key: the rederive line
     quotes the stored text escaped, on one line, with no escape character."""
-    from compute_budget import BudgetStore
-    from compute_budget.core.note import format_checkpoint, sign_note
     from tests.backends import tamper
 
     hostile = "\x1b[2J\x1b[31mforged\nvalid: all is well\u202e"
     tamper(signed, ("UPDATE compute_budget_decisions SET reason_code = :code WHERE seq = 28", {"code": hostile}))
-    with BudgetStore.open(signed, readonly=True) as store:
-        head = store.checkpoint()
-    assert head.origin is not None
-    assert head.root is not None
-    stolen = SignerKey.parse(keys["writer"][0].read_text().strip())
-    note = tmp_path / "stolen.note"
-    note.write_text(sign_note(format_checkpoint(head.origin, head.seq, head.root, head.chain_hash), stolen))
-    status, bundle, err = run_cli("prove", str(rows(signed)[27][1]), "--db", signed, "--checkpoint", str(note))
-    assert status == 0, err
+    bundle = _stolen_key_bundle(run_cli, signed, keys, tmp_path)
     status, out, _ = _verify_text(run_cli, bundle, tmp_path, keys["writer"][1])
     assert status == 1
     assert out.startswith("invalid (rederive)")

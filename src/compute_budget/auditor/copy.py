@@ -43,13 +43,29 @@ def copy_store(
         raise InputError("a new origin is for a salvage copy: give --through SEQ with --origin")
     if new_origin is not None:
         check_origin_name(new_origin)
-    if through is not None:
-        return _salvage(source, destination, through, new_origin, on_progress)
+    if through is not None and (type(through) is not int or through < 0):
+        raise InputError(f"--through takes a row number, not {through!r}")
     with BudgetStore.open(source, readonly=True) as origin, origin.snapshot() as snapshot:
-        total = origin.count()
         expected = origin.head()
         log = snapshot.origin()
-        with BudgetStore.open(destination) as target:
+        chosen = log
+        if through is None:
+            end, total = expected.seq, origin.count()
+        else:
+            end = total = through
+            if through > expected.seq:
+                raise StoreUnavailable(
+                    f"{origin.location.display} holds {expected.seq} rows, fewer than --through {through}"
+                )
+            if log is None:
+                raise StoreUnavailable(f"{origin.location.display} has no origin: there is nothing to salvage from")
+            chosen = new_origin if new_origin is not None else fresh_origin()
+            if chosen == log:
+                raise InputError(f"a salvaged store takes a new origin, not the source's {log}")
+        # A copy never signs: the environment's signing key is not even read for the destination. A whole copy
+        # sets the source's origin in `import_history`, which names a clashing one.
+        named = chosen if through is not None else None
+        with BudgetStore.open(destination, origin=named, allow_unsigned=True) as target:
             try:
                 if target.location.url == origin.location.url:
                     raise StoreUnavailable("source and destination are the same store")
@@ -60,30 +76,29 @@ def copy_store(
                     if on_progress is not None:
                         on_progress(done[0], total)
 
-                tree = TreeCheck(
-                    CompactRange(),
-                    end=expected.seq,
-                    origin=log,
-                    checkpoints=snapshot.checkpoints_between(0, expected.seq),
-                )
+                stored = snapshot.checkpoints_between(0, end) if through is None else ()
+                tree = TreeCheck(CompactRange(), end=end, origin=log, checkpoints=stored)
                 raw = origin.iter_raw_rows()
-                verified = _verified(raw, tree)
+                verified = _verified(raw if through is None else _first(raw, through), tree)
                 try:
-                    head = target.import_history(
-                        verified,
-                        origin=log,
-                        checkpoints=_held(tree, origin.iter_checkpoint_rows()),
-                        provenance=snapshot.provenance(),
-                        on_progress=advance,
-                    )
+                    if through is None:
+                        head = target.import_history(
+                            verified,
+                            origin=log,
+                            checkpoints=_held(tree, origin.iter_checkpoint_rows()),
+                            provenance=snapshot.provenance(),
+                            on_progress=advance,
+                        )
+                    else:  # salvage: a new origin, no checkpoint, and where the rows came from
+                        head = target.import_history(verified, origin=chosen, provenance_from=log, on_progress=advance)
                 finally:  # close the source's cursor now, while its store is still open, whatever happened
                     verified.close()
                     raw.close()
             except BaseException:
                 target.discard_if_unused()  # a failed copy leaves no new, empty database file behind
                 raise
-    if head != expected:  # pragma: no cover  (the source changed under a read transaction)
-        raise CopyVerificationFailed(f"copied head {head} differs from the source head {expected}")
+    if head.seq != end or (through is None and head != expected):  # pragma: no cover  (changed under a snapshot)
+        raise CopyVerificationFailed(f"copied head {head} differs from the source's at seq {end}")
     return head
 
 
@@ -114,55 +129,6 @@ def _held(
             "(run `compute-budget audit` on the source)"
         )
     yield from checkpoints
-
-
-def _salvage(
-    source: str | os.PathLike[str],
-    destination: str | os.PathLike[str],
-    through: int,
-    new_origin: str | None,
-    on_progress: Callable[[int, int], None] | None,
-) -> ChainHead:
-    """`copy --through`: rows 1..`through`, each verified, into a new origin with a provenance row."""
-    if type(through) is not int or through < 0:
-        raise InputError(f"--through takes a row number, not {through!r}")
-    with BudgetStore.open(source, readonly=True) as origin, origin.snapshot() as snapshot:
-        log = snapshot.origin()
-        held = snapshot.max_seq()
-        if through > held:
-            raise StoreUnavailable(f"{origin.location.display} holds {held} rows, fewer than --through {through}")
-        if log is None:
-            raise StoreUnavailable(f"{origin.location.display} has no origin: there is nothing to salvage from")
-        chosen = new_origin if new_origin is not None else fresh_origin()
-        if chosen == log:
-            raise InputError(f"a salvaged store takes a new origin, not the source's {log}")
-        with BudgetStore.open(destination, origin=chosen, allow_unsigned=True) as target:
-            try:
-                if target.location.url == origin.location.url:
-                    raise StoreUnavailable("source and destination are the same store")
-                done = [0]
-
-                def advance(count: int) -> None:
-                    done[0] += count
-                    if on_progress is not None:
-                        on_progress(done[0], through)
-
-                raw = origin.iter_raw_rows()
-                rows = _first(raw, through)
-                verified = _verified(rows, TreeCheck(CompactRange(), end=through, origin=log))
-                try:
-                    head = target.import_history(
-                        verified, origin=chosen, provenance_from=log, on_progress=advance
-                    )
-                finally:
-                    verified.close()
-                    raw.close()
-                if head.seq != through:  # pragma: no cover  (the source changed under a read transaction)
-                    raise CopyVerificationFailed(f"copied {head.seq} rows, not {through}")
-            except BaseException:
-                target.discard_if_unused()
-                raise
-    return head
 
 
 def _first(rows: Iterator[tuple[Any, ...]], count: int) -> Iterator[tuple[Any, ...]]:

@@ -96,7 +96,6 @@ db_option = click.option(
 
 
 MAX_CONFLICTS_SHOWN = 20
-SIGNING_KEY_ENV = "COMPUTE_BUDGET_SIGNING_KEY"
 
 
 def writer_options(command: Callable[..., None]) -> Callable[..., None]:
@@ -188,10 +187,11 @@ def record_command(
     named) unless adopted with --adopt-unsigned.
     """
     from compute_budget.store import BudgetStore
+    from compute_budget.store.keys import SIGNING_KEY_ENV_VAR
 
     if unsigned and signing_key is not None:
         raise click.UsageError("--unsigned and --signing-key contradict each other: give one")
-    if adopt_unsigned is not None and (unsigned or (signing_key is None and not os.environ.get(SIGNING_KEY_ENV))):
+    if adopt_unsigned is not None and (unsigned or (signing_key is None and not os.environ.get(SIGNING_KEY_ENV_VAR))):
         raise click.UsageError("--adopt-unsigned signs the rows it adopts: it needs --signing-key")
     opened = BudgetStore.open(
         db, origin=origin, signing_key=signing_key, writer_state=writer_state, init_writer_state=init_writer_state,

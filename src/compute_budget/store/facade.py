@@ -291,7 +291,8 @@ class BudgetStore(Browsing):
                     # Spec 9.7: the tables are already head's; only the record is wrong. Repair the record (the
                     # guard is checked next, as on every migrate).
                     connection.exec_driver_sql(
-                        f"UPDATE {VERSION_TABLE} SET version_num = {_mark(connection)}", (head_revision(),)
+                        f"UPDATE {VERSION_TABLE} SET version_num = {statements_for(engine.dialect.name).mark}",
+                        (head_revision(),),
                     )
                     if on_restore is not None:
                         on_restore([
@@ -1128,11 +1129,6 @@ def _check_file(location: Location, *, readonly: bool) -> None:
         raise StoreUnavailable(f"no database at {path} (check the path, or record something first)")
     if not readonly and not path.parent.is_dir():
         raise StoreUnavailable(f"cannot create database {path}: folder {path.parent} does not exist")
-
-
-def _mark(connection: Connection) -> str:
-    """The driver's parameter placeholder."""
-    return "%s" if connection.dialect.name == "postgresql" else "?"
 
 
 def _require_head(location: Location, state: SchemaState, revision: str | None) -> None:

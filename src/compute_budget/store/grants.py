@@ -14,9 +14,15 @@ from enum import StrEnum
 from sqlalchemy import Connection
 
 from compute_budget.errors import InputError, StoreUnavailable
-from compute_budget.store.table import CHECKPOINTS_TABLE, NODES_TABLE, ORIGIN_TABLE, PROVENANCE_TABLE, TABLE_NAME
+from compute_budget.store.table import (
+    CHECKPOINTS_TABLE,
+    NODES_TABLE,
+    ORIGIN_TABLE,
+    PROVENANCE_TABLE,
+    TABLE_NAME,
+    VERSION_TABLE,
+)
 
-VERSION_TABLE = "alembic_version"
 # The one sequence a writer draws from: the checkpoints' id (BIGSERIAL on PostgreSQL).
 CHECKPOINT_ID_SEQUENCE = f"{CHECKPOINTS_TABLE}_id_seq"
 # What a writer appends to (the origin once, on its first append); every other table it only reads.

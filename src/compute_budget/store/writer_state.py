@@ -54,6 +54,8 @@ class WriterState:
         """Hold the exclusive lock on ``FILE.lock`` (waiting for other writers) for the block."""
         lock_path = Path(str(self.path) + ".lock")
         folder = lock_path.parent
+        if self.path.is_dir():  # refused before its lock is made beside it
+            raise WriterStateError(f"writer state {self.path} is a folder: name a file with --writer-state FILE")
         if os.path.islink(lock_path):
             raise WriterStateError(f"writer state lock {lock_path} is a symbolic link (never followed)")
         try:
