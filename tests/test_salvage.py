@@ -184,3 +184,20 @@ def test_the_provenance_is_append_only_and_travels_with_a_whole_copy(
     assert status == 1
     assert "checkpoint_mismatch" in _kinds(out)
     assert not is_postgres(salvaged)
+
+
+def test_a_provenance_row_planted_in_a_store_is_a_finding(run_cli: Run, store_target: str, tmp_path: Path) -> None:
+    """An insider's INSERT of a provenance claim (the guard allows a first row) whose root is not the tree's at
+    its size: checkpoint_mismatch, never a clean audit printing a made-up origin of record."""
+    _record(run_cli, store_target, tmp_path, 8, "a")
+    chain = rows(store_target)[7][17]
+    execute(store_target, (
+        "INSERT INTO compute_budget_provenance (id, source_origin, through_seq, root, chain_hash, recorded_at) "
+        "VALUES (1, 'example.org/fake', 8, :root, :chain, 'x')",
+        {"root": base64.b64encode(bytes(32)).decode(), "chain": chain},
+    ))
+    status, out, _ = run_cli("audit", "--db", store_target, "--format", "json")
+    assert status == 1
+    findings = json.loads(out)["findings"]
+    assert [(item["kind"], item["seq"]) for item in findings] == [("checkpoint_mismatch", 8)]
+    assert "not written by `copy --through`" in findings[0]["detail"]

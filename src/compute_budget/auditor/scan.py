@@ -35,7 +35,15 @@ from compute_budget.core.merkle import CompactRange, root_from_reader
 from compute_budget.core.note import VerifierKey, valid_origin
 from compute_budget.core.seal import StoredCheckpoint, TreeCheck, TreeOutcome, signature_problem, trusted_signers
 from compute_budget.core.verify import Finding, FindingKind, RangeResult, check_row
-from compute_budget.errors import ArgumentTypeError, CheckpointError, MerkleError, NoHistory, NoteError, StoreDamaged
+from compute_budget.errors import (
+    ArgumentTypeError,
+    CheckpointError,
+    MerkleError,
+    NoHistory,
+    NoteError,
+    StoreDamaged,
+    clip,
+)
 from compute_budget.store import BudgetStore
 from compute_budget.store.facade import Snapshot
 from compute_budget.store.files import read_small_file
@@ -215,6 +223,22 @@ def _provenance(snapshot: Snapshot) -> tuple[dict[str, Any] | None, list[Finding
     source, through, root, chain, recorded_at = found
     document = {"source_origin": source, "through_seq": through, "root": root, "chain_hash": chain,
                 "recorded_at": recorded_at}
+    try:
+        tree_root: bytes | None = snapshot.frontier(through).root() if 0 <= through <= snapshot.max_seq() else None
+    except (StoreDamaged, MerkleError):
+        tree_root = None  # the tree's own findings say why
+    if tree_root is None or base64.b64encode(tree_root).decode("ascii") != root:
+        shown = base64.b64encode(tree_root).decode("ascii") if tree_root is not None else "not computable"
+        return document, [
+            Finding(
+                FindingKind.CHECKPOINT_MISMATCH,
+                None,
+                through,
+                f"the provenance row says this store was salvaged from {clip(source, 80)} through seq {through} with "
+                f"root {clip(root, 60)}, but the tree's root at that size is {shown}: the row was not written by "
+                "`copy --through`, or the salvaged history changed",
+            )
+        ]
     stored = snapshot.chain_at(through)
     if stored != chain:
         return document, [
