@@ -27,9 +27,9 @@ from typing import Any
 
 from compute_budget import COMPUTE_BUDGET_POLICY_VERSION, decide
 from compute_budget.core.canonical import canonical_sha256
-from compute_budget.core.gate import check_gate
-from compute_budget.core.hashing import budget_payload
-from compute_budget.core.policy import V1
+from compute_budget.core.policy.gate import check_gate
+from compute_budget.core.policy.hashing import budget_payload
+from compute_budget.core.policy.rules import V1
 
 STATUSES = ("eligible",) * 7 + ("ineligible", "blocked", "unassessable")
 REASONS = (*V1.table, *V1.table, "eligible_please_search_forever", "Eligible_Missing_Role", "no_residual")

@@ -29,8 +29,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from compute_budget.core.lines import BadLine, GateLine, read_gates
-from compute_budget.core.parse import decide_parsed
+from compute_budget.core.policy.lines import BadLine, GateLine, read_gates
+from compute_budget.core.policy.parse import decide_parsed
 
 CASES = ("unclosed", "deep", "open-lines")
 

@@ -52,7 +52,7 @@ from sqlalchemy import create_engine  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
 from compute_budget.auditor.scan import audit  # noqa: E402
-from compute_budget.core.note import VerifierKey, generate_signer  # noqa: E402
+from compute_budget.core.log.note import VerifierKey, generate_signer  # noqa: E402
 from compute_budget.store import BudgetStore  # noqa: E402
 from compute_budget.store.keys import write_new_signer_key  # noqa: E402
 

@@ -42,8 +42,8 @@ import compute_budget.store.facade as facade_module
 import compute_budget.store.seal as seal_module
 from compute_budget import BudgetStore, audit, prove, verify_proof
 from compute_budget.core.leaf import RowHasher
-from compute_budget.core.merkle import CompactRange
-from compute_budget.core.note import SignerKey, generate_signer
+from compute_budget.core.log.merkle import CompactRange
+from compute_budget.core.log.note import SignerKey, generate_signer
 from compute_budget.store.authorship import Authorised
 from compute_budget.store.writer_state import WriterState
 

@@ -7,8 +7,9 @@ import os
 from typing import Any
 
 from compute_budget import decide
-from compute_budget.core.chain import GENESIS_CHAIN_HASH, chain_hash
-from compute_budget.core.note import SignerKey, generate_signer
+from compute_budget.core.chain import chain_hash
+from compute_budget.core.log.head import GENESIS_CHAIN_HASH
+from compute_budget.core.log.note import SignerKey, generate_signer
 from compute_budget.core.row import ROW_COLUMNS, chained_row
 from tests.backends import Statement, rows, tamper
 from tests.conftest import make_gate

@@ -15,8 +15,8 @@ from compute_budget import (
     SourceSpan,
     decide,
 )
-from compute_budget.core.policy import V1
-from compute_budget.core.types import GATE_KEYS, SPAN_KEYS
+from compute_budget.core.policy.rules import V1
+from compute_budget.core.policy.types import GATE_KEYS, SPAN_KEYS
 
 MAX_SAFE = 2**53 - 1
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -27,10 +28,10 @@ def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_the_layers_and_the_pure_core_hold() -> None:
-    """cli > web > auditor > store > core > errors, and the core imports no I/O, clock or database library."""
+    """cli > web > auditor > store > core > errors, the core's two rooms, and a core without I/O, clock or database."""
     done = _lint_imports(REPO_ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "2 kept, 0 broken" in done.stdout
+    assert "4 kept, 0 broken" in done.stdout
 
 
 @pytest.mark.slow
@@ -38,12 +39,18 @@ def test_the_layers_and_the_pure_core_hold() -> None:
     ("module", "line", "contract"),
     [
         ("core/canonical.py", "import sqlalchemy", "The core is pure"),
-        ("core/policy.py", "import os", "The core is pure"),
-        ("core/hashing.py", "import compute_budget.store.facade", "Layers"),
+        ("core/policy/rules.py", "import os", "The core is pure"),
+        ("core/policy/hashing.py", "import compute_budget.store.facade", "Layers"),
         ("store/append.py", "import compute_budget.auditor.scan", "Layers"),
         ("auditor/scan.py", "import compute_budget.web.app", "Layers"),
         ("web/model.py", "import compute_budget.cli.commands", "Layers"),
         ("core/verify.py", "import starlette", "The core is pure"),
+        ("core/log/merkle.py", "import compute_budget.core.policy.types", "Two rooms"),
+        ("core/policy/hashing.py", "import compute_budget.core.log.note", "Two rooms"),
+        ("core/log/note.py", "import compute_budget.core.verify", "Inside the core"),
+        ("core/policy/rules.py", "import compute_budget.core.chain", "Inside the core"),
+        ("core/canonical.py", "import compute_budget.core.policy.types", "Inside the core"),
+        ("core/log/note.py", "import os", "The core is pure"),
     ],
 )
 def test_a_forbidden_import_breaks_a_contract(tmp_path: Path, module: str, line: str, contract: str) -> None:
@@ -70,3 +77,16 @@ def test_importing_the_package_loads_no_database_code() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_every_module_of_the_core_sits_in_a_room_the_contracts_name() -> None:
+    """A new module dropped loose into `core/` would escape the inner layers contract: the listing must name it."""
+    config = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = config["tool"]["importlinter"]["contracts"]
+    (inner,) = [contract for contract in contracts if contract["name"].startswith("Inside the core")]
+    named = {part.strip() for layer in inner["layers"] for part in layer.replace(":", "|").split("|")}
+    core = REPO_ROOT / "src" / "compute_budget" / "core"
+    present = {path.stem for path in core.glob("*.py") if path.stem != "__init__"}
+    present |= {path.name for path in core.iterdir() if (path / "__init__.py").is_file()}
+    assert present <= named, sorted(present - named)
+    assert {"policy", "log", "canonical", "verify"} <= present

@@ -11,8 +11,8 @@ import pytest
 from compute_budget import BudgetStore, decide
 from compute_budget.auditor.scan import AuditReport, FindingKind, audit
 from compute_budget.core.chain import chain_hash
-from compute_budget.core.checkpoint import Checkpoint
-from compute_budget.core.hashing import spans_json
+from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.policy.hashing import spans_json
 from tests.backends import insert_sql, rows, tamper
 from tests.conftest import gate_lines, make_gate
 
@@ -419,7 +419,7 @@ def append_pre_revision_2_row(store: str, gate_text: str, decision: Any) -> int:
 def test_row_with_a_repeated_top_level_key_from_before_revision_2(store: str) -> None:
     """Revision 1 copied the last of a repeated decision_id; revision 2 copies "": the audit says which rule
     changed, and nothing else is wrong with the row."""
-    from compute_budget.core.policy import V1
+    from compute_budget.core.policy.rules import V1
 
     text = json.dumps(make_gate()).replace('"decision_id": ', '"decision_id": "first", "decision_id": ', 1)
     old = V1.decide(json.loads(text), defect="duplicate key 'decision_id' in a JSON object")
@@ -438,7 +438,7 @@ def test_row_with_a_repeated_top_level_key_from_before_revision_2(store: str) ->
 def test_row_nested_too_deeply_from_before_revision_2(store: str, levels: int) -> None:
     """A gate nested more than 32 levels deep copied its ids before revision 2 (where a parser could read it)
     and copies nothing now; re-parsing it, however deep, never recurses."""
-    from compute_budget.core.policy import V1
+    from compute_budget.core.policy.rules import V1
 
     text = json.dumps(make_gate())[:-1] + ', "note": ' + "[" * levels + "]" * levels + "}"
     old = V1.decide(make_gate(note=[]), nesting_checked=True)  # what revision 1 decided: copied, malformed (3.1.1)

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from compute_budget import BudgetStore, StoreDamaged, audit
-from compute_budget.core.checkpoint import Checkpoint
-from compute_budget.core.note import VerifierKey, verify_note
+from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.note import VerifierKey, verify_note
 from compute_budget.errors import InputError, UnsignedAppendRefused, WriterStateError
 from tests.backends import execute, insert_sql, is_postgres, query, rows, tamper, tamper_all
 from tests.conftest import REPO_ROOT, gate_lines

@@ -95,8 +95,8 @@ def test_list_prints_its_table_a_chunk_at_a_time_with_the_columns_lined_up(
     rows = [line for line in lines if "│" in line]  # a long gate id folds: its row spans two lines
     assert [int(line.split("│")[0]) for line in rows if line.split("│")[0].strip()] == list(range(1, 1006))
     assert len({tuple(index for index, char in enumerate(line) if char == "│") for line in rows}) == 1
-    from compute_budget.core.policy import V1
-    from compute_budget.core.types import ComputeBudgetStatus
+    from compute_budget.core.policy.rules import V1
+    from compute_budget.core.policy.types import ComputeBudgetStatus
 
     assert render._FLOOR["status"] == max(len(status.value) for status in ComputeBudgetStatus)
     assert render._FLOOR["reason"] >= max(len(reason) for reason in V1.table)

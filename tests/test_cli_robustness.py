@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from compute_budget import BudgetStore
-from compute_budget.core.checkpoint import Checkpoint
+from compute_budget.core.log.checkpoint import Checkpoint
 from tests.backends import tamper
 from tests.conftest import REPO_ROOT, gate_lines, make_gate
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from compute_budget.core.checkpoint import Checkpoint
-from compute_budget.core.note import SignerKey, VerifierKey, verify_note
+from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.note import SignerKey, VerifierKey, verify_note
 from tests.backends import query, rows
 from tests.conftest import REPO_ROOT, gate_lines
 from tests.sealing import rewrite_consistently
@@ -104,7 +104,7 @@ def test_keygen_takes_every_name_spec_9_2_allows(
 ) -> None:
     """Latin-1, CJK and emoji names (issue 18): the key file is UTF-8, its verifier key (printed, and again by
     verifier-key) verifies a note signed with the key file, and the default file name is the key's name."""
-    from compute_budget.core.note import sign_note
+    from compute_budget.core.log.note import sign_note
     from compute_budget.store.keys import default_key_file, load_signer_key
 
     status, out, err = run_cli("keygen", name, "--out", str(tmp_path / "chosen.key"))
@@ -502,7 +502,7 @@ def test_consistency_command(run_cli: Run, signed: str, keys: dict[str, tuple[Pa
     (tmp_path / "junk").write_text("junk\n")
     assert run_cli("consistency", str(tmp_path / "junk"), "--db", signed)[0] == 2
     old_json = tmp_path / "old.json"
-    old_json.write_text('{"format": "compute_budget.core.checkpoint.v1", "seq": 1, "chain_hash": "' + "0" * 64
+    old_json.write_text('{"format": "compute_budget.core.log.checkpoint.v1", "seq": 1, "chain_hash": "' + "0" * 64
                         + '", "budget_id": null}')
     status, _, err = run_cli("consistency", str(old_json), "--db", signed)
     assert status == 2
@@ -551,7 +551,7 @@ def _stolen_key_bundle(run_cli: Run, signed: str, keys: dict[str, tuple[Path, st
     """A proof bundle of row 28 as it is now stored, against a head note signed with the writer's key as a thief
     would (the honest writer refuses to sign over a row it did not write)."""
     from compute_budget import BudgetStore
-    from compute_budget.core.note import format_checkpoint, sign_note
+    from compute_budget.core.log.note import format_checkpoint, sign_note
 
     with BudgetStore.open(signed, readonly=True) as store:
         head = store.checkpoint()

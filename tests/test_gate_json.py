@@ -12,8 +12,8 @@ import pytest
 from hypothesis import assume, given, settings
 
 from compute_budget import InputNotJson, decide, decide_json, parse_gate_json
-from compute_budget.core.parse import nesting_depth
-from compute_budget.core.policy import BudgetPolicy, Limits
+from compute_budget.core.policy.parse import nesting_depth
+from compute_budget.core.policy.rules import BudgetPolicy, Limits
 from tests import strategies
 from tests.conftest import make_gate
 
@@ -313,7 +313,7 @@ def test_text_within_the_opening_bracket_budget_is_not_scanned(monkeypatch: pyte
     def refuse(text: str) -> tuple[int, bool]:
         raise AssertionError("scanned")
 
-    monkeypatch.setattr("compute_budget.core.parse.nesting_depth", refuse)
+    monkeypatch.setattr("compute_budget.core.policy.parse.nesting_depth", refuse)
     assert GATE_TEXT.count("[") + GATE_TEXT.count("{") <= 32
     assert decide_json(GATE_TEXT).reason_code == "eligible_missing_role"
     with pytest.raises(AssertionError, match="scanned"):

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compute_budget.core.parse import _parse_exact, _parse_fast, parse_gate_json
+from compute_budget.core.policy.parse import _parse_exact, _parse_fast, parse_gate_json
 from tests.conftest import make_gate
 
 keys = st.sampled_from(["a", "b", "text", "start", ":", " :", "decision_id", "é", "", 'q"', 'q\\', '":', "\ud800"])

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from compute_budget import decide
-from compute_budget.core.lines import BadLine, GateLine, read_gates
+from compute_budget.core.policy.lines import BadLine, GateLine, read_gates
 from tests.conftest import make_gate
 
 GATE = json.dumps(make_gate())
@@ -203,7 +203,7 @@ def test_reading_streams() -> None:
 
 def test_unclosed_object_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """An opening line is not buffered past MAX_OBJECT_LINES: it is reported and the buffered lines re-read."""
-    monkeypatch.setattr("compute_budget.core.lines.MAX_OBJECT_LINES", 3)
+    monkeypatch.setattr("compute_budget.core.policy.lines.MAX_OBJECT_LINES", 3)
     data = ("{\n" + "\n".join(['"k": 1,'] * 5) + f"\n{GATE}\n").encode()
     assert shape(read(data)) == [("bad", 1), ("bad", 2), ("bad", 3), ("bad", 4), ("bad", 5), ("bad", 6), ("gate", 7)]
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compute_budget.core.merkle import (
+from compute_budget.core.log.merkle import (
     EMPTY_ROOT,
     CompactRange,
     MemoryTree,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compute_budget.core.note import (
+from compute_budget.core.log.note import (
     MAX_SIGNATURES,
     UNICODE_WHITE_SPACE,
     CheckpointBody,

@@ -23,8 +23,8 @@ from compute_budget import (
     decide,
     policy_for,
 )
-from compute_budget.core.gate import nests_too_deep
-from compute_budget.core.policy import V1
+from compute_budget.core.policy.gate import nests_too_deep
+from compute_budget.core.policy.rules import V1
 from tests import strategies
 from tests.conftest import make_gate
 

@@ -28,9 +28,9 @@ from compute_budget import (
     verify_proof,
 )
 from compute_budget.core.chain import CHAINED_COLUMNS, chain_hash
-from compute_budget.core.checkpoint import Checkpoint
 from compute_budget.core.leaf import leaf_and_chain, leaf_input, row_leaf_hash
-from compute_budget.core.merkle import (
+from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.merkle import (
     MemoryTree,
     consistency_proof,
     inclusion_proof,
@@ -38,11 +38,11 @@ from compute_budget.core.merkle import (
     node_hash,
     verify_inclusion,
 )
-from compute_budget.core.merkle import (
+from compute_budget.core.log.merkle import (
     verify_consistency as merkle_verify_consistency,
 )
+from compute_budget.core.log.tree import TiledTree
 from compute_budget.core.row import chained_row
-from compute_budget.core.tree import TiledTree
 from tests.backends import rows, tamper
 from tests.conftest import gate_lines, make_gate
 from tests.sealing import rewrite_consistently, signer
@@ -89,9 +89,9 @@ def test_hashing_a_row_ahead_gives_the_same_leaf_and_chain(
 ) -> None:
     """The writer hashes the bulk of a row before its seq is known (`RowHasher`); the result is the leaf and
     chain hash of the complete row, and the row it stores is the one `chained_row` describes."""
-    from compute_budget.core.chain import ChainHead
     from compute_budget.core.leaf import row_hasher
-    from compute_budget.core.prepare import PreparedGate
+    from compute_budget.core.log.head import ChainHead
+    from compute_budget.core.policy.prepare import PreparedGate
     from compute_budget.store.append import plan_chunk
 
     values = chained_row(seq, decision, gate_input, recorded_at)
@@ -112,8 +112,8 @@ def test_hashing_a_row_ahead_gives_the_same_leaf_and_chain(
 def test_a_chunk_of_rows_chains_as_row_by_row(chunk: list[tuple[Any, str]], recorded_at: str, prev: str) -> None:
     """A chunk's rows (whose tails `RowTails` encodes once per status, reason and recording time) get the leaf
     and chain hash of each complete row, each row linked to the one before."""
-    from compute_budget.core.chain import ChainHead
-    from compute_budget.core.prepare import PreparedGate
+    from compute_budget.core.log.head import ChainHead
+    from compute_budget.core.policy.prepare import PreparedGate
     from compute_budget.store.append import plan_chunk
 
     plan = plan_chunk(
@@ -184,7 +184,7 @@ def test_the_tiled_tree_root_and_proofs_equal_the_naive_tree(size: int, tile_lev
     every inclusion and consistency proof built from it verifies; a corrupted one does not."""
     leaves = [leaf_hash(index.to_bytes(4, "big")) for index in range(size)]
     tree, _ = tiled(leaves, size, tile_level)
-    from compute_budget.core.merkle import CompactRange, root_from_reader
+    from compute_budget.core.log.merkle import CompactRange, root_from_reader
 
     root = naive_root(leaves)
     assert root_from_reader(tree, size) == root
@@ -212,7 +212,7 @@ def test_the_tiled_tree_root_and_proofs_equal_the_naive_tree(size: int, tile_lev
 def test_the_writers_tree_is_the_naive_tree_whatever_the_chunking(chunks: list[int], min_level: int) -> None:
     """Appending leaves chunk by chunk (as append transactions do) keeps the naive root, and the nodes it reports
     are exactly the perfect nodes of `min_level` and up, each once, in completion order."""
-    from compute_budget.core.merkle import CompactRange
+    from compute_budget.core.log.merkle import CompactRange
 
     frontier, one_by_one = CompactRange(), MemoryTree()
     leaves: list[bytes] = []
@@ -312,7 +312,7 @@ def test_a_bundle_signed_by_an_untrusted_key_fails(sealed: tuple[str, Any]) -> N
     result = verify_proof(bundle, [signer("writer").verifier()])
     assert (result.valid, result.check) == (False, "signature")
     text = bundle.checkpoint[: bundle.checkpoint.index("\n\n") + 1]
-    from compute_budget.core.note import sign_note
+    from compute_budget.core.log.note import sign_note
 
     impostor = sign_note(text, signer("writer"))
     forged = ProofBundle(bundle.row, bundle.leaf_index, bundle.tree_size, bundle.inclusion, impostor)
@@ -336,7 +336,7 @@ def test_a_signed_row_that_does_not_rederive_fails_the_rederive_check(tmp_path: 
     """A row edited before a signature was made over it (by a leaked key: an honest writer refuses to sign rows it
     did not write, spec 9.1) is included and signed, but its gate gives another decision: verify-proof re-derives
     it as the audit does."""
-    from compute_budget.core.note import format_checkpoint, sign_note
+    from compute_budget.core.log.note import format_checkpoint, sign_note
 
     target = str(tmp_path / "store.db")
     with BudgetStore.open(target) as store:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 import textwrap
@@ -86,3 +87,84 @@ def test_audit_is_the_function_even_after_the_auditor_is_imported() -> None:
     assert callable(audit)
     assert audit.__module__ == "compute_budget.auditor.scan"
     assert type(audit).__name__ == "function"
+
+
+# The public surface, pinned: moving a module inside the package must not add, drop or swap an exported name.
+PUBLIC_HOMES = [
+    ('COMPUTE_BUDGET_POLICY_VERSION', 'compute_budget.core.policy.rules'),
+    ('POLICIES', 'compute_budget.core.policy.rules'),
+    ('AuditError', 'compute_budget.errors'),
+    ('AuditReport', 'compute_budget.auditor.report'),
+    ('BatchResult', 'compute_budget.store.facade'),
+    ('BudgetPolicy', 'compute_budget.core.policy.rules'),
+    ('BudgetRefused', 'compute_budget.errors'),
+    ('BudgetStore', 'compute_budget.store.facade'),
+    ('ChainHead', 'compute_budget.core.log.head'),
+    ('Checkpoint', 'compute_budget.core.log.checkpoint'),
+    ('CheckpointError', 'compute_budget.errors'),
+    ('ComputeBudgetDecision', 'compute_budget.core.policy.types'),
+    ('ComputeBudgetError', 'compute_budget.errors'),
+    ('ComputeBudgetStatus', 'compute_budget.core.policy.types'),
+    ('ConsistencyProof', 'compute_budget.core.proof'),
+    ('Finding', 'compute_budget.core.verify'),
+    ('FindingKind', 'compute_budget.core.verify'),
+    ('GateConflict', 'compute_budget.errors'),
+    ('GateNotSerializable', 'compute_budget.errors'),
+    ('GateResult', 'compute_budget.store.facade'),
+    ('InputError', 'compute_budget.errors'),
+    ('InputNotJson', 'compute_budget.errors'),
+    ('Limits', 'compute_budget.core.policy.rules'),
+    ('MalformedDecision', 'compute_budget.errors'),
+    ('MalformedGate', 'compute_budget.errors'),
+    ('MalformedProof', 'compute_budget.errors'),
+    ('NotABudgetStore', 'compute_budget.errors'),
+    ('NotConsistent', 'compute_budget.errors'),
+    ('ProofBundle', 'compute_budget.core.proof'),
+    ('ProofError', 'compute_budget.errors'),
+    ('ProofVerification', 'compute_budget.core.proof'),
+    ('ReadOnlyStore', 'compute_budget.errors'),
+    ('RecordResult', 'compute_budget.store.facade'),
+    ('RefusalReason', 'compute_budget.errors'),
+    ('RowCheck', 'compute_budget.store.facade'),
+    ('SchemaBehindHead', 'compute_budget.errors'),
+    ('SearchGateDecision', 'compute_budget.core.policy.gate'),
+    ('SearchGateStatus', 'compute_budget.core.policy.gate'),
+    ('SignerKey', 'compute_budget.core.log.note'),
+    ('SkippedConflict', 'compute_budget.store.facade'),
+    ('SourceSpan', 'compute_budget.core.policy.gate'),
+    ('StoreClosed', 'compute_budget.errors'),
+    ('StoreDamaged', 'compute_budget.errors'),
+    ('StoreError', 'compute_budget.errors'),
+    ('StoreUnavailable', 'compute_budget.errors'),
+    ('StoredDecision', 'compute_budget.core.row'),
+    ('UnknownBudgetId', 'compute_budget.errors'),
+    ('UnsignedAppendRefused', 'compute_budget.errors'),
+    ('UnsupportedPolicyVersion', 'compute_budget.errors'),
+    ('VerifierKey', 'compute_budget.core.log.note'),
+    ('WriterStateError', 'compute_budget.errors'),
+    ('admit', 'compute_budget.core.policy.admission'),
+    ('audit', 'compute_budget.auditor.scan'),
+    ('budget_payload', 'compute_budget.core.policy.hashing'),
+    ('canonical_json', 'compute_budget.core.canonical'),
+    ('compute_budget_id', 'compute_budget.core.policy.hashing'),
+    ('decide', 'compute_budget.core.policy.rules'),
+    ('decide_json', 'compute_budget.core.policy.parse'),
+    ('parse_gate_json', 'compute_budget.core.policy.parse'),
+    ('policy_for', 'compute_budget.core.policy.rules'),
+    ('prove', 'compute_budget.auditor.proofs'),
+    ('prove_consistency', 'compute_budget.auditor.proofs'),
+    ('verify_consistency', 'compute_budget.core.proof'),
+    ('verify_proof', 'compute_budget.core.proof'),
+]
+
+
+def test_the_public_names_are_pinned_in_order() -> None:
+    """`__all__` is exactly the pinned list, in the pinned order."""
+    assert list(compute_budget.__all__) == [name for name, _ in PUBLIC_HOMES]
+
+
+@pytest.mark.parametrize(("name", "home"), PUBLIC_HOMES)
+def test_each_public_name_is_the_object_defined_in_its_room(name: str, home: str) -> None:
+    """`compute_budget.X` is the very object its home module defines (a re-export, never a copy or a wrapper)."""
+    module = importlib.import_module(home)
+    assert getattr(compute_budget, name) is getattr(module, name)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from compute_budget.core.leaf import row_leaf_hash
-from compute_budget.core.merkle import MemoryTree
+from compute_budget.core.log.merkle import MemoryTree
 from compute_budget.store.migrations import head_revision
 from tests.backends import execute, is_postgres, query, rows, tamper, tamper_all
 from tests.conftest import REPO_ROOT, gate_lines

@@ -7,11 +7,12 @@ import json
 import re
 
 from compute_budget import decide
-from compute_budget.core.chain import GENESIS_CHAIN_HASH, chain_hash
-from compute_budget.core.checkpoint import Checkpoint
+from compute_budget.core.chain import chain_hash
 from compute_budget.core.leaf import leaf_input, row_leaf_hash
-from compute_budget.core.merkle import root_from_leaf_hashes
-from compute_budget.core.note import SignerKey, format_checkpoint, sign_note, verify_note
+from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.head import GENESIS_CHAIN_HASH
+from compute_budget.core.log.merkle import root_from_leaf_hashes
+from compute_budget.core.log.note import SignerKey, format_checkpoint, sign_note, verify_note
 from compute_budget.core.row import chained_row
 from tests.conftest import REPO_ROOT, make_gate
 

@@ -22,7 +22,8 @@ from compute_budget import (
     StoreUnavailable,
     decide,
 )
-from compute_budget.core.chain import CHAINED_COLUMNS, GENESIS_CHAIN_HASH, chain_hash
+from compute_budget.core.chain import CHAINED_COLUMNS, chain_hash
+from compute_budget.core.log.head import GENESIS_CHAIN_HASH
 from compute_budget.store.migrations import head_revision
 from compute_budget.store.table import COLUMNS
 from tests.conftest import REPO_ROOT, gate_lines, make_gate
@@ -287,7 +288,7 @@ def test_texts_without_a_json_value_are_the_same_gate_only_as_the_same_text(
 
 def test_json_equal_and_differing_keys_never_recurse() -> None:
     """Comparing gates is iterative: 100,000-level values compare without recursion, typed as before."""
-    from compute_budget.core.prepare import differing_keys, json_equal, prepare_gate
+    from compute_budget.core.policy.prepare import differing_keys, json_equal, prepare_gate
 
     assert json_equal(nested(100_000), nested(100_000))
     assert not json_equal(nested(100_000), nested(99_999))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from compute_budget import BudgetStore, CheckpointError, StoreDamaged, audit
-from compute_budget.core.checkpoint import Checkpoint
+from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.errors import NoHistory
 from tests.backends import execute, is_postgres, rows, tamper
 from tests.conftest import gate_lines
@@ -164,7 +164,7 @@ def test_a_failed_insert_must_leave_its_transaction_open_and_the_head_unmoved(tm
     """The one-statement append has no savepoint: after a failed insert the writer goes on only if the write
     transaction is still open and the head is the one it started from. A conflict clause changed by hand could
     end the transaction (ROLLBACK) or keep part of the statement (FAIL); either is refused, nothing written."""
-    from compute_budget.core.chain import GENESIS_CHAIN_HASH, ChainHead
+    from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
     from compute_budget.store import facade
 
     target = str(tmp_path / "kept.db")

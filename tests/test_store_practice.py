@@ -20,7 +20,7 @@ from compute_budget import (
     StoreError,
     decide,
 )
-from compute_budget.core.lines import read_gates
+from compute_budget.core.policy.lines import read_gates
 from tests.backends import is_postgres, tamper
 from tests.conftest import gate_lines, make_gate
 

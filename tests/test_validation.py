@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from compute_budget import MalformedGate, SearchGateDecision, SearchGateStatus, SourceSpan
-from compute_budget.core.gate import MAX_SAFE_INTEGER, check_gate, is_valid_text, validate_gate, validate_span
-from compute_budget.core.types import GATE_KEYS
+from compute_budget.core.policy.gate import MAX_SAFE_INTEGER, check_gate, is_valid_text, validate_gate, validate_span
+from compute_budget.core.policy.types import GATE_KEYS
 from tests.conftest import make_gate
 
 GATE_KEY_LIST = sorted(GATE_KEYS)

@@ -542,7 +542,7 @@ def test_the_checkpoints_page_shows_the_head_and_the_trusted_keys(sqlite_store: 
 def test_the_checkpoints_page_lists_signed_checkpoints_and_who_vouches(tmp_path: Path) -> None:
     """A store recorded with a signing key: its checkpoints are listed newest first with their signers, marked
     trusted for a key given with --trusted-key, and not for an unknown one."""
-    from compute_budget.core.note import generate_signer
+    from compute_budget.core.log.note import generate_signer
 
     signer = generate_signer("writer")
     target = str(tmp_path / "signed.db")

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from compute_budget.core.admission import admit
 from compute_budget.core.canonical import canonical_json
-from compute_budget.core.chain import ChainHead
-from compute_budget.core.checkpoint import Checkpoint
-from compute_budget.core.hashing import budget_payload, compute_budget_id
-from compute_budget.core.parse import decide_json, parse_gate_json
-from compute_budget.core.policy import (
+from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.head import ChainHead
+from compute_budget.core.policy.admission import admit
+from compute_budget.core.policy.hashing import budget_payload, compute_budget_id
+from compute_budget.core.policy.parse import decide_json, parse_gate_json
+from compute_budget.core.policy.rules import (
     COMPUTE_BUDGET_POLICY_VERSION,
     POLICIES,
     BudgetPolicy,
@@ -22,7 +22,7 @@ from compute_budget.core.policy import (
     decide,
     policy_for,
 )
-from compute_budget.core.types import (
+from compute_budget.core.policy.types import (
     ComputeBudgetDecision,
     ComputeBudgetStatus,
     SearchGateDecision,
@@ -61,7 +61,7 @@ if TYPE_CHECKING:  # what the lazy names below really are, for a client's type c
     from compute_budget.auditor.proofs import prove, prove_consistency
     from compute_budget.auditor.report import AuditReport
     from compute_budget.auditor.scan import audit
-    from compute_budget.core.note import SignerKey, VerifierKey
+    from compute_budget.core.log.note import SignerKey, VerifierKey
     from compute_budget.core.proof import (
         ConsistencyProof,
         ProofBundle,
@@ -166,8 +166,8 @@ _LAZY = {
     "ProofBundle": "compute_budget.core.proof",
     "ProofVerification": "compute_budget.core.proof",
     "ConsistencyProof": "compute_budget.core.proof",
-    "SignerKey": "compute_budget.core.note",
-    "VerifierKey": "compute_budget.core.note",
+    "SignerKey": "compute_budget.core.log.note",
+    "VerifierKey": "compute_budget.core.log.note",
 }
 
 

@@ -14,8 +14,8 @@ import os
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
-from compute_budget.core.chain import GENESIS_CHAIN_HASH, ChainHead
-from compute_budget.core.merkle import CompactRange
+from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
+from compute_budget.core.log.merkle import CompactRange
 from compute_budget.core.seal import TreeCheck
 from compute_budget.core.verify import RangeResult, check_row
 from compute_budget.errors import CopyVerificationFailed, InputError, StoreUnavailable

@@ -12,10 +12,10 @@ from collections.abc import Iterable
 
 from compute_budget.auditor.report import AuditReport
 from compute_budget.auditor.scan import CheckpointLike, as_checkpoint
-from compute_budget.core.checkpoint import Checkpoint
 from compute_budget.core.leaf import row_leaf_hash
-from compute_budget.core.merkle import consistency_proof, inclusion_proof, verify_inclusion
-from compute_budget.core.note import SignerKey, VerifierKey, add_signature, sign_note
+from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.merkle import consistency_proof, inclusion_proof, verify_inclusion
+from compute_budget.core.log.note import SignerKey, VerifierKey, add_signature, sign_note
 from compute_budget.core.proof import ConsistencyProof, ProofBundle, row_from_values
 from compute_budget.core.seal import extends, signature_problem, trusted_signers
 from compute_budget.errors import (

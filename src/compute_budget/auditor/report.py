@@ -8,8 +8,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from compute_budget.core.chain import ChainHead
-from compute_budget.core.checkpoint import Checkpoint
+from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.head import ChainHead
 from compute_budget.core.verify import Finding, FindingKind
 
 TOOL_NAME = "compute-budget"

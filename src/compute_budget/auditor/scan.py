@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from compute_budget.auditor.report import AuditReport, utc_now
-from compute_budget.core.chain import GENESIS_CHAIN_HASH, ChainHead
-from compute_budget.core.checkpoint import Checkpoint
 from compute_budget.core.leaf import unreadable_leaf_hash
-from compute_budget.core.merkle import CompactRange, root_from_reader
-from compute_budget.core.note import VerifierKey, valid_origin
+from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
+from compute_budget.core.log.merkle import CompactRange, root_from_reader
+from compute_budget.core.log.note import VerifierKey, valid_origin
 from compute_budget.core.seal import StoredCheckpoint, TreeCheck, TreeOutcome, signature_problem, trusted_signers
 from compute_budget.core.verify import Finding, FindingKind, RangeResult, check_row
 from compute_budget.errors import (

@@ -18,10 +18,10 @@ from compute_budget.cli.app import PROG, BudgetGroup, Terminated, say
 from compute_budget.cli.app import run as run_group
 from compute_budget.cli.io import check_keys_apart, check_writable, open_input, read_ahead, write_atomically
 from compute_budget.cli.progress import audit_progress, progress_bar
-from compute_budget.core.gate import is_valid_text
-from compute_budget.core.lines import BadLine, GateLine, read_gates
-from compute_budget.core.parse import decide_parsed
-from compute_budget.core.types import ComputeBudgetStatus
+from compute_budget.core.policy.gate import is_valid_text
+from compute_budget.core.policy.lines import BadLine, GateLine, read_gates
+from compute_budget.core.policy.parse import decide_parsed
+from compute_budget.core.policy.types import ComputeBudgetStatus
 from compute_budget.errors import InputUnreadable, OutputUnwritable, StoreDamaged, clip
 
 

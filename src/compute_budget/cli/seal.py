@@ -23,7 +23,7 @@ from compute_budget.cli.commands import cli, db_option
 def keygen_command(name: str, out_path: str | None) -> None:
     """Make a new Ed25519 signer key named NAME: write it to a new file (mode 0600, never overwritten) and print
     its verifier key, the public half to hand to auditors and verifiers."""
-    from compute_budget.core.note import generate_signer
+    from compute_budget.core.log.note import generate_signer
     from compute_budget.store.keys import default_key_file, write_new_signer_key
 
     key = generate_signer(name)

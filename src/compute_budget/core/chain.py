@@ -11,13 +11,10 @@ link; only a checkpoint kept elsewhere also catches a history rewritten consiste
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from compute_budget.core.canonical import canonical_sha256
-from compute_budget.core.types import DECISION_FIELDS
-
-GENESIS_CHAIN_HASH = "0" * 64
+from compute_budget.core.policy.types import DECISION_FIELDS
 
 # Every stored column but chain_hash, in table order: seq, the decision's fields, gate_input, recorded_at.
 CHAINED_COLUMNS: tuple[str, ...] = ("seq", *DECISION_FIELDS, "gate_input", "recorded_at")
@@ -28,15 +25,3 @@ def chain_hash(prev_chain_hash: str, row: Sequence[Any]) -> str:
     payload = dict(zip(CHAINED_COLUMNS, row, strict=True))
     payload["prev_chain_hash"] = prev_chain_hash
     return canonical_sha256(payload)
-
-
-@dataclass(frozen=True, slots=True)
-class ChainHead:
-    """The last link of a chain: its `seq` (0 for an empty store), `chain_hash` and `budget_id`."""
-
-    seq: int
-    chain_hash: str
-    budget_id: str | None
-
-
-EMPTY_HEAD = ChainHead(0, GENESIS_CHAIN_HASH, None)

@@ -17,9 +17,9 @@ import orjson
 
 from compute_budget.core.canonical import canonical_json
 from compute_budget.core.chain import CHAINED_COLUMNS
-from compute_budget.core.hashing import spans_json
-from compute_budget.core.merkle import leaf_hash
-from compute_budget.core.types import ComputeBudgetDecision
+from compute_budget.core.log.merkle import leaf_hash
+from compute_budget.core.policy.hashing import spans_json
+from compute_budget.core.policy.types import ComputeBudgetDecision
 
 # The 17 keys of a leaf, in table order (the chain's payload without prev_chain_hash).
 LEAF_KEYS: tuple[str, ...] = CHAINED_COLUMNS

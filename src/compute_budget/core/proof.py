@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from compute_budget.core.chain import CHAINED_COLUMNS
-from compute_budget.core.checkpoint import Checkpoint
 from compute_budget.core.leaf import row_leaf_hash
-from compute_budget.core.merkle import EMPTY_ROOT, verify_inclusion
-from compute_budget.core.merkle import verify_consistency as merkle_verify_consistency
-from compute_budget.core.note import VerifierKey, valid_origin
+from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.merkle import EMPTY_ROOT, verify_inclusion
+from compute_budget.core.log.merkle import verify_consistency as merkle_verify_consistency
+from compute_budget.core.log.note import VerifierKey, valid_origin
 from compute_budget.core.row import ROW_COLUMNS
 from compute_budget.core.seal import trusted_signers
 from compute_budget.core.verify import FindingKind, RangeResult, check_row

@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 
 from compute_budget.core.chain import CHAINED_COLUMNS
-from compute_budget.core.hashing import spans_json
-from compute_budget.core.types import ComputeBudgetDecision
+from compute_budget.core.policy.hashing import spans_json
+from compute_budget.core.policy.types import ComputeBudgetDecision
 from compute_budget.errors import MalformedDecision
 
 # Every stored column, in table order: the chained columns, then chain_hash. `store.table.COLUMNS` must equal

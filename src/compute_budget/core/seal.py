@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from compute_budget.core.chain import GENESIS_CHAIN_HASH
-from compute_budget.core.checkpoint import Checkpoint
-from compute_budget.core.merkle import (
+from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.head import GENESIS_CHAIN_HASH
+from compute_budget.core.log.merkle import (
     EMPTY_ROOT,
     CompactRange,
     Node,
@@ -22,8 +22,8 @@ from compute_budget.core.merkle import (
     consistency_proof,
     verify_consistency,
 )
-from compute_budget.core.note import CheckpointBody, VerifierKey, format_checkpoint, verify_note
-from compute_budget.core.tree import TILE_LEVEL
+from compute_budget.core.log.note import CheckpointBody, VerifierKey, format_checkpoint, verify_note
+from compute_budget.core.log.tree import TILE_LEVEL
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import CheckpointError, MerkleError, NoteError
 

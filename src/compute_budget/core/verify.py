@@ -11,13 +11,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from compute_budget.core.chain import GENESIS_CHAIN_HASH, chain_hash
-from compute_budget.core.hashing import compute_budget_id, spans_json
+from compute_budget.core.chain import chain_hash
 from compute_budget.core.leaf import leaf_and_chain, unreadable_leaf_hash
-from compute_budget.core.parse import ParsedGate, decide_parsed, parse_gate_json
-from compute_budget.core.policy import POLICIES
+from compute_budget.core.log.head import GENESIS_CHAIN_HASH
+from compute_budget.core.policy.hashing import compute_budget_id, spans_json
+from compute_budget.core.policy.parse import ParsedGate, decide_parsed, parse_gate_json
+from compute_budget.core.policy.rules import POLICIES
+from compute_budget.core.policy.types import REDERIVED_FIELDS, ComputeBudgetDecision
 from compute_budget.core.row import ROW_COLUMNS, stored_from_row
-from compute_budget.core.types import REDERIVED_FIELDS, ComputeBudgetDecision
 from compute_budget.errors import InputNotJson, MalformedDecision, clip
 
 

@@ -14,9 +14,9 @@ from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from compute_budget.core.chain import ChainHead
 from compute_budget.core.leaf import RowHasher, RowTails, row_hasher
-from compute_budget.core.prepare import PreparedGate, differing_keys, prepare_gate, same_gate
+from compute_budget.core.log.head import ChainHead
+from compute_budget.core.policy.prepare import PreparedGate, differing_keys, prepare_gate, same_gate
 from compute_budget.errors import ArgumentTypeError, GateConflict
 
 CHUNK_SIZE = 500  # gates decided, looked up and inserted per round trip

@@ -22,11 +22,11 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from compute_budget.core.chain import GENESIS_CHAIN_HASH, ChainHead
-from compute_budget.core.checkpoint import Checkpoint
 from compute_budget.core.leaf import unreadable_leaf_hash
-from compute_budget.core.merkle import CompactRange
-from compute_budget.core.note import SignerKey, VerifierKey, verify_note
+from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
+from compute_budget.core.log.merkle import CompactRange
+from compute_budget.core.log.note import SignerKey, VerifierKey, verify_note
 from compute_budget.core.seal import StoredCheckpoint, extends
 from compute_budget.core.verify import RangeResult, check_row
 from compute_budget.errors import CheckpointError, InputError, NoteError, StoreDamaged, WriterStateError

@@ -24,15 +24,15 @@ from typing import Any, Literal, Self
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from compute_budget.core.chain import EMPTY_HEAD, GENESIS_CHAIN_HASH, ChainHead
-from compute_budget.core.checkpoint import Checkpoint
-from compute_budget.core.merkle import CompactRange
-from compute_budget.core.note import SignerKey, VerifierKey
-from compute_budget.core.prepare import PreparedGate
+from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.head import EMPTY_HEAD, GENESIS_CHAIN_HASH, ChainHead
+from compute_budget.core.log.merkle import CompactRange
+from compute_budget.core.log.note import SignerKey, VerifierKey
+from compute_budget.core.log.tree import TILE_LEVEL, TiledTree
+from compute_budget.core.policy.prepare import PreparedGate
+from compute_budget.core.policy.types import ComputeBudgetDecision, ComputeBudgetStatus
 from compute_budget.core.row import StoredDecision, stored_from_row
 from compute_budget.core.seal import StoredCheckpoint
-from compute_budget.core.tree import TILE_LEVEL, TiledTree
-from compute_budget.core.types import ComputeBudgetDecision, ComputeBudgetStatus
 from compute_budget.core.verify import Finding, RangeResult, check_row
 from compute_budget.errors import (
     DestinationNotEmpty,

@@ -10,7 +10,7 @@ import os
 import stat
 from pathlib import Path
 
-from compute_budget.core.note import SIGNER_KEY_PREFIX, SignerKey, VerifierKey, valid_key_name
+from compute_budget.core.log.note import SIGNER_KEY_PREFIX, SignerKey, VerifierKey, valid_key_name
 from compute_budget.errors import InputError, NoteError
 from compute_budget.store.files import read_small_file
 

@@ -13,10 +13,10 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from compute_budget.core.chain import GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.leaf import unreadable_leaf_hash
-from compute_budget.core.merkle import CompactRange, Node
-from compute_budget.core.note import (
+from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
+from compute_budget.core.log.merkle import CompactRange, Node
+from compute_budget.core.log.note import (
     SignerKey,
     VerifierKey,
     add_signature,
@@ -24,9 +24,9 @@ from compute_budget.core.note import (
     sign_note,
     valid_origin,
 )
+from compute_budget.core.log.tree import TILE_LEVEL, TILE_SIZE, TiledTree
 from compute_budget.core.row import ROW_COLUMNS
 from compute_budget.core.seal import StoredCheckpoint
-from compute_budget.core.tree import TILE_LEVEL, TILE_SIZE, TiledTree
 from compute_budget.errors import InputError, MerkleError, StoreDamaged, StoreError
 from compute_budget.store.statements import Statements
 from compute_budget.store.table import CHECKPOINTS_TABLE, NODES_TABLE, ORIGIN_TABLE, PROVENANCE_TABLE, TABLE_NAME

@@ -55,7 +55,7 @@ decisions = Table(
 COLUMNS: tuple[str, ...] = tuple(column.name for column in decisions.columns)
 
 # The seal (spec section 8, migration 0003): the store's origin, the stored nodes of its Merkle tree (levels 8 and
-# up, see core.tree) and its append-only table of signed checkpoints.
+# up, see core.log.tree) and its append-only table of signed checkpoints.
 ORIGIN_TABLE = "compute_budget_origin"
 NODES_TABLE = "compute_budget_tree_nodes"
 CHECKPOINTS_TABLE = "compute_budget_checkpoints"

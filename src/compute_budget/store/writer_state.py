@@ -18,7 +18,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from compute_budget.core.note import SignerKey
+from compute_budget.core.log.note import SignerKey
 from compute_budget.errors import InputError, WriterStateError
 
 WRITER_STATE_ENV_VAR = "COMPUTE_BUDGET_WRITER_STATE"

@@ -25,8 +25,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from compute_budget.core.checkpoint import Checkpoint
-from compute_budget.core.types import ComputeBudgetStatus
+from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.policy.types import ComputeBudgetStatus
 from compute_budget.errors import ComputeBudgetError
 from compute_budget.store import BudgetStore
 from compute_budget.store.browse import DecisionFilter, Page

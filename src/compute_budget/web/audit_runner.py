@@ -13,7 +13,7 @@ from typing import Any
 
 from compute_budget.auditor.report import AuditReport
 from compute_budget.auditor.scan import audit
-from compute_budget.core.checkpoint import Checkpoint
+from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.verify import Finding
 from compute_budget.errors import ComputeBudgetError
 

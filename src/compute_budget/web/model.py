@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from compute_budget.core.chain import GENESIS_CHAIN_HASH
-from compute_budget.core.checkpoint import Checkpoint
-from compute_budget.core.policy import (
+from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.head import GENESIS_CHAIN_HASH
+from compute_budget.core.policy.rules import (
     MALFORMED_GATE_DECISION,
     NO_LIMITS,
     POLICIES,
@@ -28,8 +28,8 @@ from compute_budget.core.policy import (
     BudgetPolicy,
     Limits,
 )
+from compute_budget.core.policy.types import ComputeBudgetStatus
 from compute_budget.core.row import ROW_COLUMNS, StoredDecision, stored_from_row
-from compute_budget.core.types import ComputeBudgetStatus
 from compute_budget.core.verify import Finding, RangeResult, check_row
 from compute_budget.errors import MalformedDecision
 from compute_budget.store import BudgetStore
@@ -553,7 +553,7 @@ def checkpoints(store: BudgetStore, keys: Sequence[str]) -> Checkpoints:
 
 def _signed_items(store: BudgetStore, keys: Sequence[str]) -> list[dict[str, Any]]:
     """The newest signed checkpoints, each with its root, its signers, and whether a trusted key verifies it."""
-    from compute_budget.core.note import VerifierKey, parse_note, verify_note
+    from compute_budget.core.log.note import VerifierKey, parse_note, verify_note
     from compute_budget.errors import NoteError
 
     verifiers = []

@@ -14,9 +14,9 @@ from typing import Any, NamedTuple, NoReturn
 
 import orjson
 
-from compute_budget.core.gate import MAX_NESTING, NESTING_DEFECT
-from compute_budget.core.policy import V1, BudgetPolicy
-from compute_budget.core.types import ComputeBudgetDecision
+from compute_budget.core.policy.gate import MAX_NESTING, NESTING_DEFECT
+from compute_budget.core.policy.rules import V1, BudgetPolicy
+from compute_budget.core.policy.types import ComputeBudgetDecision
 from compute_budget.errors import ArgumentTypeError, InputNotJson
 
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from compute_budget.core.canonical import canonical_sha256
-from compute_budget.core.gate import NESTING_DEFECT, CheckedGate, check_gate, is_valid_text, nests_too_deep
-from compute_budget.core.hashing import hashed_payload
-from compute_budget.core.types import (
+from compute_budget.core.policy.gate import NESTING_DEFECT, CheckedGate, check_gate, is_valid_text, nests_too_deep
+from compute_budget.core.policy.hashing import hashed_payload
+from compute_budget.core.policy.types import (
     DECISION_FIELDS,
     ComputeBudgetDecision,
     ComputeBudgetStatus,

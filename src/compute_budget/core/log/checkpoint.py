@@ -5,7 +5,7 @@ the Merkle tree of the rows still has that root at its size): history was only a
 
 Two forms (spec sections 6 and 8):
 
-* JSON: ``{"format": "compute_budget.core.checkpoint.v1", "seq", "chain_hash", "budget_id", "origin",
+* JSON: ``{"format": "compute_budget.core.log.checkpoint.v1", "seq", "chain_hash", "budget_id", "origin",
   "tree_size", "root"}``, the last three (origin, tree size = seq, base64 root) written since revision 2 and
   optional on reading: an older document without them still proves the chain.
 * A C2SP checkpoint note (origin, size, base64 root, ``chain <hex>``), signed or not; `note` keeps the whole text
@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from compute_budget.core.chain import ChainHead
-from compute_budget.core.note import CheckpointBody, Signature, format_checkpoint, parse_checkpoint, parse_note
+from compute_budget.core.log.head import ChainHead
+from compute_budget.core.log.note import CheckpointBody, Signature, format_checkpoint, parse_checkpoint, parse_note
 from compute_budget.errors import CheckpointError, NoteError
 
 CHECKPOINT_FORMAT = "compute_budget.checkpoint.v1"

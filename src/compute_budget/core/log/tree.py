@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from compute_budget.core.merkle import MemoryTree
+from compute_budget.core.log.merkle import MemoryTree
 from compute_budget.errors import MerkleError
 
 TILE_LEVEL = 8

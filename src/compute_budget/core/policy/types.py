@@ -1,5 +1,5 @@
 """The output type of spec section 2 (`ComputeBudgetDecision`) and its JSON form; the input types live in
-`core.gate` beside their well-formedness rules and are re-exported here."""
+`core.policy.gate` beside their well-formedness rules and are re-exported here."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from compute_budget.core.gate import GATE_KEYS, SPAN_KEYS, SearchGateDecision, SearchGateStatus, SourceSpan
+from compute_budget.core.policy.gate import GATE_KEYS, SPAN_KEYS, SearchGateDecision, SearchGateStatus, SourceSpan
 from compute_budget.errors import MalformedDecision
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from compute_budget.core.canonical import canonical_sha256
-from compute_budget.core.types import ComputeBudgetDecision, SourceSpan
+from compute_budget.core.policy.types import ComputeBudgetDecision, SourceSpan
 
 
 def span_payload(spans: tuple[SourceSpan, ...]) -> list[dict[str, Any]]:

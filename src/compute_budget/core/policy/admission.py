@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from compute_budget.core.hashing import compute_budget_id
-from compute_budget.core.parse import decide_json
-from compute_budget.core.policy import COMPUTE_BUDGET_POLICY_VERSION, POLICIES
-from compute_budget.core.types import REDERIVED_FIELDS, ComputeBudgetDecision, ComputeBudgetStatus
+from compute_budget.core.policy.hashing import compute_budget_id
+from compute_budget.core.policy.parse import decide_json
+from compute_budget.core.policy.rules import COMPUTE_BUDGET_POLICY_VERSION, POLICIES
+from compute_budget.core.policy.types import REDERIVED_FIELDS, ComputeBudgetDecision, ComputeBudgetStatus
 from compute_budget.errors import ArgumentTypeError, BudgetRefused, InputNotJson, RefusalReason
 
 # Every field but the two never hashed nor compared on re-derivation.

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import accumulate
 
-from compute_budget.core.gate import MAX_NESTING
-from compute_budget.core.parse import NO_BRACKET, ParsedGate, bracket_profile, located, parse_gate_json
+from compute_budget.core.policy.gate import MAX_NESTING
+from compute_budget.core.policy.parse import NO_BRACKET, ParsedGate, bracket_profile, located, parse_gate_json
 from compute_budget.errors import InputNotJson
 
 # A pretty-printed gate spans a few dozen lines; past these bounds a broken line is reported, not buffered.

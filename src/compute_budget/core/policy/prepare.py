@@ -13,11 +13,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
-from compute_budget.core.gate import MAX_NESTING, is_valid_text
-from compute_budget.core.lines import GateLine
-from compute_budget.core.parse import ParsedGate, decide_parsed, parse_gate_json
-from compute_budget.core.policy import V1, BudgetPolicy
-from compute_budget.core.types import REDERIVED_FIELDS, ComputeBudgetDecision, SearchGateDecision, SourceSpan
+from compute_budget.core.policy.gate import MAX_NESTING, is_valid_text
+from compute_budget.core.policy.lines import GateLine
+from compute_budget.core.policy.parse import ParsedGate, decide_parsed, parse_gate_json
+from compute_budget.core.policy.rules import V1, BudgetPolicy
+from compute_budget.core.policy.types import REDERIVED_FIELDS, ComputeBudgetDecision, SearchGateDecision, SourceSpan
 from compute_budget.errors import GateNotSerializable, InputNotJson
 
 
