@@ -38,7 +38,7 @@ from bench_record import db_bytes, gates
 
 import compute_budget.core.leaf as leaf_module
 import compute_budget.store.append as append_module
-import compute_budget.store.facade as facade_module
+import compute_budget.store.plan as plan_module
 import compute_budget.store.seal as seal_module
 from compute_budget import BudgetStore, audit, prove, verify_proof
 from compute_budget.core.leaf import RowHasher
@@ -86,12 +86,12 @@ def seal_switched_off() -> Iterator[None]:
     """The store without its seal: rows chained as before (one serialisation, one SHA-256, in the appending
     thread), no leaf hash, no tree nodes, no tree read at the start of a transaction. Only for this benchmark's
     floor."""
-    saved = (append_module.row_hasher, CompactRange.extend, seal_module.tree_is_built, seal_module.frontier_at)
+    saved = (plan_module.row_hasher, CompactRange.extend, seal_module.tree_is_built, seal_module.frontier_at)
 
     def no_nodes(self: CompactRange, leaves: Any, *, min_level: int = 0) -> list[Any]:
         return []
 
-    append_module.row_hasher = _chain_only  # type: ignore[assignment]
+    plan_module.row_hasher = _chain_only  # type: ignore[assignment]
     CompactRange.extend = no_nodes  # type: ignore[method-assign]
     seal_module.tree_is_built = lambda *args: True  # type: ignore[assignment]
     seal_module.frontier_at = lambda *args: CompactRange()  # type: ignore[assignment]
@@ -99,7 +99,7 @@ def seal_switched_off() -> Iterator[None]:
         yield
     finally:
         (
-            append_module.row_hasher,
+            plan_module.row_hasher,
             CompactRange.extend,
             seal_module.tree_is_built,
             seal_module.frontier_at,
@@ -110,7 +110,7 @@ def seal_switched_off() -> Iterator[None]:
 def authorship_switched_off() -> Iterator[None]:
     """The signed append as it was before spec 9.1 (issue 19), for this benchmark's side-by-side figure: no rule 1
     or rule 2 checks, no writer state file read, locked or replaced. Only for the floor of part 5."""
-    saved = (facade_module.check_signed_head, facade_module.check_state, WriterState.locked, WriterState.save)
+    saved = (append_module.check_signed_head, append_module.check_state, WriterState.locked, WriterState.save)
 
     @contextlib.contextmanager
     def no_lock(self: WriterState) -> Iterator[WriterState]:
@@ -122,16 +122,16 @@ def authorship_switched_off() -> Iterator[None]:
     def matched(*args: Any, **kwargs: Any) -> Authorised:
         return Authorised(0)
 
-    facade_module.check_signed_head = matched  # type: ignore[assignment]
-    facade_module.check_state = nothing  # type: ignore[assignment]
+    append_module.check_signed_head = matched  # type: ignore[assignment]
+    append_module.check_state = nothing  # type: ignore[assignment]
     WriterState.locked = no_lock  # type: ignore[assignment,method-assign]
     WriterState.save = nothing  # type: ignore[method-assign]
     try:
         yield
     finally:
         (
-            facade_module.check_signed_head,
-            facade_module.check_state,
+            append_module.check_signed_head,
+            append_module.check_state,
             WriterState.locked,
             WriterState.save,
         ) = saved  # type: ignore[assignment,method-assign]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -90,3 +91,16 @@ def test_every_module_of_the_core_sits_in_a_room_the_contracts_name() -> None:
     present |= {path.name for path in core.iterdir() if (path / "__init__.py").is_file()}
     assert present <= named, sorted(present - named)
     assert {"policy", "log", "canonical", "verify"} <= present
+
+
+def test_the_store_facade_stays_thin() -> None:
+    """`BudgetStore` opens, closes and delegates: its module under 400 lines, no method over 60."""
+    path = REPO_ROOT / "src" / "compute_budget" / "store" / "facade.py"
+    source = path.read_text(encoding="utf-8")
+    assert len(source.splitlines()) < 400
+    long_methods = [
+        (node.name, node.end_lineno - node.lineno + 1)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef) and node.end_lineno is not None and node.end_lineno - node.lineno >= 60
+    ]
+    assert long_methods == []

@@ -80,7 +80,7 @@ def test_findings_exit_1_under_clirunner(tmp_path: Path) -> None:
 
 def test_debug_shows_the_traceback_of_an_unexpected_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A bug of ours is one line by default and a full traceback with --debug."""
-    from compute_budget.core import policy
+    from compute_budget.core.policy import rules as policy
 
     def broken(*_args: object, **_kwargs: object) -> object:
         raise RuntimeError("simulated bug")

@@ -213,7 +213,7 @@ class Work:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.characters = 0
-        from compute_budget.core import lines as gate_lines
+        from compute_budget.core.policy import lines as gate_lines
 
         parse, profile = gate_lines.parse_gate_json, gate_lines.bracket_profile
 

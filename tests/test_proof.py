@@ -92,7 +92,7 @@ def test_hashing_a_row_ahead_gives_the_same_leaf_and_chain(
     from compute_budget.core.leaf import row_hasher
     from compute_budget.core.log.head import ChainHead
     from compute_budget.core.policy.prepare import PreparedGate
-    from compute_budget.store.append import plan_chunk
+    from compute_budget.store.plan import plan_chunk
 
     values = chained_row(seq, decision, gate_input, recorded_at)
     expected = leaf_and_chain(prev, values)
@@ -114,7 +114,7 @@ def test_a_chunk_of_rows_chains_as_row_by_row(chunk: list[tuple[Any, str]], reco
     and chain hash of each complete row, each row linked to the one before."""
     from compute_budget.core.log.head import ChainHead
     from compute_budget.core.policy.prepare import PreparedGate
-    from compute_budget.store.append import plan_chunk
+    from compute_budget.store.plan import plan_chunk
 
     plan = plan_chunk(
         [PreparedGate(decision, gate_input, None) for decision, gate_input in chunk],

@@ -55,9 +55,9 @@ def test_writers_refuse_a_table_with_a_hand_made_trigger(store: str) -> None:
 @pytest.fixture
 def guard_check_blinded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Suppose a row-dropping trick the schema check cannot see: the writer's own count must still catch it."""
-    import compute_budget.store.facade as facade
+    import compute_budget.store.append as append
 
-    monkeypatch.setattr(facade, "schema_problems", lambda connection: [])
+    monkeypatch.setattr(append, "schema_problems", lambda connection: [])
 
 
 @pytest.mark.usefixtures("guard_check_blinded")
@@ -165,19 +165,21 @@ def test_a_failed_insert_must_leave_its_transaction_open_and_the_head_unmoved(tm
     transaction is still open and the head is the one it started from. A conflict clause changed by hand could
     end the transaction (ROLLBACK) or keep part of the statement (FAIL); either is refused, nothing written."""
     from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
-    from compute_budget.store import facade
+    from compute_budget.store.append import require_nothing_kept
+    from compute_budget.store.statements import statements_for
 
     target = str(tmp_path / "kept.db")
     with BudgetStore.open(target) as opened:
         opened.record_many(gate_lines(3))
         head = opened.head()
+        statements = statements_for("sqlite")
         with opened.engine.connect() as connection:
             with pytest.raises(StoreDamaged, match="a failed insert ended the write transaction"):
-                facade._require_nothing_kept(connection, opened._sql, head, opened.location)
+                require_nothing_kept(connection, statements, head, opened.location)
             connection.exec_driver_sql("SELECT 1")  # the store's begin hook opens the transaction
-            facade._require_nothing_kept(connection, opened._sql, head, opened.location)  # open and unmoved: goes on
+            require_nothing_kept(connection, statements, head, opened.location)  # open and unmoved: goes on
             before = ChainHead(2, GENESIS_CHAIN_HASH, None)  # as if the failed statement had kept row 3
             with pytest.raises(StoreDamaged, match="does not keep what is written; nothing was written"):
-                facade._require_nothing_kept(connection, opened._sql, before, opened.location)
+                require_nothing_kept(connection, statements, before, opened.location)
             connection.rollback()
     assert audit(target).clean

@@ -29,8 +29,8 @@ from compute_budget.errors import (
     UnknownBudgetId,
 )
 from compute_budget.store import BudgetStore
-from compute_budget.store.facade import Snapshot
 from compute_budget.store.keys import verifier_key
+from compute_budget.store.snapshot import Snapshot
 
 
 def prove(

@@ -45,9 +45,9 @@ from compute_budget.errors import (
     clip,
 )
 from compute_budget.store import BudgetStore
-from compute_budget.store.facade import Snapshot
 from compute_budget.store.files import read_small_file
 from compute_budget.store.keys import verifier_key
+from compute_budget.store.snapshot import Snapshot
 
 BATCH_ROWS = 2000
 MIN_ROWS_PER_JOB = 10_000  # below this a range is not worth a process of its own

@@ -1,186 +1,378 @@
-"""Appending: gates decided in chunks (the next one ahead, in a helper thread), numbered, chained and hashed into
-Merkle leaves after the head. Pure planning (`plan_chunk`) is kept apart from the SQL the facade runs, so the chain
-and the leaves are computed in one place for every backend.
+"""The write transaction: lock, head, plan, insert, verify, seal, state.
+
+One append is one transaction under the append lock (SQLite ``BEGIN IMMEDIATE``, a PostgreSQL table lock), so
+concurrent writers queue instead of forking the chain and a batch is written whole or not at all. Inside it the
+writer checks the guard, reads the head, checks its authority to sign (spec 9.1), inserts each planned chunk
+and proves the table kept it, extends the Merkle tree, and signs the new head; the writer state is replaced
+after the commit. What the writer remembers between appends (the frontier, the notes it verified, the note it
+signed last) lives on the `Appender`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
 import itertools
-import queue
-import threading
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from compute_budget.core.leaf import RowHasher, RowTails, row_hasher
-from compute_budget.core.log.head import ChainHead
-from compute_budget.core.policy.prepare import PreparedGate, differing_keys, prepare_gate, same_gate
-from compute_budget.errors import ArgumentTypeError, GateConflict
+from sqlalchemy import Connection
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-CHUNK_SIZE = 500  # gates decided, looked up and inserted per round trip
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for a bulk append (about 10% faster in the benchmarks).
-
-    A batch allocates millions of short-lived, acyclic objects that reference counting frees at once; the
-    collector would only keep re-walking every long-lived object of the process (the caller's own data too).
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-class PreparedChunk(list[PreparedGate]):
-    """A chunk of decided gates, with each one's row hashes worked out as far as they go before its seq."""
-
-    __slots__ = ("hashers",)
-
-    def __init__(self, gates: Iterable[PreparedGate]) -> None:
-        super().__init__(gates)
-        self.hashers = [row_hasher(item.decision, item.gate_input) for item in self]
+from compute_budget.core.log.head import EMPTY_HEAD, ChainHead
+from compute_budget.core.log.merkle import CompactRange
+from compute_budget.core.log.note import VerifierKey
+from compute_budget.core.log.tree import TILE_LEVEL
+from compute_budget.core.policy.prepare import PreparedGate
+from compute_budget.errors import GateConflict, ReadOnlyStore, StoreDamaged, StoreUnavailable, UnsignedAppendRefused
+from compute_budget.store import seal as sealing
+from compute_budget.store.authorship import (
+    WriterKeys,
+    check_signed_head,
+    check_state,
+    holds_checkpoints,
+    newest_stored_note,
+)
+from compute_budget.store.backend import Location, begin_write, translate
+from compute_budget.store.grants import Role, require_grants
+from compute_budget.store.plan import ChunkPlan, plan_chunk, prepared_chunks
+from compute_budget.store.reads import stored_root
+from compute_budget.store.schema_check import schema_problems
+from compute_budget.store.session import StoreSession, lock_for_append, read_head, utc_now
+from compute_budget.store.statements import MULTI_ROW_MAX, Statements
+from compute_budget.store.text_codec import encode_rows
 
 
-def prepared_chunks(gates: Iterable[object], *, ahead: bool) -> Generator[list[PreparedGate], None, None]:
-    """The gates in decided chunks. With `ahead`, a helper thread reads and decides the next chunk (and hashes
-    the bulk of its rows) while the caller inserts this one: SQLite and psycopg release the GIL while the database
-    works, so the two overlap. Whatever the helper raises (a bad line, a gate JSON cannot hold) is raised here,
-    in the caller.
-    """
-    try:
-        source = iter(gates)
-    except TypeError:
-        raise ArgumentTypeError(f"record_many takes an iterable of gates, not {type(gates).__name__}") from None
-    if not ahead:
-        while chunk := list(itertools.islice(source, CHUNK_SIZE)):
-            yield PreparedChunk(prepare_gate(gate) for gate in chunk)
-        return
-    handoff: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=2)
-    stop = threading.Event()
+@dataclass(slots=True)
+class Appended:
+    """What one append transaction did: the new head, counts, per-gate outcomes and conflicts when asked for."""
 
-    def offer(item: tuple[str, Any]) -> None:
-        while not stop.is_set():
-            try:
-                handoff.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    def work() -> None:
-        try:
-            while not stop.is_set() and (chunk := list(itertools.islice(source, CHUNK_SIZE))):
-                offer(("chunk", PreparedChunk(prepare_gate(gate) for gate in chunk)))
-            offer(("end", None))
-        except BaseException as error:  # handed to the caller, who decides what it means
-            offer(("error", error))
-
-    helper = threading.Thread(target=work, name="compute-budget-decide", daemon=True)
-    helper.start()
-    try:
-        while True:
-            kind, payload = handoff.get()
-            if kind == "end":
-                return
-            if kind == "error":
-                raise payload
-            yield payload
-    finally:
-        stop.set()
-        if threading.current_thread() is not helper:
-            helper.join()
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkPlan:
-    """What appending one chunk does: the rows to insert and their Merkle leaf hashes, the head after them,
-    each gate's outcome (when asked for) and the conflicting gates left out (when skipping conflicts)."""
-
-    rows: list[tuple[Any, ...]]
     head: ChainHead
-    results: list[tuple[int, PreparedGate, bool, int]]  # (position in the chunk, gate, new, seq)
-    conflicts: list[tuple[int, GateConflict]]  # (position in the chunk, the conflict)
-    leaves: list[bytes]
+    new: int = 0
+    present: int = 0
+    results: list[tuple[int, PreparedGate, bool, int]] | None = None
+    conflicts: list[tuple[int, GateConflict]] | None = None
+    adopted: int = 0
+    adopted_after: int = 0
+    state_created: bool = False
 
 
-def plan_chunk(
-    prepared: list[PreparedGate],
-    stored: dict[str, tuple[int, str]],
-    head: ChainHead,
-    recorded_at: str,
-    *,
-    results: bool = False,
-    skip_conflicts: bool = False,
-) -> ChunkPlan:
-    """Number and chain the new gates of a chunk after `head`.
+class _StoredAlready(Exception):
+    """The optimistic insert of a chunk met a stored budget_id (rolls its savepoint back)."""
 
-    `stored` maps the budget_ids already in the database to their (seq, gate_input); gates repeated within
-    the chunk are matched against their first occurrence. A changed gate raises `GateConflict`, or with
-    `skip_conflicts` is left out and listed in the plan's `conflicts`. Per-gate `results` are collected only
-    when asked for (the bulk path does not pay for them).
-    """
-    seq, prev, last_id = head.seq, head.chain_hash, head.budget_id
-    seen = dict(stored)
-    rows: list[tuple[Any, ...]] = []
-    outcomes: list[tuple[int, PreparedGate, bool, int]] = []
-    conflicts: list[tuple[int, GateConflict]] = []
-    leaves: list[bytes] = []
-    hashers: list[RowHasher] = (
-        prepared.hashers
-        if isinstance(prepared, PreparedChunk)
-        else [row_hasher(item.decision, item.gate_input) for item in prepared]
-    )
-    tails = RowTails(recorded_at)
-    for position, (item, hasher) in enumerate(zip(prepared, hashers, strict=True)):
-        decision = item.decision
-        budget_id = decision.budget_id
-        existing = seen.get(budget_id)
-        if existing is not None:
-            if not same_gate(existing[1], item):
-                conflict = GateConflict(
-                    budget_id, existing[1], item.gate_input, differing_keys(existing[1], item), item.line
+
+class Appender:
+    """The write path of one opened store, and what its writer remembers between appends."""
+
+    def __init__(
+        self, session: StoreSession, writer: WriterKeys | None, *, origin: str | None, allow_unsigned: bool
+    ) -> None:
+        self._session = session
+        self._sql = session.statements
+        self._seal = session.seal
+        self.writer = writer
+        self._wanted_origin = origin
+        self._allow_unsigned = allow_unsigned
+        # The tree's frontier after this process's last append, keyed by the head it belongs to: a process that
+        # appends one gate at a time then never rereads its tile of rows.
+        self._frontier_cache: tuple[ChainHead, CompactRange] | None = None
+        # (note, key) pairs whose signature this process already verified
+        self.verified_notes: set[tuple[str, VerifierKey]] = set()
+        self._last_signed: tuple[str, ChainHead] | None = None  # the note this process signed last, and its head
+
+    def append(
+        self,
+        gates: Iterable[object],
+        *,
+        results: bool,
+        ahead: bool,
+        skip_conflicts: bool,
+        on_progress: Callable[[int], None] | None = None,
+        adopt_through: int | None = None,
+    ) -> Appended:
+        """Append in one write transaction, a chunk of gates at a time (all or nothing)."""
+        self._session.require_open()
+        location = self._session.location
+        if self._session.readonly:
+            raise ReadOnlyStore(f"{location.display} was opened read-only; open it for writing to record")
+        # Decide the first chunk before taking the append lock: a single batch then holds the lock only to
+        # chain and insert, and concurrent writers wait less.
+        chunks = prepared_chunks(gates, ahead=ahead)
+        first = next(chunks, None)
+        appended = Appended(EMPTY_HEAD, results=[] if results else None, conflicts=[] if skip_conflicts else None)
+        writer = self.writer
+        note: str | None = None
+        # Spec 9.1: the state file's lock is taken before the transaction begins and released after the state was
+        # replaced, so writers sharing a key queue here first, then on the append lock, always in that order.
+        state_lock = writer.state.locked() if writer is not None else contextlib.nullcontext()
+        try:
+            with state_lock:
+                with begin_write(self._session.engine) as connection:
+                    head, origin, frontier, to_keep = self._begin(connection, appended, adopt_through)
+                    start = head
+                    prepared_all = itertools.chain([first] if first is not None else [], chunks)
+                    head = self._write_chunks(connection, prepared_all, head, frontier, appended, on_progress)
+                    if writer is not None and (head != start or adopt_through is not None):
+                        note = sealing.signed_note(origin, head, frontier.root(), [writer.signer])
+                        sealing.insert_checkpoint(connection, self._seal, head.seq, writer.signer, note, utc_now())
+                        to_keep = note
+                if writer is not None and to_keep is not None:
+                    writer.state.save(origin, to_keep, discard_unreadable=writer.init_state)
+        except SQLAlchemyError as error:
+            raise translate(error, location) from None
+        except OverflowError:
+            raise StoreDamaged(
+                f"{location.display}: the chain head's seq is too large to follow (it was set by hand); "
+                "run `compute-budget audit` for the details"
+            ) from None
+        finally:
+            chunks.close()  # stops the decide-ahead thread whatever happened
+        if note is not None and writer is not None:
+            self.verified_notes = {(note, writer.verifier)}
+            self._last_signed = (note, head)
+        self._frontier_cache = (head, frontier)
+        appended.head = head
+        return appended
+
+    def _begin(
+        self, connection: Connection, appended: Appended, adopt_through: int | None
+    ) -> tuple[ChainHead, str, CompactRange, str | None]:
+        """Lock, check the guard, read the head, origin and frontier, and check the writer's authority (spec
+        9.1). Returns them with the note the writer state gets after the commit when nothing is appended."""
+        location = self._session.location
+        lock_for_append(connection, self._sql, readonly=False)
+        require_guard(connection, location)
+        head = read_head(connection, self._sql)
+        origin = sealing.ensure_origin(connection, self._seal, self._wanted_origin, create=True)
+        assert origin is not None
+        frontier = self._frontier(connection, head)
+        writer = self.writer
+        if writer is None:
+            if not self._allow_unsigned and holds_checkpoints(connection, self._seal):
+                raise UnsignedAppendRefused(
+                    f"{location.display} holds signed checkpoints: an append without the writer's key "
+                    "would leave rows no writer signed; record with --signing-key, or with --unsigned to "
+                    "append unsigned rows anyway; nothing was written"
                 )
-                if not skip_conflicts:
-                    raise conflict
-                conflicts.append((position, conflict))
-                continue
-            if results:
-                outcomes.append((position, item, False, existing[0]))
-            continue
-        seq += 1
-        status = decision.status.value
-        leaf, prev = tails.finish(hasher, prev, seq, decision.reason_code, status)
-        rows.append(
-            (
-                seq,
-                budget_id,
-                decision.policy_version,
-                decision.gate_decision_id,
-                decision.gate_policy_version,
-                decision.gate_input_digest,
-                status,
-                decision.reason_code,
-                decision.max_candidates,
-                decision.max_depth,
-                decision.max_steps,
-                decision.max_wallclock_ms,
-                decision.max_parallelism,
-                hasher.spans,
-                decision.explanation,
-                item.gate_input,
-                recorded_at,
-                prev,
+            return head, origin, frontier, None
+        if adopt_through is not None or not self._still_signed_by_me(connection, head):
+            authorised = check_signed_head(
+                connection, self._sql, self._seal, writer, origin, head, frontier,
+                verified=self.verified_notes, adopt_through=adopt_through, decode=self._session.logical,
             )
+            appended.adopted, appended.adopted_after = authorised.adopted, authorised.signed_size
+        to_keep = check_state(
+            connection, self._sql, self._seal, writer, origin, head, frontier.root(), verified=self.verified_notes
         )
-        leaves.append(leaf)
-        seen[budget_id] = (seq, item.gate_input)
-        last_id = budget_id
-        if results:
-            outcomes.append((position, item, True, seq))
-    return ChunkPlan(rows, ChainHead(seq, prev, last_id), outcomes, conflicts, leaves)
+        appended.state_created = to_keep is not None
+        return head, origin, frontier, to_keep
+
+    def _write_chunks(
+        self,
+        connection: Connection,
+        chunks: Iterator[list[PreparedGate]],
+        head: ChainHead,
+        frontier: CompactRange,
+        appended: Appended,
+        on_progress: Callable[[int], None] | None,
+    ) -> ChainHead:
+        """Insert every chunk after `head`, extending the tree; returns the new head.
+
+        Each chunk is first inserted optimistically, as if every gate were new; a gate already stored makes the
+        insert fail (SQLite: primary key, or the guard's no-replace trigger) or insert fewer rows than planned
+        (PostgreSQL: ``ON CONFLICT DO NOTHING``), nothing of it stays, and from then on chunks look their gates
+        up before inserting. Fresh appends, the common case, so cost no lookup at all.
+        """
+        optimistic = True
+        offset = 0
+        for prepared in chunks:
+            recorded_at = utc_now()
+            plan: ChunkPlan | None = None
+            want = {"results": appended.results is not None, "skip_conflicts": appended.conflicts is not None}
+            if optimistic:
+                plan = plan_chunk(prepared, {}, head, recorded_at, **want)
+                if not self._inserted_optimistically(connection, plan, head):
+                    optimistic, plan = False, None
+            if plan is None:
+                stored = stored_gates(connection, self._sql, {item.decision.budget_id for item in prepared})
+                plan = plan_chunk(prepared, stored, head, recorded_at, **want)
+                if plan.rows:
+                    insert_exactly(connection, self._sql, plan.rows, self._session.location)
+            if plan.rows:
+                require_planned_head(connection, self._sql, plan.head, self._session.location)
+            sealing.insert_nodes(connection, self._seal, frontier.extend(plan.leaves, min_level=TILE_LEVEL))
+            head = plan.head
+            appended.new += len(plan.rows)
+            appended.present += len(prepared) - len(plan.rows) - len(plan.conflicts)
+            if appended.results is not None:
+                appended.results.extend((offset + index, item, new, seq) for index, item, new, seq in plan.results)
+            if appended.conflicts is not None:
+                appended.conflicts.extend((offset + index, conflict) for index, conflict in plan.conflicts)
+            offset += len(prepared)
+            if on_progress is not None:
+                on_progress(len(prepared))
+        return head
+
+    def _inserted_optimistically(self, connection: Connection, plan: ChunkPlan, head: ChainHead) -> bool:
+        """Insert a chunk planned as all new; False (and nothing of it kept) when one of its gates is stored."""
+        location = self._session.location
+        insert_if_new = self._sql.insert_if_new
+        if insert_if_new is None and len(plan.rows) <= MULTI_ROW_MAX:
+            # SQLite, a chunk that is one statement: a statement is atomic, so a stored gate (the primary key, or
+            # the guard's no-replace trigger) undoes the whole statement and nothing of it stays; no savepoint.
+            try:
+                insert_exactly(connection, self._sql, plan.rows, location)
+            except IntegrityError:
+                require_nothing_kept(connection, self._sql, head, location)
+                return False
+            return True
+        try:
+            with connection.begin_nested():
+                if insert_if_new is None:
+                    insert_exactly(connection, self._sql, plan.rows, location)
+                else:
+                    stored_rows = encode_rows(plan.rows)  # PostgreSQL text holds no NUL
+                    written = connection.exec_driver_sql(insert_if_new, stored_rows).rowcount
+                    if written != len(plan.rows):
+                        raise _StoredAlready  # then every row is looked up, inserted exactly
+        except (IntegrityError, _StoredAlready):
+            return False
+        return True
+
+    def _still_signed_by_me(self, connection: Connection, head: ChainHead) -> bool:
+        """True when the head is the one this process signed last and that note is still the newest stored
+        checkpoint of any key: then it is the newest trusted one and names the head (rule 1), with nothing to
+        reread or re-verify."""
+        if self._last_signed is None or self._last_signed[1] != head:
+            return False
+        return newest_stored_note(connection, self._seal) == self._last_signed[0]
+
+    def _frontier(self, connection: Connection, head: ChainHead) -> CompactRange:
+        """The tree's frontier at `head`: this process's own from its last append when nobody appended since,
+        else read from the stored nodes and the last tile of rows (building the tree if it was never built)."""
+        if self._frontier_cache is not None and self._frontier_cache[0] == head:
+            return self._frontier_cache[1].copy()
+        if not sealing.tree_is_built(connection, self._seal, head.seq):
+            return sealing.build_tree(connection, self._sql, self._seal, head.seq)
+        return sealing.frontier_at(connection, self._seal, head.seq)
+
+    def sign_head(self, writers: list[WriterKeys]) -> str:
+        """The checkpoint note of the current head signed by every writer, each under spec 9.1's rules inside
+        the append lock; each writer state then holds it. The note is not stored."""
+        location = self._session.location
+        if self._session.readonly:
+            raise ReadOnlyStore(
+                f"{location.display} was opened read-only: a writer signs inside the append lock, so open the "
+                "store for writing to sign a checkpoint"
+            )
+        with contextlib.ExitStack() as locks:
+            # Always in the order of the paths: two processes signing with the same keys never wait on each other.
+            for writer in sorted(writers, key=lambda item: str(item.state.path)):
+                locks.enter_context(writer.state.locked())
+            try:
+                with begin_write(self._session.engine) as connection:
+                    lock_for_append(connection, self._sql, readonly=False)
+                    head = read_head(connection, self._sql)
+                    origin = sealing.read_origin(connection, self._seal)
+                    if origin is None:
+                        raise StoreUnavailable(
+                            f"{location.display} has no origin yet: record a gate first, or run "
+                            "`compute-budget migrate --origin NAME`"
+                        )
+                    stored_root(connection, self._seal, head, location)  # refuses a store whose tree was never built
+                    frontier = sealing.frontier_at(connection, self._seal, head.seq)
+                    for writer in writers:
+                        check_signed_head(
+                            connection, self._sql, self._seal, writer, origin, head, frontier,
+                            verified=self.verified_notes, adopt_through=None, decode=self._session.logical,
+                        )
+                        check_state(
+                            connection, self._sql, self._seal, writer, origin, head, frontier.root(),
+                            verified=self.verified_notes,
+                        )
+                    note = sealing.signed_note(origin, head, frontier.root(), [writer.signer for writer in writers])
+            except SQLAlchemyError as error:
+                raise translate(error, location) from None
+            for writer in writers:
+                writer.state.save(origin, note, discard_unreadable=writer.init_state)
+        return note
+
+
+def require_guard(connection: Connection, location: Location) -> None:
+    """Writers append only under the guard this release created: a missing, disabled or altered trigger, or
+    one added by hand on a guarded table, stops the append (inside its transaction, so nothing is written)."""
+    # Asked before inserting: a refused INSERT inside psycopg's pipeline would also log driver noise.
+    require_grants(connection, Role.WRITER, location.display)
+    problems = schema_problems(connection)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise StoreDamaged(
+            f"{location.display}: {problems[0]}{more}; refusing to append: run `compute-budget migrate --db "
+            f"{location.display}` to restore the append-only guard, then `compute-budget audit`"
+        )
+
+
+def insert_exactly(
+    connection: Connection, statements: Statements, rows: list[tuple[Any, ...]], location: Location
+) -> None:
+    """Insert `rows`, and prove the database stored every one: a hand-made trigger that skips rows
+    (`RAISE(IGNORE)`, a PostgreSQL trigger returning NULL) must not let a writer report rows it never wrote.
+
+    SQLite takes up to `MULTI_ROW_MAX` rows per multi-row INSERT (one statement, one program run, instead of one
+    per row); PostgreSQL takes them all through the driver's executemany.
+    """
+    if connection.dialect.name == "postgresql":
+        written = connection.exec_driver_sql(statements.insert, encode_rows(rows)).rowcount
+    else:
+        written = 0
+        for start in range(0, len(rows), MULTI_ROW_MAX):
+            piece = rows[start : start + MULTI_ROW_MAX]
+            flat = tuple(itertools.chain.from_iterable(piece))
+            written += connection.exec_driver_sql(statements.insert_rows(len(piece)), flat).rowcount
+    if written != len(rows):
+        raise StoreDamaged(
+            f"{location.display} stored {written} of the {len(rows)} rows just inserted: something on the table "
+            "drops rows (a trigger added by hand?); nothing was written; run `compute-budget audit`"
+        )
+
+
+def require_planned_head(
+    connection: Connection, statements: Statements, planned: ChainHead, location: Location
+) -> None:
+    """After a chunk, the stored head must be the one the writer planned, or the transaction is rolled back."""
+    stored = read_head(connection, statements)
+    if stored != planned:
+        raise StoreDamaged(
+            f"{location.display}: after appending up to seq {planned.seq} the stored head is seq {stored.seq} "
+            f"({stored.budget_id}); the table does not keep what is written; nothing was written; "
+            "run `compute-budget audit`"
+        )
+
+
+def require_nothing_kept(connection: Connection, statements: Statements, head: ChainHead, location: Location) -> None:
+    """After a failed one-statement insert without a savepoint: the write transaction must still be open and the
+    stored head unchanged (the new rows all come after it), so the failed statement kept none of its rows. A
+    conflict clause changed by hand (``ON CONFLICT FAIL`` keeps earlier rows, ``ROLLBACK`` ends the transaction)
+    is refused rather than written around."""
+    raw = connection.connection.dbapi_connection
+    if not getattr(raw, "in_transaction", False):
+        raise StoreDamaged(
+            f"{location.display}: a failed insert ended the write transaction (a conflict clause changed by hand?); "
+            "nothing was written; run `compute-budget audit`"
+        )
+    require_planned_head(connection, statements, head, location)
+
+
+def stored_gates(connection: Connection, statements: Statements, budget_ids: set[str]) -> dict[str, tuple[int, str]]:
+    """The `seq` and `gate_input` of those of `budget_ids` already stored."""
+    if not budget_ids:
+        return {}
+    rows = connection.exec_driver_sql(statements.stored_gates(len(budget_ids)), tuple(budget_ids))
+    stored: dict[str, tuple[int, str]] = {}
+    for budget_id, seq, gate_input in rows:
+        if type(seq) is not int or not isinstance(gate_input, str):
+            raise StoreDamaged(
+                f"stored row {budget_id} (seq {seq!r}) cannot be read; run `compute-budget audit` for the details"
+            )
+        stored[str(budget_id)] = (seq, gate_input)
+    return stored

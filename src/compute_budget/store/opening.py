@@ -1,0 +1,176 @@
+"""Opening and migrating a store: the file checks, the schema's revision, the seal's opening step, and removing
+a store a failed command created and never used."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import urllib.parse
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from compute_budget.errors import NoHistory, NotABudgetStore, SchemaBehindHead, StoreDamaged, StoreUnavailable
+from compute_budget.store import seal as sealing
+from compute_budget.store.backend import Location, begin_write, create_store_engine, locate, translate
+from compute_budget.store.grants import Role, require_grants
+from compute_budget.store.migrations import SchemaState, head_revision, schema_state, upgrade_to_head
+from compute_budget.store.schema_check import restore_guard, schema_problems
+from compute_budget.store.seal import seal_statements_for
+from compute_budget.store.session import lock_for_append, read_head
+from compute_budget.store.statements import statements_for
+from compute_budget.store.table import TABLE_NAME, VERSION_TABLE
+
+
+def open_engine(
+    target: str | os.PathLike[str] | None, *, readonly: bool, origin: str | None
+) -> tuple[Location, Engine, bool]:
+    """The engine of the store at `target` after the opening checks: (location, engine, created).
+
+    A writer creates a new, empty database at the schema head and takes the seal's opening step; a reader needs
+    an existing store whose role holds the auditor's grants. Either refuses a schema that is not at head.
+    """
+    location = locate(target)
+    check_file(location, readonly=readonly)
+    created = not readonly and location.sqlite_path is not None and not location.sqlite_path.exists()
+    engine = create_store_engine(location, readonly=readonly)
+    try:
+        with engine.begin() if readonly else begin_write(engine) as connection:
+            lock_for_append(connection, statements_for(engine.dialect.name), readonly=readonly)
+            if readonly:
+                require_grants(connection, Role.AUDITOR, location.display)
+            state, revision = schema_state(connection)
+            if state is SchemaState.EMPTY and not readonly:
+                upgrade_to_head(connection)
+            else:
+                require_head(location, state, revision)
+            if not readonly:
+                seal_on_open(connection, origin, create_origin=False)
+    except SQLAlchemyError as error:
+        engine.dispose()
+        raise translate(error, location) from None
+    except BaseException:
+        engine.dispose()
+        raise
+    return location, engine, created
+
+
+def migrate_store(
+    target: str | os.PathLike[str] | None, *, origin: str | None, on_restore: Callable[[list[str]], None] | None
+) -> tuple[str | None, str]:
+    """Bring the schema at `target` to head, restore its guard and complete its seal (see `BudgetStore.migrate`)."""
+    location = locate(target)
+    check_file(location, readonly=False)
+    engine = create_store_engine(location, readonly=False)
+    try:
+        with begin_write(engine) as connection:
+            lock_for_append(connection, statements_for(engine.dialect.name), readonly=False)
+            state, revision = schema_state(connection)
+            if state is SchemaState.FOREIGN:
+                raise NotABudgetStore(f"{location.display} is not a compute-budget database: it has other tables")
+            if state in (SchemaState.AHEAD, SchemaState.TABLE_MISSING):
+                require_head(location, state, revision)
+            if state is SchemaState.REVISION_TAMPERED:
+                # Spec 9.7: the tables are already head's; only the record is wrong. Repair the record (the guard
+                # is checked next, as on every migrate).
+                connection.exec_driver_sql(
+                    f"UPDATE {VERSION_TABLE} SET version_num = {statements_for(engine.dialect.name).mark}",
+                    (head_revision(),),
+                )
+                if on_restore is not None:
+                    on_restore([
+                        f"repaired the schema's bookkeeping: alembic_version recorded revision {revision!r} under "
+                        f"this release's head tables; it now records {head_revision()}"
+                    ])
+            elif state is not SchemaState.AT_HEAD:
+                upgrade_to_head(connection)
+            problems = schema_problems(connection)
+            if problems:
+                restore_guard(connection)
+                if on_restore is not None:
+                    on_restore(problems)
+            seal_on_open(connection, origin, create_origin=True)
+    except SQLAlchemyError as error:
+        raise translate(error, location) from None
+    finally:
+        engine.dispose()
+    return revision, head_revision()
+
+
+def seal_on_open(connection: Connection, origin: str | None, *, create_origin: bool) -> None:
+    """A writer's opening step for the seal: set a wanted origin, build the tree of rows written before it."""
+    statements = statements_for(connection.dialect.name)
+    seal = seal_statements_for(connection.dialect.name)
+    try:
+        head = read_head(connection, statements)
+    except StoreDamaged:
+        return  # a damaged head stops the first append, with its own message
+    sealing.ensure_origin(connection, seal, origin, create=create_origin and head.seq > 0)
+    if not sealing.tree_is_built(connection, seal, head.seq):
+        sealing.build_tree(connection, statements, seal, head.seq)
+
+
+def check_file(location: Location, *, readonly: bool) -> None:
+    path = location.sqlite_path
+    if path is None:
+        return
+    if path.is_dir():
+        raise StoreUnavailable(f"{path} is a folder, not a database file")
+    if path.exists() and not path.is_file():
+        # A FIFO would hang every reader, a device would collect a -journal beside it: only files are stores.
+        raise StoreUnavailable(f"{path} is not a regular file (a device, pipe or socket) and cannot be a database")
+    if readonly and not path.exists():
+        raise StoreUnavailable(f"no database at {path} (check the path, or record something first)")
+    if not readonly and not path.parent.is_dir():
+        raise StoreUnavailable(f"cannot create database {path}: folder {path.parent} does not exist")
+
+
+def require_head(location: Location, state: SchemaState, revision: str | None) -> None:
+    where = location.display
+    if state in (SchemaState.AT_HEAD, SchemaState.REVISION_TAMPERED):
+        return  # a tampered revision record is read and reported (schema_tampered); appends refuse it
+    if state is SchemaState.EMPTY:
+        raise NoHistory(f"{where} holds no compute-budget store yet (an empty database)", where=where, dropped=False)
+    if state is SchemaState.TABLE_MISSING:
+        raise NoHistory(
+            f"{where} is a compute-budget store (revision {revision}) whose decisions table is gone: it was dropped "
+            "by hand; restore the database from a backup",
+            where=where,
+            dropped=True,
+        )
+    if state is SchemaState.BEHIND:
+        raise SchemaBehindHead(
+            f"{where} has schema revision {revision}, behind this release's {head_revision()}: "
+            f"run `compute-budget migrate --db {where}` first"
+        )
+    if state is SchemaState.AHEAD:
+        raise NotABudgetStore(
+            f"{where} has schema revision {revision}, unknown to this release (written by a newer compute-budget?)"
+        )
+    raise NotABudgetStore(f"{where} is not a compute-budget database (it has other tables and no budget schema)")
+
+
+def remove_unused_sqlite(path: Path) -> bool:
+    """Delete the SQLite store at `path` if no other connection has it open and it holds no row (see
+    `BudgetStore.discard_if_unused`)."""
+    uri = f"file:{urllib.parse.quote(str(path))}?mode=rw"
+    connection = sqlite3.connect(uri, uri=True, timeout=0.2, isolation_level=None)
+    try:
+        # Keep every lock taken from here on until the connection closes, then leave WAL mode: SQLite allows
+        # that only to the last connection, so from here on nobody else has the file open.
+        connection.execute("PRAGMA locking_mode = EXCLUSIVE")
+        if connection.execute("PRAGMA journal_mode = DELETE").fetchone()[0] != "delete":
+            return False
+        connection.execute("BEGIN EXCLUSIVE")
+        if connection.execute(f"SELECT count(*) FROM {TABLE_NAME}").fetchone()[0] != 0:
+            connection.execute("ROLLBACK")
+            return False
+        # Still holding the exclusive lock: a process that opened the path meanwhile waits, and SQLite then
+        # refuses its writes to the deleted file (SQLITE_READONLY_DBMOVED) instead of losing them.
+        path.unlink()
+        connection.execute("ROLLBACK")
+        return True
+    finally:
+        connection.close()

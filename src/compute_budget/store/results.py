@@ -1,0 +1,75 @@
+"""What recording and checking return: plain frozen values, no connection behind them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compute_budget.core.log.head import ChainHead
+from compute_budget.core.policy.types import ComputeBudgetDecision
+from compute_budget.core.verify import Finding
+
+
+@dataclass(frozen=True, slots=True)
+class RecordResult:
+    """The outcome of recording one gate: its decision, whether it was new, and its row's `seq`."""
+
+    decision: ComputeBudgetDecision
+    new: bool
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class GateResult:
+    """One gate of a `record_many` batch: where it was in the input, its `budget_id`, its row's `seq`, and
+    whether this batch stored it (`new`) or found it already stored. `line` is the input line the gate started
+    on when it came from a stream of lines (the CLI's INPUT), else None."""
+
+    index: int
+    budget_id: str
+    seq: int
+    new: bool
+    line: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedConflict:
+    """A gate `record_many(..., on_conflict="skip")` left out: its `budget_id` is already recorded (in the store
+    or earlier in the batch) with a different gate; `differing` names the top-level keys that differ."""
+
+    index: int
+    budget_id: str
+    line: int | None
+    differing: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """The outcome of `record_many`: how many decisions were new, how many already present, the new head.
+
+    `results` holds one `GateResult` per recorded gate, in input order, when `record_many(..., results=True)`
+    asked for them (else it is empty); `conflicts` the gates skipped with `on_conflict="skip"`.
+    """
+
+    new: int
+    present: int
+    head: ChainHead
+    results: tuple[GateResult, ...] = ()
+    conflicts: tuple[SkippedConflict, ...] = ()
+    adopted: int = 0  # rows signed over by `adopt_unsigned_through` (seq adopted_after+1 .. adopted_after+adopted)
+    adopted_after: int = 0
+    writer_state_created: bool = False  # `init_writer_state` made the state from the store's own checkpoint
+
+
+@dataclass(frozen=True, slots=True)
+class RowCheck:
+    """A stored row re-derived, re-hashed and re-linked to the row before it (`BudgetStore.check`): the audit's
+    check of one row. It `holds` when there are no findings."""
+
+    budget_id: str
+    seq: int | None
+    findings: tuple[Finding, ...]
+
+    @property
+    def holds(self) -> bool:
+        """True when the row re-derives, hashes to its budget_id and links to the row stored before it."""
+        return not self.findings

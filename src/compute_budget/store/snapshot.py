@@ -1,0 +1,191 @@
+"""`Snapshot`: the auditor's reads inside one read transaction of a store, so every query sees the same rows."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Generator, Iterator
+from typing import Any
+
+from sqlalchemy import Connection
+
+from compute_budget.core.log.merkle import CompactRange
+from compute_budget.core.log.note import VerifierKey
+from compute_budget.core.log.tree import TiledTree
+from compute_budget.core.seal import StoredCheckpoint
+from compute_budget.store import seal as sealing
+from compute_budget.store.schema_check import schema_problems
+from compute_budget.store.seal import SealStatements
+from compute_budget.store.statements import Statements
+from compute_budget.store.table import TABLE_NAME
+from compute_budget.store.text_codec import tolerant_text
+
+
+class Snapshot:
+    """Reads inside one transaction of a store (see `BudgetStore.snapshot`)."""
+
+    def __init__(self, connection: Connection, statements: Statements, seal: SealStatements) -> None:
+        self._connection = connection
+        self._statements = statements
+        self._seal = seal
+
+    # -- the seal -----------------------------------------------------------------------------------------------
+
+    def origin(self) -> str | None:
+        """The store's origin, or None while none is set."""
+        return sealing.read_origin(self._connection, self._seal)
+
+    def provenance(self) -> sealing.Provenance | None:
+        """Where a salvaged store came from (spec 9.8): (source origin, through seq, root, chain hash, recorded at),
+        or None for a store that was not made by `copy --through`."""
+        return sealing.read_provenance(self._connection, self._seal)
+
+    def tree(self, size: int) -> TiledTree:
+        """A `NodeReader` over the stored tree of the first `size` rows."""
+        return sealing.tree_reader(self._connection, self._seal, size)
+
+    def tree_is_built(self, size: int) -> bool:
+        """True when the stored tree covers `size` rows (False for a store migrated without its tree yet)."""
+        return sealing.tree_is_built(self._connection, self._seal, size)
+
+    def has_tree_nodes(self) -> bool:
+        """True when any tree node is stored."""
+        return not sealing.tree_is_empty(self._connection, self._seal)
+
+    def frontier(self, size: int) -> CompactRange:
+        """The compact range of the stored tree at `size` (`StoreDamaged` when it cannot be read)."""
+        return sealing.frontier_at(self._connection, self._seal, size)
+
+    def chain_at(self, seq: int) -> str | None:
+        """The stored chain_hash of row `seq` (the genesis for 0), or None."""
+        return sealing.chain_at(self._connection, self._statements)(seq)
+
+    def raw_row(self, budget_id: str) -> tuple[Any, ...] | None:
+        """The stored row with this budget_id, raw (`row.ROW_COLUMNS` order), or None."""
+        row = self._connection.exec_driver_sql(self._statements.by_budget_id, (budget_id,)).first()
+        return None if row is None else tuple(row)
+
+    def newest_by_key(self, key: VerifierKey, *, at_most: int | None = None) -> Iterator[StoredCheckpoint]:
+        """Stored checkpoints recorded as signed by `key`, newest first (up to tree size `at_most`)."""
+        return sealing.newest_by_key(self._connection, self._seal, key, at_most=at_most)
+
+    def newest_covering(self, seq: int, at_most: int) -> StoredCheckpoint | None:
+        """The newest stored checkpoint whose tree covers row `seq` (size seq..at_most), or None."""
+        row = self._connection.exec_driver_sql(self._seal.newest_covering, (seq, at_most)).first()
+        return None if row is None else sealing.stored_checkpoint(tuple(row))
+
+    def checkpoints_at(self, size: int) -> list[StoredCheckpoint]:
+        """The stored checkpoints of tree size `size`, newest first (at most 20)."""
+        rows = self._connection.exec_driver_sql(self._seal.at_size, (size,)).fetchall()
+        return [sealing.stored_checkpoint(tuple(row)) for row in rows]
+
+    def unreadable_checkpoints(self) -> list[tuple[int, str]]:
+        """(id, names of the wrongly typed columns) of stored checkpoint entries that are no checkpoint at all: a
+        value not of its column's type, which every other reader of checkpoints skips (at most 100)."""
+        rows = self._connection.exec_driver_sql(self._seal.unreadable_checkpoints).fetchall()
+        return [(row[0], str(row[1]).strip()) for row in rows]
+
+    def checkpoints_beyond(self, size: int) -> list[StoredCheckpoint]:
+        """Stored checkpoints naming more rows than `size` (at most 100)."""
+        rows = self._connection.exec_driver_sql(self._seal.beyond, (size,)).fetchall()
+        return [sealing.stored_checkpoint(tuple(row)) for row in rows]
+
+    def misplaced_nodes(self, size: int) -> list[tuple[Any, Any]]:
+        """(level, idx) of stored tree nodes below the stored levels or over rows beyond `size` (at most 100)."""
+        return [(row[0], row[1]) for row in self._connection.exec_driver_sql(self._seal.misplaced_nodes, (size,))]
+
+    def checkpoints_between(self, low: int, high: int) -> Iterator[StoredCheckpoint]:
+        """Stored checkpoints with low < tree_size <= high, in size order."""
+        return sealing.checkpoints_between(self._connection, self._seal, low, high)
+
+    def nodes_at(self, level: int, first: int, last: int) -> Iterator[tuple[int, str]]:
+        """Stored tree nodes (idx, hex hash) of `level` with first <= idx <= last, in order."""
+        while first <= last:
+            rows = self._connection.exec_driver_sql(self._seal.nodes_at, (level, first, last)).fetchall()
+            for row in rows:
+                first = int(row[0]) + 1
+                yield int(row[0]), str(row[1])
+            if len(rows) < sealing.PAGE_ROWS:
+                return
+
+    def rows_between(self, low: int, high: int, *, batch_rows: int = 2000) -> Iterator[list[tuple[Any, ...]]]:
+        """Raw rows with low < seq <= high in seq order, a batch per query."""
+        while low < high:
+            upper = min(low + batch_rows, high)
+            with tolerant_text(self._connection):
+                rows = self._connection.exec_driver_sql(self._statements.seq_range, (low, upper)).fetchall()
+            yield [tuple(row) for row in rows]
+            low = upper
+
+    # -- the chain ----------------------------------------------------------------------------------------------
+
+    def max_seq(self) -> int:
+        """The highest seq that is an integer (0 for an empty store)."""
+        value = self._connection.exec_driver_sql(self._statements.max_integer_seq).scalar()
+        return int(value) if value is not None else 0
+
+    def link_at(self, seq: int) -> tuple[Any, Any, Any] | None:
+        """The raw (seq, chain_hash, budget_id) stored at `seq`, as stored (tampered values included), or None."""
+        with tolerant_text(self._connection):
+            row = self._connection.exec_driver_sql(self._statements.link_at, (seq,)).first()
+        return None if row is None else (row[0], row[1], row[2])
+
+    def link_at_or_before(self, seq: int) -> tuple[int, str] | None:
+        """The (seq, chain_hash) of the last row at or before `seq`, when it is readable."""
+        with tolerant_text(self._connection):
+            row = self._connection.exec_driver_sql(self._statements.link_at_or_before, (seq,)).first()
+        if row is None or type(row[0]) is not int or not isinstance(row[1], str):
+            return None
+        return row[0], row[1]
+
+    def schema_problems(self) -> list[str]:
+        """How the guard and the guarded tables differ from what this release creates (empty: they do not)."""
+        return schema_problems(self._connection)
+
+    def write_privileges(self) -> list[str]:
+        """On PostgreSQL, which of INSERT, UPDATE, DELETE and TRUNCATE this connection's role holds on the
+        decisions table (a reader's `default_transaction_read_only` can be lifted by `SET TRANSACTION READ
+        WRITE`; only a SELECT-only role is a real guarantee). SQLite: none (readers open the file read-only)."""
+        if self._connection.dialect.name != "postgresql":
+            return []
+        held = self._connection.exec_driver_sql(
+            "SELECT privilege FROM unnest(ARRAY['INSERT', 'UPDATE', 'DELETE', 'TRUNCATE']) AS privilege "
+            "WHERE has_table_privilege(current_user, %s, privilege)",
+            (TABLE_NAME,),
+        ).scalars().all()
+        return [str(privilege) for privilege in held]
+
+    def count(self) -> int:
+        """How many rows the table holds."""
+        return int(self._connection.exec_driver_sql(self._statements.count).scalar_one())
+
+    def misplaced_rows(self, max_seq: int) -> list[tuple[Any, Any]]:
+        """(budget_id, seq) of the rows whose seq is missing, not a positive integer, or beyond `max_seq`."""
+        with tolerant_text(self._connection):
+            rows = self._connection.exec_driver_sql(self._statements.misplaced, (max_seq,)).fetchall()
+        return [(row[0], row[1]) for row in rows]
+
+
+def sqlite_batches(
+    raw: Any, sql: str, low: Any, high: int, batch_rows: int
+) -> Generator[list[tuple[Any, ...]], None, Any]:
+    """Rows of `sql` over (low, high] in batches, straight from SQLite's cursor (the fastest way through them).
+
+    A text value that is not UTF-8 (a raw edit of the file can store any bytes) makes SQLite's decoder fail the
+    fetch: then this stops and returns the seq of the last row it yielded, for the caller to read the rest
+    tolerantly. Returns None when every row was read."""
+    cursor = raw.cursor()
+    try:
+        cursor.execute(sql, (low, high))
+        while True:
+            try:
+                batch = cursor.fetchmany(batch_rows)
+            except sqlite3.OperationalError as error:
+                if "decode" not in str(error):
+                    raise
+                return low
+            if not batch:
+                return None
+            low = batch[-1][0]
+            yield batch
+    finally:
+        cursor.close()
