@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.cosignature import WitnessKey, WitnessSigner
 from compute_budget.core.log.note import SignerKey, VerifierKey, verify_note
 from tests.backends import query, rows
 from tests.conftest import REPO_ROOT, gate_lines
@@ -81,6 +82,23 @@ def test_verifier_key_prints_the_public_half_of_a_key_file_again(run_cli: Run, t
     assert (status, out) == (2, "")
     assert err.count("\n") == 1
     assert "(is this a verifier key?)" in err
+
+
+def test_keygen_witness_makes_a_type_4_key_that_only_the_witness_roles_take(run_cli: Run, tmp_path: Path) -> None:
+    """`keygen --witness` (spec 9.2): a private 0x04 key file, its verifier key on stdout, printed again by
+    `verifier-key`; as a writer's `--trusted-key` it is refused, naming its type."""
+    status, out, err = run_cli("keygen", "ops/witness", "--witness", "--out", str(tmp_path / "w.key"))
+    assert status == 0, err
+    signer = WitnessSigner.parse((tmp_path / "w.key").read_text().strip())
+    assert stat.S_IMODE((tmp_path / "w.key").stat().st_mode) == 0o600
+    assert out == signer.verifier().format() + "\n"
+    assert WitnessKey.parse(out.strip()).name == "ops/witness"
+    assert "witness key" in err
+    assert signer.format() not in out + err
+    assert run_cli("verifier-key", str(tmp_path / "w.key")) == (0, out, "")
+    status, _, err = run_cli("audit", "--db", str(tmp_path / "none.db"), "--trusted-key", out.strip())
+    assert status == 2
+    assert "witness key (type 0x04)" in err
 
 
 def test_keygen_never_overwrites(run_cli: Run, tmp_path: Path) -> None:
@@ -259,13 +277,13 @@ def test_signer_key_text_given_as_a_trusted_key_is_never_echoed(
     assert "private signer key" in err
     written = out + err + "".join(path.read_text() for path in (report_json, report_junit) if path.exists())
     assert secret not in written
-    assert secret.split("+")[-1] not in written  # not even the base64 of the seed
+    assert secret.split("+", 4)[4] not in written  # not even the base64 of the seed
     for command in (["verify-proof", str(tmp_path / "none.json"), "--trusted-key", secret],
                     ["record", EXAMPLES, "--db", signed, "--signing-key", str(keys["writer"][0]),
                      "--peer-key", secret]):
         status, out, err = run_cli(*command)
         assert status == 2, command
-        assert secret.split("+")[-1] not in out + err
+        assert secret.split("+", 4)[4] not in out + err
 
 
 @pytest.mark.slow

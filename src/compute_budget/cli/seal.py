@@ -20,26 +20,32 @@ from compute_budget.cli.commands import cli, db_option
 @click.option(
     "--out", "out_path", metavar="FILE", help="Where to write the signer key [default: NAME with / as _, plus .key]."
 )
-def keygen_command(name: str, out_path: str | None) -> None:
+@click.option(
+    "--witness", is_flag=True, help="Make a witness key (C2SP cosignature type 0x04) for `witness serve --key`."
+)
+def keygen_command(name: str, out_path: str | None, witness: bool) -> None:
     """Make a new Ed25519 signer key named NAME: write it to a new file (mode 0600, never overwritten) and print
-    its verifier key, the public half to hand to auditors and verifiers."""
+    its verifier key, the public half to hand to auditors and verifiers. With --witness, a witness's key
+    (spec 9.2): its verifier key is what `--witness-key` and `--witness URL=KEY` take."""
+    from compute_budget.core.log.cosignature import generate_witness
     from compute_budget.core.log.note import generate_signer
     from compute_budget.store.keys import default_key_file, write_new_signer_key
 
-    key = generate_signer(name)
+    key = generate_witness(name) if witness else generate_signer(name)
     path = write_new_signer_key(out_path or default_key_file(name), key)
     click.echo(key.verifier().format())
-    say(f"wrote signer key {path} (mode 0600: keep it secret; give out the verifier key above)")
+    say(f"wrote {'witness' if witness else 'signer'} key {path} (mode 0600: keep it secret; give out the verifier "
+        "key above)")
 
 
 @cli.command("verifier-key")
 @click.argument("key_path", metavar="FILE")
 def verifier_key_command(key_path: str) -> None:
-    """Print the verifier key of the signer key in FILE (made by keygen): the public half again, for a verifier
-    key that was lost or never printed. Exit 0; 2 when FILE holds no signer key."""
-    from compute_budget.store.keys import load_signer_key
+    """Print the verifier key of the signer key in FILE (made by keygen, a witness key too): the public half
+    again, for a verifier key that was lost or never printed. Exit 0; 2 when FILE holds no signer key."""
+    from compute_budget.store.keys import load_any_signer
 
-    click.echo(load_signer_key(key_path).verifier().format())
+    click.echo(load_any_signer(key_path).verifier().format())
 
 
 @cli.command("prove")

@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
+from compute_budget.core.log.cosignature import WitnessKey, WitnessSigner
 from compute_budget.core.log.note import SIGNER_KEY_PREFIX, SignerKey, VerifierKey, valid_key_name
 from compute_budget.errors import InputError, NoteError
 from compute_budget.store.files import read_small_file
 
 SIGNING_KEY_ENV_VAR = "COMPUTE_BUDGET_SIGNING_KEY"
 MAX_KEY_FILE_BYTES = 4096
+
+_Secret = TypeVar("_Secret")
+_Public = TypeVar("_Public", VerifierKey, WitnessKey)
 
 
 def default_key_file(name: str) -> str:
@@ -41,15 +47,38 @@ def _read_key_file(path: str | os.PathLike[str], what: str) -> str:
 def load_signer_key(path: str | os.PathLike[str]) -> SignerKey:
     """The signer key in file `path`; `InputError` (one line, without the secret) when it cannot be used,
     including a key file any group or other permission bit is set on (spec 9.3: its secret may have been read)."""
-    text = _read_key_file(path, "signing key")
+    return _load_secret(path, "signing key", SignerKey.parse)
+
+
+def load_witness_signer(path: str | os.PathLike[str]) -> WitnessSigner:
+    """The witness signer key (type 0x04, spec 9.2) in file `path`, under the same rules as `load_signer_key`."""
+    return _load_secret(path, "witness key", WitnessSigner.parse)
+
+
+def load_any_signer(path: str | os.PathLike[str]) -> SignerKey | WitnessSigner:
+    """The note signer key or witness signer key in file `path` (for printing its verifier key)."""
+    return _load_secret(path, "signing key", _parse_any_signer)
+
+
+def _parse_any_signer(text: str) -> SignerKey | WitnessSigner:
     try:
-        key = SignerKey.parse(text)
+        return SignerKey.parse(text)
     except NoteError as error:
-        raise InputError(f"signing key {os.fspath(path)}: {error}") from None
+        if "witness key (type 0x04)" not in str(error):
+            raise
+    return WitnessSigner.parse(text)
+
+
+def _load_secret(path: str | os.PathLike[str], what: str, parse: Callable[[str], _Secret]) -> _Secret:
+    text = _read_key_file(path, what)
+    try:
+        key = parse(text)
+    except NoteError as error:
+        raise InputError(f"{what} {os.fspath(path)}: {error}") from None
     mode = os.stat(path).st_mode
     if stat.S_ISREG(mode) and mode & 0o077:
         raise InputError(
-            f"signing key {os.fspath(path)} has mode {stat.S_IMODE(mode):04o}: group or others may read it; a signer "
+            f"{what} {os.fspath(path)} has mode {stat.S_IMODE(mode):04o}: group or others may read it; a signer "
             f"key file must be private (chmod 600 {os.fspath(path)}; if others did read it, the key has leaked)"
         )
     return key
@@ -79,28 +108,39 @@ def verifier_key(value: VerifierKey | str | os.PathLike[str]) -> VerifierKey:
     """
     if isinstance(value, VerifierKey):
         return value
-    text = os.fspath(value)
+    return _public_key(os.fspath(value), "trusted key", VerifierKey.parse)
+
+
+def witness_key(value: WitnessKey | str | os.PathLike[str]) -> WitnessKey:
+    """A witness verifier key (type 0x04 only, spec 9.3) given as a `WitnessKey`, its text, or a file holding it;
+    read as `verifier_key` reads a writer's key."""
+    if isinstance(value, WitnessKey):
+        return value
+    return _public_key(os.fspath(value), "witness key", WitnessKey.parse)
+
+
+def _public_key(text: str, what: str, parse: Callable[[str], _Public]) -> _Public:
     if text.strip().startswith(SIGNER_KEY_PREFIX):
         raise InputError(
-            "a trusted key was given as private signer key text (PRIVATE+KEY+…, not shown): give its verifier key, "
+            f"a {what} was given as private signer key text (PRIVATE+KEY+…, not shown): give its verifier key, "
             "which `compute-budget verifier-key FILE` prints; if this text was shared, the key has leaked"
         )
     try:
-        return VerifierKey.parse(text)
+        return parse(text)
     except NoteError as error:
         parse_error = error
     if not os.path.exists(text):
         if "+" not in text:
-            raise InputError(f"trusted key {text[:80]!r} is neither a verifier key (<name>+<hash>+<key>) nor a file")
-        raise InputError(f"trusted key {text[:80]!r}: {parse_error}") from None
-    content = _read_key_file(text, "trusted key file")
+            raise InputError(f"{what} {text[:80]!r} is neither a verifier key (<name>+<hash>+<key>) nor a file")
+        raise InputError(f"{what} {text[:80]!r}: {parse_error}") from None
+    content = _read_key_file(text, f"{what} file")
     try:
-        return VerifierKey.parse(content)
+        return parse(content)
     except NoteError as error:
-        raise InputError(f"trusted key file {text}: {error}") from None
+        raise InputError(f"{what} file {text}: {error}") from None
 
 
-def write_new_signer_key(path: str | os.PathLike[str], key: SignerKey) -> Path:
+def write_new_signer_key(path: str | os.PathLike[str], key: SignerKey | WitnessSigner) -> Path:
     """Write `key` to a new file `path`, mode 0600; never overwrites (`InputError` if anything is there)."""
     target = Path(path)
     if not valid_key_name(key.name):  # pragma: no cover  (a SignerKey always has a valid name)

@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from compute_budget.errors import NoteError
 
 ALGORITHM_ED25519 = 0x01
+ALGORITHM_COSIGNATURE_V1 = 0x04  # C2SP tlog-cosignature, Ed25519 (spec 9.2)
 ED25519_KEY_SIZE = 32
 ED25519_SIGNATURE_SIZE = 64
 MAX_SIGNATURES = 100
@@ -87,9 +88,10 @@ def valid_origin(name: object) -> bool:
     )
 
 
-def key_hash(name: str, public_key: bytes) -> int:
-    """The key hash of an Ed25519 note key: SHA-256(name || 0x0A || 0x01 || public key)[:4], big-endian."""
-    digest = hashlib.sha256(name.encode() + b"\n" + bytes([ALGORITHM_ED25519]) + public_key).digest()
+def key_hash(name: str, public_key: bytes, algorithm: int = ALGORITHM_ED25519) -> int:
+    """The key hash (key ID) of an Ed25519 key: SHA-256(name || 0x0A || algorithm || public key)[:4], big-endian;
+    the algorithm byte is 0x01 for a note key, 0x04 for a witness key (spec 9.2)."""
+    digest = hashlib.sha256(name.encode() + b"\n" + bytes([algorithm]) + public_key).digest()
     return int.from_bytes(digest[:4], "big")
 
 
@@ -113,8 +115,10 @@ def _check_key(kind: str, name: object, hash_value: object, key: object) -> None
         raise NoteError(f"not a {kind}: an Ed25519 key must be {ED25519_KEY_SIZE} bytes")
 
 
-def _parse_key_fields(kind: str, text: str, shown: str) -> tuple[str, int, bytes]:
-    """Split ``<name>+<8 hex>+<base64(0x01 || 32 bytes)>`` into name, key hash and key bytes, or raise `NoteError`."""
+def parse_key_fields(
+    kind: str, text: str, shown: str, algorithm: int = ALGORITHM_ED25519
+) -> tuple[str, int, bytes]:
+    """Split ``<name>+<8 hex>+<base64(algorithm || 32 bytes)>`` into name, key hash and key bytes, or `NoteError`."""
     parts = text.split("+", 2)
     if len(parts) != 3:
         raise NoteError(f"not a {kind}: expected <name>+<8 hex digits>+<base64 key>, got {shown}")
@@ -128,8 +132,12 @@ def _parse_key_fields(kind: str, text: str, shown: str) -> tuple[str, int, bytes
         raise NoteError(f"not a {kind}: the key part is not canonical standard base64")
     if len(raw) != 1 + ED25519_KEY_SIZE:
         raise NoteError(f"not a {kind}: the key must be 33 bytes (algorithm byte, 32-byte Ed25519 key), got {len(raw)}")
-    if raw[0] != ALGORITHM_ED25519:
-        raise NoteError(f"not a {kind}: unsupported algorithm byte 0x{raw[0]:02x} (only 0x01, Ed25519)")
+    if raw[0] != algorithm:
+        if raw[0] == ALGORITHM_COSIGNATURE_V1 and algorithm == ALGORITHM_ED25519:
+            raise NoteError(f"not a {kind}: this is a witness key (type 0x04); a note key has type 0x01")
+        if raw[0] == ALGORITHM_ED25519 and algorithm == ALGORITHM_COSIGNATURE_V1:
+            raise NoteError(f"not a {kind}: this is a note key (type 0x01); a witness key has type 0x04")
+        raise NoteError(f"not a {kind}: unsupported algorithm byte 0x{raw[0]:02x} (only 0x{algorithm:02x}, Ed25519)")
     return name, int(hash_text, 16), raw[1:]
 
 
@@ -168,7 +176,7 @@ class VerifierKey:
         text = _check_key_text("verifier key", text)
         if text.startswith(SIGNER_KEY_PREFIX):
             raise NoteError("not a verifier key: this is a private signer key; give its verifier key instead")
-        name, hash_value, public_key = _parse_key_fields("verifier key", text, _shown(text))
+        name, hash_value, public_key = parse_key_fields("verifier key", text, _shown(text))
         return cls(name, hash_value, public_key)
 
     def format(self) -> str:
@@ -216,7 +224,7 @@ class SignerKey:
         if not text.startswith(SIGNER_KEY_PREFIX):
             raise NoteError("not a signer key: it must start with PRIVATE+KEY+ (is this a verifier key?)")
         rest = text[len(SIGNER_KEY_PREFIX) :]
-        name, hash_value, seed = _parse_key_fields("signer key", rest, "a key without its three fields")
+        name, hash_value, seed = parse_key_fields("signer key", rest, "a key without its three fields")
         return cls(name, hash_value, seed)
 
     @property
@@ -473,3 +481,34 @@ def parse_checkpoint(text: str) -> CheckpointBody:
     if chain is None:
         raise NoteError(f"not a checkpoint: line 4 {_shown(chain_line)} is not 'chain ' and 64 lowercase hex digits")
     return CheckpointBody(origin, int(size_text), root, chain.group(1))
+
+
+@dataclass(frozen=True, slots=True)
+class TlogCheckpoint:
+    """Any C2SP tlog-checkpoint text: `origin`, tree `size`, 32-byte `root` and its extension lines (a witness
+    cosigns other logs' checkpoints too, so the `chain` line of spec section 8 is not required here)."""
+
+    origin: str
+    size: int
+    root: bytes
+    extensions: tuple[str, ...]
+
+
+def parse_tlog_checkpoint(text: str) -> TlogCheckpoint:
+    """Read a C2SP checkpoint text (at least 3 lines; any non-empty extension lines); `NoteError` if it is not."""
+    if not isinstance(text, str) or not text.endswith("\n"):
+        raise NoteError("not a checkpoint: the text must end with a newline")
+    lines = text[:-1].split("\n")
+    if len(lines) < 3:
+        raise NoteError(f"not a checkpoint: expected at least 3 lines (origin, tree size, root), got {len(lines)}")
+    origin, size_text, root_text, *extensions = lines
+    if not origin or origin != origin.strip() or any(char < " " for char in origin):
+        raise NoteError(f"not a checkpoint: invalid origin {_shown(origin)}")
+    if not _TREE_SIZE.fullmatch(size_text) or int(size_text) > MAX_TREE_SIZE:
+        raise NoteError(f"not a checkpoint: tree size {_shown(size_text)} is not a decimal 64-bit count")
+    root = _strict_b64decode(root_text)
+    if root is None or len(root) != 32:
+        raise NoteError(f"not a checkpoint: root {_shown(root_text)} is not the base64 of a 32-byte hash")
+    if any(not line for line in extensions):
+        raise NoteError("not a checkpoint: an extension line is empty")
+    return TlogCheckpoint(origin, int(size_text), root, tuple(extensions))

@@ -1,0 +1,48 @@
+"""Listening for the HTTP servers (the Workbench and the witness): a socket bound before the server starts, so
+a port in use is one clear error, and the loopback test their Host checks start from."""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import socket
+
+from compute_budget.errors import ComputeBudgetError
+
+
+class CannotListen(ComputeBudgetError):
+    """A server cannot listen on the address asked for (the port is in use, or the host is unknown)."""
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost and loopback addresses (127.0.0.0/8, ::1)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port; raises `CannotListen` saying why not."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as error:
+        raise CannotListen(f"cannot serve on host {host!r}: {error.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as error:
+        sock.close()
+        if error.errno == errno.EADDRINUSE:
+            raise CannotListen(
+                f"port {port} on {host} is already in use: stop what uses it, or pick another with --port"
+            ) from None
+        raise CannotListen(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+    sock.set_inheritable(True)
+    return sock
