@@ -3,6 +3,7 @@ a port in use is one clear error, and the loopback test their Host checks start 
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import ipaddress
 import socket
@@ -46,3 +47,48 @@ def bind(host: str, port: int) -> socket.socket:
         raise CannotListen(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
     sock.set_inheritable(True)
     return sock
+
+
+HEADER_TIMEOUT_SECONDS = 10.0
+IDLE_TIMEOUT_SECONDS = 5
+CONNECTION_LIMIT = 100
+
+
+def header_timeout_protocol(seconds: float) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol with a header timeout: a connection that has not sent a whole request head within
+    `seconds` of opening (or of its last response) is closed, so slow or silent clients cannot hold sockets."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimeoutProtocol(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.cycle is not None and not self.cycle.response_complete and self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+            self._deadline = self.loop.call_later(seconds, self._too_slow)
+
+        def _too_slow(self) -> None:
+            waiting = self.cycle is None or self.cycle.response_complete
+            if waiting and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeaderTimeoutProtocol

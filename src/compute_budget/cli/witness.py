@@ -1,0 +1,111 @@
+"""`compute-budget witness serve|show` (spec 9.4): a witness for other machines' logs, and what it holds.
+
+Only Click is imported here: the witness's server (Starlette, uvicorn) comes from the workbench extra and is
+imported when `serve` runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+import click
+
+from compute_budget.cli.render import escaped
+from compute_budget.cli.serve import WORKBENCH_PACKAGES
+
+if TYPE_CHECKING:
+    from compute_budget.core.log.note import VerifierKey
+
+DEFAULT_STATE = "witness.db"
+
+
+def _say(message: str) -> None:
+    click.echo(f"compute-budget: {message}", err=True)
+
+
+@click.group("witness")
+def witness_group() -> None:
+    """Run a witness (C2SP tlog-witness) or look at its state."""
+
+
+def _logs(pairs: tuple[str, ...]) -> dict[str, list[VerifierKey]]:
+    from compute_budget.store.keys import verifier_key
+
+    logs: dict[str, list[VerifierKey]] = {}
+    for pair in pairs:
+        origin, equals, key_text = pair.partition("=")
+        if not equals or not origin or not key_text:
+            raise click.BadParameter(f"{pair[:80]!r} is not ORIGIN=VERIFIER_KEY", param_hint="--log")
+        key = verifier_key(key_text)
+        if key not in logs.setdefault(origin, []):
+            logs[origin].append(key)
+    return logs
+
+
+@witness_group.command("serve")
+@click.option("--key", "key_path", required=True, metavar="FILE", help="The witness's signer key (keygen --witness).")
+@click.option(
+    "--log", "log_pairs", multiple=True, required=True, metavar="ORIGIN=KEY",
+    help="A log to witness and one of its writers' verifier keys (type 0x01); repeatable, also for one origin.",
+)
+@click.option("--state", "state_path", default=DEFAULT_STATE, show_default=True, metavar="FILE",
+              help="The witness's own SQLite state file.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=7380, show_default=True, help="Port to listen on.")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+              help="Another Host name to answer to (the name clients use); needed for a non-loopback --host.")
+def witness_serve_command(
+    key_path: str, log_pairs: tuple[str, ...], state_path: str, host: str, port: int, allow_hosts: tuple[str, ...]
+) -> int:
+    """Serve POST /add-checkpoint (C2SP tlog-witness) and GET /latest until Ctrl-C or SIGTERM.
+
+    It cosigns a checkpoint only when a log key signed it and it extends the last one it cosigned for that log
+    (a consistency proof), keeps that size per log in its state file, and keeps refused forks as evidence.
+    """
+    try:
+        from compute_budget.serving import is_loopback
+        from compute_budget.witness.server import serve_witness
+    except ModuleNotFoundError as error:
+        if (error.name or "").split(".")[0] not in WORKBENCH_PACKAGES:
+            raise
+        _say("witness serve needs the workbench extra: pip install 'compute-budget[workbench]'")
+        return 2
+    from compute_budget.store.keys import load_witness_signer
+
+    signer = load_witness_signer(key_path)
+    logs = _logs(log_pairs)
+    if not is_loopback(host) and not allow_hosts:
+        raise click.BadParameter(
+            f"serving on {host}, not a loopback address: name the Host clients use with --allow-host NAME",
+            param_hint="--host",
+        )
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn shuts down cleanly, then re-raises it
+        serve_witness(signer, logs, state_path, host=host, port=port, allow_hosts=allow_hosts, say=_say)
+    _say("witness stopped")
+    return 0
+
+
+@witness_group.command("show")
+@click.option("--state", "state_path", default=DEFAULT_STATE, show_default=True, metavar="FILE",
+              help="The witness's state file.")
+def witness_show_command(state_path: str) -> None:
+    """Print, per log, the latest cosigned size and root (base64), and the fork evidence kept."""
+    from compute_budget.witness.state import WitnessState
+
+    state = WitnessState(state_path, create=False)
+    try:
+        latest = state.all_latest()
+        if not latest:
+            click.echo("no checkpoint cosigned yet")
+        for cosigned in latest:
+            click.echo(f"{escaped(cosigned.origin)}\tsize {cosigned.size}\troot {cosigned.root}")
+        for origin in state.origins_with_evidence():
+            kept, dropped = state.evidence(origin)
+            more = f" (and {dropped} more not kept)" if dropped else ""
+            click.echo(f"{escaped(origin)}\tfork evidence: {len(kept)} refused note(s){more}")
+            for refused in kept:
+                size, root = [*refused.note.split("\n"), "", "", ""][1:3]
+                click.echo(f"  {refused.reason}: size {escaped(size)} root {escaped(root)}")
+    finally:
+        state.close()

@@ -1,0 +1,165 @@
+"""C2SP tlog-witness's `add-checkpoint`, checked in the order spec 9.4 gives, and this project's `latest`.
+
+`Witness.add_checkpoint(body)` returns the HTTP answer; the check and the update of the state are one
+transaction, committed before the answer is returned. Time comes from the clock the witness is given.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from compute_budget.core.log.cosignature import WitnessSigner
+from compute_budget.core.log.merkle import verify_consistency
+from compute_budget.core.log.note import (
+    NoteVerification,
+    Signature,
+    TlogCheckpoint,
+    VerifierKey,
+    parse_note,
+    parse_tlog_checkpoint,
+    verify_note,
+)
+from compute_budget.errors import NoteError
+from compute_budget.witness.state import Evidence, Latest, WitnessState, keep_evidence, keep_latest
+
+MAX_BODY_BYTES = 64 * 1024
+MAX_PROOF_LINES = 63
+TEXT = "text/plain; charset=utf-8"
+SIZE_TYPE = "text/x.tlog.size"
+_OLD_LINE = re.compile(r"old (0|[1-9][0-9]{0,19})")
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """An HTTP answer: status, body text and content type."""
+
+    status: int
+    body: str
+    content_type: str = TEXT
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """A parsed add-checkpoint request body."""
+
+    old: int
+    proof: tuple[bytes, ...]
+    note: str
+    checkpoint: TlogCheckpoint
+    text: str
+    signatures: tuple[Signature, ...]
+
+
+def parse_submission(body: bytes) -> Submission | Answer:
+    """The request body read strictly, or the 400 (or 413) answer saying why not (check 1)."""
+    if len(body) > MAX_BODY_BYTES:
+        return Answer(413, f"the body is over {MAX_BODY_BYTES} bytes\n")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return Answer(400, "the body is not UTF-8\n")
+    head, separator, note = text.partition("\n\n")
+    if not separator:
+        return Answer(400, "no empty line between the old size and proof, and the checkpoint\n")
+    lines = head.split("\n")
+    old = _OLD_LINE.fullmatch(lines[0])
+    if old is None or int(old.group(1)) > 2**64 - 1:
+        return Answer(400, "the first line must be 'old <size>' (decimal, no leading zeros)\n")
+    if len(lines) - 1 > MAX_PROOF_LINES:
+        return Answer(400, f"more than {MAX_PROOF_LINES} proof lines\n")
+    proof: list[bytes] = []
+    for line in lines[1:]:
+        try:
+            raw = base64.b64decode(line, validate=True)
+        except ValueError:
+            raw = b""
+        if len(raw) != 32 or base64.b64encode(raw).decode("ascii") != line:
+            return Answer(400, "a proof line is not the base64 of a 32-byte hash\n")
+        proof.append(raw)
+    try:
+        checkpoint_text, signatures = parse_note(note)
+        checkpoint = parse_tlog_checkpoint(checkpoint_text)
+    except NoteError as error:
+        return Answer(400, f"{error}\n")
+    return Submission(int(old.group(1)), tuple(proof), note, checkpoint, checkpoint_text, tuple(signatures))
+
+
+class Witness:
+    """A witness: its signer key, the logs it witnesses (origin -> log verifier keys), its state and clock."""
+
+    def __init__(
+        self,
+        signer: WitnessSigner,
+        logs: Mapping[str, Sequence[VerifierKey]],
+        state: WitnessState,
+        clock: Callable[[], int],
+    ) -> None:
+        self.signer = signer
+        self.logs = {origin: tuple(keys) for origin, keys in logs.items()}
+        self.state = state
+        self._clock = clock
+
+    def add_checkpoint(self, body: bytes) -> Answer:
+        """POST /add-checkpoint: checks 1-7 of spec 9.4 in order, then 200 with the cosignature line."""
+        parsed = parse_submission(body)
+        if isinstance(parsed, Answer):
+            return parsed
+        checkpoint = parsed.checkpoint
+        keys = self.logs.get(checkpoint.origin)
+        if keys is None:
+            return Answer(404, "unknown log origin\n")
+        verification = verify_note(parsed.note, keys)
+        if not verification.verified:
+            return Answer(403, "no signature verifies under this log's keys\n")
+        if parsed.old > checkpoint.size:
+            return Answer(400, "old is above the checkpoint's size\n")
+        with self.state.transaction() as connection:
+            latest = self.state.latest(checkpoint.origin, connection)
+            known_size = latest.size if latest is not None else 0
+            if parsed.old != known_size:
+                return Answer(409, f"{known_size}\n", SIZE_TYPE)
+            known_root = base64.b64decode(latest.root) if latest is not None else b""
+            if not self._consistent(parsed, known_root):
+                keep_evidence(connection, Evidence(checkpoint.origin, parsed.note, "422 proof", self._clock()))
+                return Answer(422, "the consistency proof does not verify\n")
+            if parsed.old == checkpoint.size and latest is not None and known_root != checkpoint.root:
+                keep_evidence(connection, Evidence(checkpoint.origin, parsed.note, "409 same size", self._clock()))
+                return Answer(409, f"{known_size}\n", SIZE_TYPE)
+            now = self._clock()
+            cosignature = self.signer.cosign(parsed.text, now)
+            keep_latest(connection, Latest(
+                checkpoint.origin, checkpoint.size, base64.b64encode(checkpoint.root).decode("ascii"),
+                parsed.text, _verified_lines(parsed, verification), now,
+            ))
+        return Answer(200, cosignature.line())
+
+    @staticmethod
+    def _consistent(parsed: Submission, known_root: bytes) -> bool:
+        """Check 6: no proof from 0 (or to the same size); else the proof from the cosigned root verifies."""
+        if parsed.old == 0 or parsed.old == parsed.checkpoint.size:
+            return not parsed.proof
+        return verify_consistency(parsed.old, parsed.checkpoint.size, known_root, parsed.checkpoint.root, parsed.proof)
+
+    def latest(self, origin: str) -> Answer:
+        """GET /latest?origin=: the latest cosigned checkpoint with its verified log signatures and a fresh
+        cosignature (this project's extension), or 404."""
+        latest = self.state.latest(origin)
+        if latest is None:
+            return Answer(404, "no checkpoint cosigned for this origin\n")
+        cosignature = self.signer.cosign(latest.checkpoint, self._clock())
+        return Answer(200, latest.checkpoint + "\n" + latest.log_signatures + cosignature.line())
+
+
+def _verified_lines(parsed: Submission, verification: NoteVerification) -> str:
+    """The note's signature lines that verify under the log's keys (one good line each; bad lines are dropped)."""
+    keys = {(key.name, key.key_hash): key for key in verification.verified}
+    message = parsed.text.encode("utf-8")
+    kept = [
+        line
+        for line in parsed.signatures
+        if (key := keys.get((line.name, line.key_hash))) is not None and key.verify(message, line.signature)
+    ]
+    return "".join(line.line() for line in dict.fromkeys(kept))

@@ -1,0 +1,110 @@
+"""`compute-budget witness serve|show` as an operator runs them: a real process, SIGTERM, a port in use, the state."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from compute_budget.core.log.cosignature import WitnessSigner
+from tests.test_witness import LOG, ORIGIN, body, note
+
+Run = Callable[..., tuple[int, str, str]]
+LOG_ARG = f"{ORIGIN}={LOG.verifier().format()}"
+
+
+def _witness_key(run_cli: Run, tmp_path: Path) -> Path:
+    status, _, err = run_cli("keygen", "witness.example/w1", "--witness", "--out", str(tmp_path / "w.key"))
+    assert status == 0, err
+    return tmp_path / "w.key"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_serve_cosigns_then_stops_cleanly_on_sigterm_and_show_prints_the_state(run_cli: Run, tmp_path: Path) -> None:
+    """A served witness cosigns over HTTP; SIGTERM stops it with exit 0; `witness show` prints the size and root."""
+    key = _witness_key(run_cli, tmp_path)
+    port = _free_port()
+    state = tmp_path / "witness.db"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "compute_budget", "witness", "serve", "--key", str(key), "--log",
+         LOG_ARG, "--state", str(state), "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        answer = None
+        while answer is None and time.monotonic() < deadline:
+            try:
+                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                connection.request("POST", "/add-checkpoint", body=body(0, note(7)))
+                answer = connection.getresponse()
+            except OSError:
+                connection.close()
+                time.sleep(0.1)
+        assert answer is not None
+        line = answer.read().decode()
+        connection.close()
+        assert answer.status == 200
+        signer = WitnessSigner.parse(key.read_text().strip())
+        assert line.startswith(f"— {signer.name} ")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=20)
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
+    assert "witness stopped" in err
+    status, out, err = run_cli("witness", "show", "--state", str(state))
+    assert status == 0, err
+    assert out.splitlines()[0].split("\t") == [ORIGIN, "size 7", "root " + body(0, note(7)).decode().split("\n")[4]]
+
+
+def test_a_port_in_use_and_a_bad_log_are_one_line_each(run_cli: Run, tmp_path: Path) -> None:
+    """Exit 2 and one line: the port is taken; a --log without '='; a writer key where a witness key belongs."""
+    key = _witness_key(run_cli, tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        status, out, err = run_cli("witness", "serve", "--key", str(key), "--log", LOG_ARG,
+                                   "--state", str(tmp_path / "w.db"), "--port", str(port))
+    assert (status, out) == (2, "")
+    assert err.count("\n") == 1
+    assert "already in use" in err
+    status, _, err = run_cli("witness", "serve", "--key", str(key), "--log", "no-equals-sign")
+    assert status == 2
+    assert "ORIGIN=VERIFIER_KEY" in err
+    writer_key = tmp_path / "writer.key"
+    writer_key.write_text(LOG.format() + "\n")
+    os.chmod(writer_key, 0o600)
+    status, _, err = run_cli("witness", "serve", "--key", str(writer_key), "--log", LOG_ARG)
+    assert status == 2
+    assert "note key (type 0x01)" in err
+    assert LOG.format() not in err
+    assert base64.b64encode(LOG.seed).decode() not in err
+
+
+def test_a_non_loopback_bind_needs_allow_host_and_show_needs_a_state(run_cli: Run, tmp_path: Path) -> None:
+    """Spec 9.4: a non-loopback --host without --allow-host is exit 2; `show` of a missing state is exit 2."""
+    key = _witness_key(run_cli, tmp_path)
+    status, _, err = run_cli("witness", "serve", "--key", str(key), "--log", LOG_ARG,
+                             "--host", "0.0.0.0")
+    assert status == 2
+    assert "--allow-host" in err
+    status, _, err = run_cli("witness", "show", "--state", str(tmp_path / "missing.db"))
+    assert status == 2
+    assert "no witness state" in err
