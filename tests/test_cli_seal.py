@@ -7,13 +7,14 @@ import json
 import os
 import re
 import stat
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from compute_budget.core.log.checkpoint import Checkpoint
-from compute_budget.core.log.cosignature import WitnessKey, WitnessSigner
+from compute_budget.core.log.cosignature import WitnessKey, WitnessSigner, with_cosignatures
 from compute_budget.core.log.note import SignerKey, VerifierKey, verify_note
 from tests.backends import query, rows
 from tests.conftest import REPO_ROOT, gate_lines
@@ -467,6 +468,47 @@ def test_prove_and_verify_proof(run_cli: Run, signed: str, keys: dict[str, tuple
     status, _, err = run_cli("prove", "ab" * 32, "--db", signed)
     assert status == 1
     assert "no decision with budget_id" in err
+
+
+def test_verify_proof_with_witness_keys_needs_their_cosignatures(
+    run_cli: Run, signed: str, keys: dict[str, tuple[Path, str]], tmp_path: Path
+) -> None:
+    """Spec 9.3: with --witness-key the bundle's checkpoint must carry K valid cosignatures (default all): a
+    writer-only receipt is `invalid (witness): 0 of 1 cosignatures`, the writer's own key given as a witness key is
+    exit 2, and the same receipt cosigned by the witness verifies; a quorum outside 1..N is exit 2."""
+    witness = WitnessSigner.from_seed("witness.example/w1", bytes(range(32)))
+    other = WitnessSigner.from_seed("witness.example/w2", bytes(range(1, 33)))
+    budget_id = str(rows(signed)[11][1])
+    status, out, _ = run_cli("prove", budget_id, "--db", signed)
+    assert status == 0
+    bundle = tmp_path / "proof.json"
+    bundle.write_text(out)
+    writer = keys["writer"][1]
+    status, out, _ = run_cli("verify-proof", str(bundle), "--trusted-key", writer,
+                             "--witness-key", witness.verifier().format())
+    assert (status, out) == (1, "invalid (witness): 0 of 1 cosignatures\n")
+    status, _, err = run_cli("verify-proof", str(bundle), "--trusted-key", writer, "--witness-key", writer)
+    assert status == 2
+    assert "note key (type 0x01)" in err
+    document = json.loads(bundle.read_text())
+    note_text = document["checkpoint"]
+    text = note_text[: note_text.rindex("\n\n") + 1]
+    document["checkpoint"] = with_cosignatures(note_text, [witness.cosign(text, int(time.time()) - 60)])
+    cosigned = tmp_path / "cosigned.json"
+    cosigned.write_text(json.dumps(document))
+    status, out, _ = run_cli("verify-proof", str(cosigned), "--trusted-key", writer,
+                             "--witness-key", witness.verifier().format())
+    assert status == 0, out
+    both = ("--witness-key", witness.verifier().format(), "--witness-key", other.verifier().format())
+    status, out, _ = run_cli("verify-proof", str(cosigned), "--trusted-key", writer, *both)
+    assert (status, out) == (1, "invalid (witness): 1 of 2 cosignatures\n")
+    assert run_cli("verify-proof", str(cosigned), "--trusted-key", writer, *both, "--witness-quorum", "1")[0] == 0
+    status, _, err = run_cli("verify-proof", str(cosigned), "--trusted-key", writer, *both, "--witness-quorum", "3")
+    assert status == 2
+    assert "--witness-quorum" in err
+    status, out, _ = run_cli("verify-proof", str(cosigned), "--trusted-key", writer, "--witness-key",
+                             other.verifier().format())
+    assert (status, out) == (1, "invalid (witness): 0 of 1 cosignatures\n")  # another witness's line is not its own
 
 
 def test_verify_proof_refuses_a_deep_or_endless_file_with_one_line(

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import re
 import sys
+import time
+from typing import TYPE_CHECKING
 
 import click
 
 from compute_budget.cli.app import say
 from compute_budget.cli.commands import cli, db_option
+
+if TYPE_CHECKING:
+    from compute_budget.core.log.cosignature import WitnessKey
 
 
 @cli.command("keygen")
@@ -100,7 +105,21 @@ def prove_command(budget_id: str, db: str | None, checkpoint_path: str | None) -
     help="A verifier key (name+hash+key) or a file holding one; repeatable.",
 )
 @click.option("--origin", metavar="NAME", help="Also require the checkpoint to be of this log.")
-def verify_proof_command(bundle_path: str, trusted_keys: tuple[str, ...], origin: str | None) -> None:
+@click.option(
+    "--witness-key", "witness_keys", metavar="KEY", multiple=True,
+    help="A witness's verifier key (type 0x04, keygen --witness) whose cosignature the checkpoint must carry.",
+)
+@click.option(
+    "--witness-quorum", "witness_quorum", type=int, metavar="K",
+    help="How many of the --witness-key witnesses must have cosigned [default: all of them].",
+)
+def verify_proof_command(
+    bundle_path: str,
+    trusted_keys: tuple[str, ...],
+    origin: str | None,
+    witness_keys: tuple[str, ...],
+    witness_quorum: int | None,
+) -> None:
     """Check a proof bundle (FILE, '-' for stdin) offline, without any database: a trusted signature on its
     checkpoint, the inclusion path to the checkpoint's root, and the decision re-derived from its gate.
 
@@ -111,6 +130,7 @@ def verify_proof_command(bundle_path: str, trusted_keys: tuple[str, ...], origin
     from compute_budget.store.keys import verifier_key
 
     keys = [verifier_key(item) for item in trusted_keys]
+    witnesses, quorum = witness_options(witness_keys, witness_quorum)
     try:
         if bundle_path == "-":
             raw = sys.stdin.buffer.read(MAX_BUNDLE_BYTES + 1)
@@ -123,7 +143,7 @@ def verify_proof_command(bundle_path: str, trusted_keys: tuple[str, ...], origin
         raise InputUnreadable(f"proof bundle {bundle_path} is larger than {MAX_BUNDLE_BYTES >> 20} MiB: not a bundle")
     from compute_budget.cli.render import escaped
 
-    result = verify_proof(raw, keys, origin=origin)
+    result = verify_proof(raw, keys, origin=origin, witnesses=witnesses, quorum=quorum, now=int(time.time()))
     # Every string a bundle carries reaches the line (spec 9.6): escaped, so a bundle made with a stolen key can
     # neither drive the terminal nor forge a second line.
     if result.valid:
@@ -131,6 +151,19 @@ def verify_proof_command(bundle_path: str, trusted_keys: tuple[str, ...], origin
         return
     click.echo(f"invalid ({result.check}): {escaped(result.message)}")
     click.get_current_context().exit(1)
+
+
+def witness_options(witness_keys: tuple[str, ...], quorum: int | None) -> tuple[list[WitnessKey], int | None]:
+    """The witness keys (type 0x04 only) and the quorum of spec 9.3, or a usage error (exit 2)."""
+    from compute_budget.store.keys import witness_key
+
+    witnesses = list(dict.fromkeys(witness_key(item) for item in witness_keys))
+    if quorum is not None and not 1 <= quorum <= len(witnesses):
+        raise click.BadParameter(
+            f"{quorum} is not between 1 and the number of distinct --witness-key keys ({len(witnesses)})",
+            param_hint="--witness-quorum",
+        )
+    return witnesses, quorum
 
 
 # A bundle holds one row: its gate input is the only large part, and no gate that size is sensible.

@@ -33,6 +33,7 @@ from typing import Any
 from compute_budget.core.chain import CHAINED_COLUMNS
 from compute_budget.core.leaf import row_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.cosignature import WitnessKey, valid_cosignatures
 from compute_budget.core.log.merkle import EMPTY_ROOT, verify_inclusion
 from compute_budget.core.log.merkle import verify_consistency as merkle_verify_consistency
 from compute_budget.core.log.note import VerifierKey, valid_origin
@@ -211,7 +212,7 @@ class ProofBundle:
 @dataclass(frozen=True, slots=True)
 class ProofVerification:
     """The outcome of `verify_proof`: `valid`, else the `check` that failed (``signature``, ``origin``,
-    ``inclusion``, ``chain`` or ``rederive``); `message` is one line either way."""
+    ``witness``, ``inclusion``, ``chain`` or ``rederive``); `message` is one line either way."""
 
     valid: bool
     check: str | None
@@ -228,10 +229,23 @@ def verify_proof(
     trusted_keys: Iterable[VerifierKey | str],
     *,
     origin: str | None = None,
+    witnesses: Sequence[WitnessKey] = (),
+    quorum: int | None = None,
+    now: int | None = None,
 ) -> ProofVerification:
     """Check a proof bundle offline (see the module docstring). Raises `MalformedProof` for a bundle that cannot
     be read or lacks a part, and `NoteError` for a key that is not a verifier key; a bundle that is complete but
-    wrong is `valid=False`, with the failing check named."""
+    wrong is `valid=False`, with the failing check named.
+
+    With `witnesses` (spec 9.3) the checkpoint must also carry valid cosignatures by `quorum` of them (default:
+    all), judged at `now` (seconds since the epoch; required with witnesses, since the core reads no clock);
+    else the failing check is ``witness``. A writer's signature never counts as a cosignature."""
+    distinct = tuple(dict.fromkeys(witnesses))
+    if distinct and now is None:
+        raise ValueError("verify_proof(witnesses=...) needs now= (seconds since the epoch) to judge timestamps")
+    need = len(distinct) if quorum is None else quorum
+    if distinct and not 1 <= need <= len(distinct):
+        raise ValueError(f"the witness quorum must be 1..{len(distinct)}, not {need}")
     proof = ProofBundle.parse(bundle)
     keys = [key if isinstance(key, VerifierKey) else VerifierKey.parse(key) for key in trusted_keys]
     try:
@@ -264,6 +278,11 @@ def verify_proof(
         )
     if origin is not None and checkpoint.origin != origin:
         return outcome("origin", f"the checkpoint is of log {checkpoint.origin}, not {origin}", verified)
+    if distinct:
+        assert now is not None
+        cosigned = valid_cosignatures(proof.checkpoint, distinct, now=now)
+        if len(cosigned) < need:
+            return outcome("witness", f"{len(cosigned)} of {need} cosignatures", verified)
     if proof.tree_size != checkpoint.seq:
         return outcome(
             "inclusion", f"the bundle says tree size {proof.tree_size}, its checkpoint {checkpoint.seq}", verified
