@@ -151,3 +151,6 @@ def gate_lines(count: int, *, prefix: str = "gate") -> list[str]:
         )
         lines.append(json.dumps(gate, ensure_ascii=False))
     return lines
+
+
+from tests.witnessing import served  # noqa: E402, F401  (the witness served over HTTP, for every test module)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from compute_budget.core.log.cosignature import WitnessSigner
-from tests.test_witness import LOG, ORIGIN, body, note
+from tests.witnessing import LOG, ORIGIN, body, note
 
 Run = Callable[..., tuple[int, str, str]]
 LOG_ARG = f"{ORIGIN}={LOG.verifier().format()}"

@@ -88,6 +88,8 @@ def copy_store(
                             checkpoints=_held(tree, origin.iter_checkpoint_rows()),
                             provenance=snapshot.provenance(),
                             on_progress=advance,
+                            witness_rows=origin.iter_witness_rows(),
+                            cosignature_rows=origin.iter_cosignature_rows(),
                         )
                     else:  # salvage: a new origin, no checkpoint, and where the rows came from
                         head = target.import_history(verified, origin=chosen, provenance_from=log, on_progress=advance)

@@ -10,7 +10,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import click
 
@@ -131,6 +131,19 @@ origin_option = click.option(
 )
 
 
+def witness_submit_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """`--witness URL=KEY` (repeatable) and `--witness-timeout SECONDS` (spec 9.5)."""
+    command = click.option(
+        "--witness-timeout", "witness_timeout", type=click.FloatRange(min=0, min_open=True), default=5.0,
+        show_default=True, metavar="SECONDS", help="Wait at most this long for the witnesses.",
+    )(command)
+    return click.option(
+        "--witness", "witnesses", metavar="URL=KEY", multiple=True,
+        help="After the append, send its signed checkpoint to this witness (URL prefix = its verifier key, type "
+        "0x04); repeatable. A witness that is down is a warning: the rows stay recorded.",
+    )(command)
+
+
 @cli.command("record")
 @click.argument("input_path", metavar="[INPUT]", default="-")
 @db_option
@@ -165,6 +178,7 @@ origin_option = click.option(
     is_flag=True,
     help="Append without a key to a store that holds signed checkpoints (ignores $COMPUTE_BUDGET_SIGNING_KEY).",
 )
+@witness_submit_options
 @origin_option
 def record_command(
     input_path: str,
@@ -176,6 +190,8 @@ def record_command(
     peer_keys: tuple[str, ...],
     adopt_unsigned: int | None,
     unsigned: bool,
+    witnesses: tuple[str, ...],
+    witness_timeout: float,
     origin: str | None,
 ) -> None:
     """Decide every gate of INPUT and append them all to the store, atomically (all or nothing).
@@ -195,7 +211,7 @@ def record_command(
         raise click.UsageError("--adopt-unsigned signs the rows it adopts: it needs --signing-key")
     opened = BudgetStore.open(
         db, origin=origin, signing_key=signing_key, writer_state=writer_state, init_writer_state=init_writer_state,
-        peer_keys=peer_keys, allow_unsigned=unsigned,
+        peer_keys=peer_keys, allow_unsigned=unsigned, witnesses=witnesses, witness_timeout=witness_timeout,
     )
     with open_input(input_path) as raw, opened as store:
         try:
@@ -240,6 +256,8 @@ def record_command(
                 f"the gates were recorded ({result.new} new, head seq {result.head.seq}), but the summary could not "
                 f"be printed: {error.strerror or error}"
             ) from None
+        for warning in result.witness_warnings:
+            say(warning)
 
 
 def _plural(count: int, noun: str) -> str:

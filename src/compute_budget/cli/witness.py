@@ -109,3 +109,33 @@ def witness_show_command(state_path: str) -> None:
                 click.echo(f"  {refused.reason}: size {escaped(size)} root {escaped(root)}")
     finally:
         state.close()
+
+
+@witness_group.command("submit")
+@click.option("--db", "db", metavar="PATH|URL", default=None,
+              help="Database file or SQLAlchemy URL [default: $COMPUTE_BUDGET_DB, else ./compute_budget.db].")
+@click.option("--witness", "witnesses", metavar="URL=KEY", multiple=True, required=True,
+              help="A witness (URL prefix = its verifier key, type 0x04); repeatable.")
+@click.option("--witness-timeout", "witness_timeout", type=click.FloatRange(min=0, min_open=True), default=5.0,
+              show_default=True, metavar="SECONDS", help="Wait at most this long for the witnesses.")
+def witness_submit_command(db: str | None, witnesses: tuple[str, ...], witness_timeout: float) -> None:
+    """Send the store's newest signed checkpoint to each witness and keep what they cosign (spec 9.5): how a
+    writer catches up after a witness was down.
+
+    Exit 0 every witness cosigned; 1 one refused or could not be reached (one line each); 2 cannot run.
+    """
+    from compute_budget.store import BudgetStore
+
+    with BudgetStore.open(db, allow_unsigned=True) as store:
+        try:
+            submitted = store.submit_to_witnesses(witnesses, timeout=witness_timeout)
+        except BaseException:
+            store.discard_if_unused()  # a mistyped --db must not leave an empty database behind
+            raise
+    for item in submitted:
+        if item.warning is None:
+            click.echo(f"cosigned by {escaped(item.witness.label)}")
+        else:
+            _say(item.warning)
+    if any(item.warning is not None for item in submitted):
+        click.get_current_context().exit(1)

@@ -41,6 +41,7 @@ from compute_budget.store.schema_check import schema_problems
 from compute_budget.store.session import StoreSession, lock_for_append, read_head, utc_now
 from compute_budget.store.statements import MULTI_ROW_MAX, Statements
 from compute_budget.store.text_codec import encode_rows
+from compute_budget.store.witnessing import DEFAULT_TIMEOUT_SECONDS, Submitted, WitnessTarget, submit
 
 
 @dataclass(slots=True)
@@ -55,6 +56,7 @@ class Appended:
     adopted: int = 0
     adopted_after: int = 0
     state_created: bool = False
+    witness_warnings: tuple[str, ...] = ()
 
 
 class _StoredAlready(Exception):
@@ -65,9 +67,18 @@ class Appender:
     """The write path of one opened store, and what its writer remembers between appends."""
 
     def __init__(
-        self, session: StoreSession, writer: WriterKeys | None, *, origin: str | None, allow_unsigned: bool
+        self,
+        session: StoreSession,
+        writer: WriterKeys | None,
+        *,
+        origin: str | None,
+        allow_unsigned: bool,
+        witnesses: tuple[WitnessTarget, ...] = (),
+        witness_timeout: float = DEFAULT_TIMEOUT_SECONDS,
     ) -> None:
         self._session = session
+        self.witnesses = witnesses
+        self.witness_timeout = witness_timeout
         self._sql = session.statements
         self._seal = session.seal
         self.writer = writer
@@ -132,6 +143,9 @@ class Appender:
             self._last_signed = (note, head)
         self._frontier_cache = (head, frontier)
         appended.head = head
+        if note is not None and self.witnesses:  # spec 9.5: after the commit and the state file, never before
+            submitted = submit(self._session, note, self.witnesses, timeout=self.witness_timeout)
+            appended.witness_warnings = tuple(item.warning for item in submitted if item.warning is not None)
         return appended
 
     def _begin(
@@ -255,6 +269,17 @@ class Appender:
         if not sealing.tree_is_built(connection, self._seal, head.seq):
             return sealing.build_tree(connection, self._sql, self._seal, head.seq)
         return sealing.frontier_at(connection, self._seal, head.seq)
+
+    def submit_newest(self, witnesses: tuple[WitnessTarget, ...], *, timeout: float) -> list[Submitted]:
+        """Send the newest stored signed checkpoint to `witnesses` (spec 9.5's `witness submit`)."""
+        location = self._session.location
+        if self._session.readonly:
+            raise ReadOnlyStore(f"{location.display} was opened read-only: submitting stores what witnesses cosign")
+        with self._session.reading() as connection:
+            note = newest_stored_note(connection, self._seal)
+        if note is None:
+            raise StoreUnavailable(f"{location.display} holds no signed checkpoint to submit: record with a key first")
+        return submit(self._session, note, witnesses, timeout=timeout)
 
     def sign_head(self, writers: list[WriterKeys]) -> str:
         """The checkpoint note of the current head signed by every writer, each under spec 9.1's rules inside

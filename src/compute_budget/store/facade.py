@@ -36,6 +36,7 @@ from compute_budget.store.reads import Reads
 from compute_budget.store.results import BatchResult, GateResult, RecordResult, RowCheck, SkippedConflict
 from compute_budget.store.session import Reading, StoreSession
 from compute_budget.store.snapshot import Snapshot
+from compute_budget.store.witnessing import DEFAULT_TIMEOUT_SECONDS, Submitted, WitnessTarget, witness_targets
 
 __all__ = ["BatchResult", "BudgetStore", "GateResult", "RecordResult", "RowCheck", "SkippedConflict"]
 
@@ -64,6 +65,8 @@ class BudgetStore(Browsing):
         init_writer_state: bool = False,
         peer_keys: Iterable[VerifierKey | str] = (),
         allow_unsigned: bool = False,
+        witnesses: Iterable[WitnessTarget | str] = (),
+        witness_timeout: float = DEFAULT_TIMEOUT_SECONDS,
     ) -> BudgetStore:
         """Open the store at a path or SQLAlchemy URL (None: `$COMPUTE_BUDGET_DB` or `compute_budget.db`).
 
@@ -78,8 +81,14 @@ class BudgetStore(Browsing):
         `$COMPUTE_BUDGET_WRITER_STATE`, else the key file's path plus ``.state``; `init_writer_state=True` makes a
         missing one from the store). Without a key, appending to a store that holds signed checkpoints raises
         `UnsignedAppendRefused` unless `allow_unsigned=True` (which also ignores the environment's key).
+        `witnesses` (``URL=KEY`` or `WitnessTarget`s, spec 9.5): after each signed append, its checkpoint goes to
+        each witness, waiting at most `witness_timeout` seconds; results carry a warning per witness that did not
+        cosign, and the rows stay recorded.
         """
         peers = tuple(peer_keys)
+        targets = witness_targets(witnesses)
+        if targets and (readonly or not witness_timeout > 0):
+            raise InputError("witnesses need a store opened for writing and a witness_timeout above 0 seconds")
         writing_options = (signing_key, writer_state) != (None, None) or init_writer_state or allow_unsigned
         if readonly and (origin is not None or writing_options or peers):
             raise InputError(
@@ -95,8 +104,12 @@ class BudgetStore(Browsing):
                 allow_unsigned=allow_unsigned,
             )
         location, engine, created = open_engine(target, readonly=readonly, origin=origin)
+        if targets and writer is None:
+            engine.dispose()
+            raise InputError("witnesses cosign what this writer signs: give a signing key (--signing-key)")
         session = StoreSession(location, engine, readonly=readonly)
-        appender = Appender(session, writer, origin=origin, allow_unsigned=allow_unsigned)
+        appender = Appender(session, writer, origin=origin, allow_unsigned=allow_unsigned, witnesses=targets,
+                            witness_timeout=witness_timeout)
         return cls(session, created=created, appender=appender)
 
     @staticmethod
@@ -172,7 +185,7 @@ class BudgetStore(Browsing):
         appended = self._appender.append([gate], results=True, ahead=False, skip_conflicts=False)
         assert appended.results is not None
         _, item, new, seq = appended.results[0]
-        return RecordResult(item.decision, new, seq)
+        return RecordResult(item.decision, new, seq, appended.witness_warnings)
 
     def record_many(
         self,
@@ -216,7 +229,7 @@ class BudgetStore(Browsing):
         )
         return BatchResult(
             appended.new, appended.present, appended.head, per_gate, skipped, appended.adopted, appended.adopted_after,
-            appended.state_created,
+            appended.state_created, appended.witness_warnings,
         )
 
     def import_history(
@@ -228,6 +241,8 @@ class BudgetStore(Browsing):
         provenance: sealing.Provenance | None = None,
         provenance_from: str | None = None,
         on_progress: Callable[[int], None] | None = None,
+        witness_rows: Iterable[tuple[Any, ...]] = (),
+        cosignature_rows: Iterable[tuple[Any, ...]] = (),
     ) -> ChainHead:
         """Append another store's rows exactly as stored (every column, the chain kept), into this empty store,
         with its origin (when it has one) and its signed checkpoints ((tree_size, key_name, key_hash, note,
@@ -235,12 +250,12 @@ class BudgetStore(Browsing):
 
         All or nothing: an error from `rows` or `checkpoints` (a row failing verification, say) leaves this store
         empty. `provenance` is the source's provenance row, copied as it is; `provenance_from` (salvage, spec 9.8)
-        writes a new one naming that origin and the copied head's size, root and chain hash.
-        """
+        writes a new one naming that origin and the copied head's size, root and chain hash; witness rows and
+        cosignature rows (as `iter_witness_rows`, `iter_cosignature_rows` give them) are copied as stored."""
         return import_history(
             self._session, rows, origin=origin, checkpoints=checkpoints, provenance=provenance,
-            provenance_from=provenance_from, on_progress=on_progress,
-        )
+            provenance_from=provenance_from, on_progress=on_progress, witness_rows=witness_rows,
+            cosignature_rows=cosignature_rows)
 
     def signed_checkpoint(
         self,
@@ -266,6 +281,13 @@ class BudgetStore(Browsing):
             for source in sources
         ]
         return self._appender.sign_head([writer for writer in writers if writer is not None])
+
+    def submit_to_witnesses(
+        self, witnesses: Iterable[WitnessTarget | str], *, timeout: float = DEFAULT_TIMEOUT_SECONDS
+    ) -> list[Submitted]:
+        """Send the newest stored signed checkpoint to each witness (spec 9.5, `witness submit`) and store what
+        they cosign; one `Submitted` per witness, in order. `StoreUnavailable` when no signed checkpoint is stored."""
+        return self._appender.submit_newest(witness_targets(witnesses), timeout=timeout)
 
     # -- reading -------------------------------------------------------------------------------------------
 
@@ -341,6 +363,14 @@ class BudgetStore(Browsing):
         """Every stored signed checkpoint as (tree_size, key_name, key_hash, note, recorded_at), oldest first."""
         return self._reads.iter_checkpoint_rows()
 
+    def iter_witness_rows(self) -> Iterator[tuple[Any, ...]]:
+        """Every stored witness size (spec 9.5) as (witness_name, witness_key_id, tree_size, recorded_at)."""
+        return self._reads.iter_witness_rows()
+
+    def iter_cosignature_rows(self) -> Iterator[tuple[Any, ...]]:
+        """Every stored cosignature (spec 9.5), oldest first, as `import_history` takes them."""
+        return self._reads.iter_cosignature_rows()
+
     # -- reading for the auditor ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -359,10 +389,10 @@ class BudgetStore(Browsing):
         """The SQLAlchemy engine (for the auditor and tests)."""
         return self._session.engine
 
-    def _reading(self) -> Reading:
+    def _reading(self) -> Reading:  # for `Browsing`
         return self._session.reading()
 
-    def _logical(self, row: Any) -> tuple[Any, ...]:
+    def _logical(self, row: Any) -> tuple[Any, ...]:  # for `Browsing`
         return self._session.logical(row)
 
 

@@ -21,12 +21,15 @@ from compute_budget.store.table import (
     PROVENANCE_TABLE,
     TABLE_NAME,
     VERSION_TABLE,
+    WITNESS_TABLES,
 )
 
 # The one sequence a writer draws from: the checkpoints' id (BIGSERIAL on PostgreSQL).
 CHECKPOINT_ID_SEQUENCE = f"{CHECKPOINTS_TABLE}_id_seq"
+# The writer also appends witness sizes and cosignatures after its appends (spec 9.5), drawing their ids.
+WRITER_SEQUENCES: tuple[str, ...] = (CHECKPOINT_ID_SEQUENCE, *(f"{table}_id_seq" for table in WITNESS_TABLES))
 # What a writer appends to (the origin once, on its first append); every other table it only reads.
-APPENDED_TABLES: tuple[str, ...] = (TABLE_NAME, ORIGIN_TABLE, NODES_TABLE, CHECKPOINTS_TABLE)
+APPENDED_TABLES: tuple[str, ...] = (TABLE_NAME, ORIGIN_TABLE, NODES_TABLE, CHECKPOINTS_TABLE, *WITNESS_TABLES)
 # A writer only reads the provenance: `copy --through` writes it, into an empty store, as the owner.
 RELEASE_TABLES: tuple[str, ...] = (VERSION_TABLE, *APPENDED_TABLES, PROVENANCE_TABLE)
 # PostgreSQL cuts identifiers to NAMEDATALEN - 1 bytes: a longer role name would grant to another role.
@@ -56,7 +59,7 @@ def needed(role: Role) -> tuple[Need, ...]:
     tables = tuple(
         Need("TABLE", table, "SELECT, INSERT" if table in APPENDED_TABLES else "SELECT") for table in RELEASE_TABLES
     )
-    return (*tables, Need("SEQUENCE", CHECKPOINT_ID_SEQUENCE, "USAGE"))
+    return (*tables, *(Need("SEQUENCE", sequence, "USAGE") for sequence in WRITER_SEQUENCES))
 
 
 def quote_identifier(name: str, what: str) -> str:

@@ -31,6 +31,8 @@ def import_history(
     provenance: sealing.Provenance | None,
     provenance_from: str | None,
     on_progress: Callable[[int], None] | None,
+    witness_rows: Iterable[tuple[Any, ...]] = (),
+    cosignature_rows: Iterable[tuple[Any, ...]] = (),
 ) -> ChainHead:
     """Append `rows` as stored into the empty store of `session`, in one transaction (see
     `BudgetStore.import_history`); returns the copied head."""
@@ -76,6 +78,11 @@ def import_history(
                 )
             elif provenance is not None:
                 connection.exec_driver_sql(seal.insert_provenance, provenance)
+            # Witness sizes and cosignatures as stored: hints and claims the audit checks against witness keys.
+            for batch in _batched(witness_rows, CHUNK_SIZE):
+                connection.exec_driver_sql(seal.insert_witness_size, list(batch))
+            for batch in _batched(cosignature_rows, CHUNK_SIZE):
+                connection.exec_driver_sql(seal.insert_cosignature, list(batch))
     except SQLAlchemyError as error:
         raise translate(error, location) from None
     return head

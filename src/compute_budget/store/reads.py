@@ -170,6 +170,26 @@ class Reads:
             if len(rows) < sealing.PAGE_ROWS:
                 return
 
+    def iter_witness_rows(self) -> Iterator[tuple[Any, ...]]:
+        """Every stored witness size as (witness_name, witness_key_id, tree_size, recorded_at), oldest first."""
+        return self._paged(self._seal.copy_witness_sizes)
+
+    def iter_cosignature_rows(self) -> Iterator[tuple[Any, ...]]:
+        """Every stored cosignature as (tree_size, witness_name, witness_key_id, timestamp, checkpoint, line,
+        recorded_at), oldest first."""
+        return self._paged(self._seal.copy_cosignatures)
+
+    def _paged(self, query: str) -> Iterator[tuple[Any, ...]]:
+        after = 0
+        while True:
+            with self._session.reading() as connection:
+                rows = connection.exec_driver_sql(query, (after,)).fetchall()
+            for row in rows:
+                after = row[0]
+                yield tuple(row[1:])
+            if len(rows) < sealing.PAGE_ROWS:
+                return
+
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[Snapshot]:
         """One read transaction whose queries all see the same rows."""

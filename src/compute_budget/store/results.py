@@ -16,6 +16,7 @@ class RecordResult:
     decision: ComputeBudgetDecision
     new: bool
     seq: int
+    witness_warnings: tuple[str, ...] = ()  # one line per witness that did not cosign (spec 9.5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,7 @@ class BatchResult:
     adopted: int = 0  # rows signed over by `adopt_unsigned_through` (seq adopted_after+1 .. adopted_after+adopted)
     adopted_after: int = 0
     writer_state_created: bool = False  # `init_writer_state` made the state from the store's own checkpoint
+    witness_warnings: tuple[str, ...] = ()  # one line per witness that did not cosign (spec 9.5)
 
 
 @dataclass(frozen=True, slots=True)

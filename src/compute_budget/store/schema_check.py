@@ -13,7 +13,15 @@ import re
 from sqlalchemy import Connection
 
 from compute_budget.core.row import ROW_COLUMNS
-from compute_budget.store.table import TABLE_NAME, checkpoints, origin, provenance, tree_nodes
+from compute_budget.store.table import (
+    TABLE_NAME,
+    checkpoints,
+    cosignatures,
+    origin,
+    provenance,
+    tree_nodes,
+    witness_sizes,
+)
 from compute_budget.store.triggers import (
     POSTGRESQL_GUARD,
     POSTGRESQL_SEAL_GUARD,
@@ -28,7 +36,7 @@ GUARDED_COLUMNS: dict[str, tuple[str, ...]] = {
     TABLE_NAME: ROW_COLUMNS,
     **{
         table.name: tuple(column.name for column in table.columns)
-        for table in (origin, tree_nodes, checkpoints, provenance)
+        for table in (origin, tree_nodes, checkpoints, provenance, witness_sizes, cosignatures)
     },
 }
 
@@ -59,7 +67,8 @@ _POSTGRESQL_TRIGGERS.update(
                 f"EXECUTE FUNCTION {SEAL_GUARD_FUNCTION}()"
             ),
         }
-        for table in (origin.name, tree_nodes.name, checkpoints.name, provenance.name)
+        for table in GUARDED_COLUMNS
+        if table != TABLE_NAME
     }
 )
 _POSTGRESQL_FUNCTIONS: dict[str, str] = {

@@ -29,7 +29,15 @@ from compute_budget.core.row import ROW_COLUMNS
 from compute_budget.core.seal import StoredCheckpoint
 from compute_budget.errors import InputError, MerkleError, StoreDamaged, StoreError
 from compute_budget.store.statements import Statements
-from compute_budget.store.table import CHECKPOINTS_TABLE, NODES_TABLE, ORIGIN_TABLE, PROVENANCE_TABLE, TABLE_NAME
+from compute_budget.store.table import (
+    CHECKPOINTS_TABLE,
+    COSIGNATURES_TABLE,
+    NODES_TABLE,
+    ORIGIN_TABLE,
+    PROVENANCE_TABLE,
+    TABLE_NAME,
+    WITNESS_SIZES_TABLE,
+)
 from compute_budget.store.text_codec import tolerant_text
 
 ORIGIN_PREFIX = "compute-budget/"
@@ -129,6 +137,32 @@ class SealStatements:
         self.insert_provenance = (
             f"INSERT INTO {PROVENANCE_TABLE} (id, source_origin, through_seq, root, chain_hash, recorded_at) "
             f"VALUES (1, {m}, {m}, {m}, {m}, {m})"
+        )
+        # Witnesses (spec 9.5, migration 0005). A size that is not an integer (set by hand) is skipped, so the
+        # writer then starts that witness from 0 and the witness's 409 tells it the truth.
+        self.insert_witness_size = (
+            f"INSERT INTO {WITNESS_SIZES_TABLE} (witness_name, witness_key_id, tree_size, recorded_at) "
+            f"VALUES ({m}, {m}, {m}, {m})"
+        )
+        self.witness_size = (
+            f"SELECT tree_size FROM {WITNESS_SIZES_TABLE} WHERE witness_name = {m} AND witness_key_id = {m} "
+            "AND tree_size = CAST(tree_size AS BIGINT) ORDER BY id DESC LIMIT 1"
+        )
+        self.insert_cosignature = (
+            f"INSERT INTO {COSIGNATURES_TABLE} (tree_size, witness_name, witness_key_id, timestamp, checkpoint, line, "
+            f"recorded_at) VALUES ({m}, {m}, {m}, {m}, {m}, {m}, {m})"
+        )
+        self.cosignatures_at = (
+            f"SELECT checkpoint, line FROM {COSIGNATURES_TABLE} WHERE tree_size = {m} "
+            "AND checkpoint = CAST(checkpoint AS TEXT) AND line = CAST(line AS TEXT) ORDER BY id LIMIT 1000"
+        )
+        self.copy_witness_sizes = (
+            f"SELECT id, witness_name, witness_key_id, tree_size, recorded_at FROM {WITNESS_SIZES_TABLE} "
+            f"WHERE id > {m} ORDER BY id LIMIT {PAGE_ROWS}"
+        )
+        self.copy_cosignatures = (
+            f"SELECT id, tree_size, witness_name, witness_key_id, timestamp, checkpoint, line, recorded_at "
+            f"FROM {COSIGNATURES_TABLE} WHERE id > {m} ORDER BY id LIMIT {PAGE_ROWS}"
         )
 
 

@@ -111,6 +111,40 @@ provenance = Table(
     CheckConstraint("length(chain_hash) = 64", name="chain_hash_sha256"),
 )
 
+# Witnesses (spec 9.5, migration 0005): the size each witness last cosigned for this store (its newest row), and
+# the cosignatures witnesses returned, with the checkpoint text each covers.
+WITNESS_SIZES_TABLE = "compute_budget_witness_sizes"
+COSIGNATURES_TABLE = "compute_budget_cosignatures"
+
+witness_sizes = Table(
+    WITNESS_SIZES_TABLE,
+    metadata,
+    Column("id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True),
+    Column("witness_name", Text, nullable=False),
+    Column("witness_key_id", String(8), nullable=False),
+    Column("tree_size", BigInteger().with_variant(Integer(), "sqlite"), nullable=False),
+    Column("recorded_at", Text, nullable=False),
+    Index("ix_compute_budget_witness_sizes_witness", "witness_name", "witness_key_id", "id"),
+    CheckConstraint("tree_size >= 0", name="tree_size_non_negative"),
+)
+
+cosignatures = Table(
+    COSIGNATURES_TABLE,
+    metadata,
+    Column("id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True),
+    Column("tree_size", BigInteger().with_variant(Integer(), "sqlite"), nullable=False),
+    Column("witness_name", Text, nullable=False),
+    Column("witness_key_id", String(8), nullable=False),
+    Column("timestamp", BigInteger().with_variant(Integer(), "sqlite"), nullable=False),
+    Column("checkpoint", Text, nullable=False),
+    Column("line", Text, nullable=False),
+    Column("recorded_at", Text, nullable=False),
+    Index("ix_compute_budget_cosignatures_tree_size", "tree_size"),
+    CheckConstraint("tree_size >= 0", name="tree_size_non_negative"),
+)
+
+WITNESS_TABLES: tuple[str, ...] = (WITNESS_SIZES_TABLE, COSIGNATURES_TABLE)
+
 # Every table of this release's head schema, Alembic's own included (spec 9.7 compares a database with it).
 VERSION_TABLE = "alembic_version"
 HEAD_TABLES: frozenset[str] = frozenset({VERSION_TABLE, *metadata.tables})

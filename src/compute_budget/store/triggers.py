@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from compute_budget.store.table import CHECKPOINTS_TABLE, NODES_TABLE, ORIGIN_TABLE, PROVENANCE_TABLE, TABLE_NAME
+from compute_budget.store.table import (
+    CHECKPOINTS_TABLE,
+    COSIGNATURES_TABLE,
+    NODES_TABLE,
+    ORIGIN_TABLE,
+    PROVENANCE_TABLE,
+    TABLE_NAME,
+    WITNESS_SIZES_TABLE,
+)
 
 SQLITE_GUARD: tuple[str, ...] = (
     f"""CREATE TRIGGER {TABLE_NAME}_no_update BEFORE UPDATE ON {TABLE_NAME}
@@ -50,6 +58,8 @@ _SEAL_KEYS = {
     NODES_TABLE: "level = NEW.level AND idx = NEW.idx",
     CHECKPOINTS_TABLE: "id = NEW.id",
     PROVENANCE_TABLE: "id = NEW.id",  # migration 0004
+    WITNESS_SIZES_TABLE: "id = NEW.id",  # migration 0005
+    COSIGNATURES_TABLE: "id = NEW.id",
 }
 
 SQLITE_SEAL_GUARD: tuple[str, ...] = tuple(

@@ -1,0 +1,95 @@
+"""Shared pieces of the witness tests: a log key, a witness key, two trees that fork after 5 leaves, checkpoint
+notes and add-checkpoint bodies, and a witness served over real HTTP on 127.0.0.1 (the `served` fixture)."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from compute_budget.core.log.cosignature import WitnessSigner
+from compute_budget.core.log.merkle import MemoryTree, consistency_proof, leaf_hash, root_from_reader
+from compute_budget.core.log.note import SignerKey, format_checkpoint, sign_note
+from compute_budget.serving import bind, header_timeout_protocol
+from compute_budget.witness.app import allowed_hosts, create_witness_app
+from compute_budget.witness.protocol import Witness
+from compute_budget.witness.state import WitnessState
+
+ORIGIN = "example.org/log"
+LOG = SignerKey.from_seed(ORIGIN, bytes(range(32)))
+OTHER = SignerKey.from_seed("example.org/other", bytes(range(1, 33)))
+WITNESS = WitnessSigner.from_seed("witness.example/w1", bytes(32))
+TREE = MemoryTree(leaf_hash(b"row %d" % index) for index in range(64))
+FORK = MemoryTree(leaf_hash(b"row %d" % index if index < 5 else b"forged %d" % index) for index in range(64))
+
+
+def note(size: int, *, tree: MemoryTree = TREE, origin: str = ORIGIN, signer: SignerKey = LOG) -> str:
+    """A checkpoint note of the first `size` leaves of `tree`, signed by `signer`."""
+    root = root_from_reader(tree, size)
+    return sign_note(format_checkpoint(origin, size, root, "ab" * 32), signer)
+
+
+def body(old: int, signed: str, *, tree: MemoryTree = TREE, proof: list[bytes] | None = None) -> bytes:
+    """An add-checkpoint body from `old` to the note's size, with the consistency proof from `tree`."""
+    size = int(signed.split("\n")[1])
+    if proof is None:
+        proof = consistency_proof(tree, old, size) if 0 < old < size else []
+    lines = "".join(base64.b64encode(item).decode() + "\n" for item in proof)
+    return f"old {old}\n{lines}\n{signed}".encode()
+
+
+@dataclass
+class Served:
+    port: int
+    state: WitnessState
+
+    def post(self, payload: bytes, *, host: str | None = None) -> tuple[int, str, str]:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        headers = {"Host": host} if host else {}
+        connection.request("POST", "/add-checkpoint", body=payload, headers=headers)
+        response = connection.getresponse()
+        answer = (response.status, response.read().decode(), response.getheader("content-type", ""))
+        connection.close()
+        return answer
+
+    def get(self, path: str) -> tuple[int, str, str]:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        connection.request("GET", path)
+        response = connection.getresponse()
+        answer = (response.status, response.read().decode(), response.getheader("content-type", ""))
+        connection.close()
+        return answer
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    """A witness of two logs on a free port of 127.0.0.1, served by uvicorn in a thread."""
+    state = WitnessState(tmp_path / "witness.db")
+    witness = Witness(
+        WITNESS, {ORIGIN: [LOG.verifier()], "example.org/other": [OTHER.verifier()]}, state,
+        clock=lambda: int(time.time()),
+    )
+    sock = bind("127.0.0.1", 0)
+    config = uvicorn.Config(
+        create_witness_app(witness, allowed_hosts("127.0.0.1", ())), log_level="warning", access_log=False,
+        lifespan="off", http=header_timeout_protocol(1.0), timeout_keep_alive=1, limit_concurrency=50,
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.started
+    yield Served(sock.getsockname()[1], state)
+    server.should_exit = True
+    thread.join(10)
+    sock.close()
+    state.close()
