@@ -36,7 +36,7 @@ HASHED_FIELDS: tuple[str, ...] = (
     "evidence_spans",
 )
 
-# Finding kinds (spec section 6, then the seal's of section 8).
+# Finding kinds (spec section 6, then the seal's of section 8, then the witnesses' of section 9.3).
 FINDING_KINDS: tuple[str, ...] = (
     "budget_id_mismatch",
     "rederive_mismatch",
@@ -47,4 +47,5 @@ FINDING_KINDS: tuple[str, ...] = (
     "bad_signature",
     "unattested_rows",
     "schema_tampered",
+    "unwitnessed_rows",
 )

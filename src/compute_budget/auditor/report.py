@@ -54,6 +54,8 @@ class AuditReport:
     trusted_keys: tuple[str, ...] = ()  # the verifier keys given
     attested_size: int | None = None  # rows covered by the newest checkpoint a trusted key signed (keys given)
     provenance: dict[str, Any] | None = None  # a salvaged store's origin of record (spec 9.8), else None
+    witnessed_size: int | None = None  # rows covered by the newest checkpoint K witnesses cosigned (witness keys given)
+    witness_keys: tuple[str, ...] = ()  # the witness verifier keys given
 
     @property
     def clean(self) -> bool:
@@ -96,6 +98,8 @@ class AuditReport:
             "trusted_keys": list(self.trusted_keys),
             "attested_size": self.attested_size,
             "provenance": self.provenance,
+            "witness_keys": list(self.witness_keys),
+            "witnessed_size": self.witnessed_size,
             "status_counts": dict(sorted(self.status_counts.items())),
             "reason_counts": dict(sorted(self.reason_counts.items())),
             "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,

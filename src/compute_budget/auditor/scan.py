@@ -28,8 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from compute_budget.auditor.report import AuditReport, utc_now
+from compute_budget.auditor.witnessed import DEFAULT_MAX_WITNESS_AGE, WitnessPolicy, given_note_findings, witnessed
 from compute_budget.core.leaf import unreadable_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.cosignature import WitnessKey
 from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.log.merkle import CompactRange, root_from_reader
 from compute_budget.core.log.note import VerifierKey, valid_origin
@@ -46,7 +48,7 @@ from compute_budget.errors import (
 )
 from compute_budget.store import BudgetStore
 from compute_budget.store.files import read_small_file
-from compute_budget.store.keys import verifier_key
+from compute_budget.store.keys import verifier_key, witness_key
 from compute_budget.store.snapshot import Snapshot
 
 BATCH_ROWS = 2000
@@ -74,6 +76,10 @@ def audit(
     all_signatures: bool = False,
     through: int | None = None,
     expected_origin: str | None = None,
+    witness_keys: Iterable[WitnessKey | str | os.PathLike[str]] = (),
+    witness_quorum: int | None = None,
+    max_witness_age: int = DEFAULT_MAX_WITNESS_AGE,
+    witnessed_checkpoints: Iterable[CheckpointLike] = (),
 ) -> AuditReport:
     """Audit the store at `target` read-only. `checkpoint`: prove history extends it. `since`: prove it,
     then check only the rows after it. `through`: check only the rows up to this `seq` (with `since`, a `seq`
@@ -88,6 +94,12 @@ process gets at least `AUTO_ROWS_PER_JOB` rows to check, else one. The report's 
     `expected_origin`: the log this store must be (a store put in its place is a `checkpoint_mismatch`, as a kept
     checkpoint of the right log would show; without one, signatures by the same key cannot tell two logs apart).
 
+    `witness_keys` (spec 9.3; type 0x04 keys, their text or files): a given `checkpoint`/`since` must carry
+    `witness_quorum` (default: all) valid cosignatures, counted from the note and the store; the rows after the
+    newest checkpoint of this store that many witnesses cosigned are `unwitnessed_rows` when none did or the
+    K-th newest cosignature is over `max_witness_age` seconds old; the report's `witnessed_size` names it.
+    `witnessed_checkpoints` (what `--witness-url` fetched from witnesses): the store must extend each.
+
     `on_progress(rows_done, rows_total)` is called after every batch this process checks (with `jobs`, it checks
     the first range itself) and as each worker's range completes.
     Raises `StoreUnavailable` (and its subclasses) when the audit cannot run at all.
@@ -100,7 +112,9 @@ process gets at least `AUTO_ROWS_PER_JOB` rows to check, else one. The report's 
     started_at = utc_now()
     checkpoint = as_checkpoint(checkpoint) if checkpoint is not None else None
     since = as_checkpoint(since) if since is not None else None
+    from_witnesses = [as_checkpoint(item) for item in witnessed_checkpoints]
     keys = _unique_keys(verifier_key(item) for item in trusted_keys)
+    policy = _witness_policy(witness_keys, witness_quorum, max_witness_age)
     try:
         opened = BudgetStore.open(target, readonly=True)
     except NoHistory as gone:
@@ -127,7 +141,7 @@ process gets at least `AUTO_ROWS_PER_JOB` rows to check, else one. The report's 
                     )
                 )
             held: list[Checkpoint] = []
-            for proof in (checkpoint, since):
+            for proof in (checkpoint, since, *from_witnesses):
                 if proof is not None:
                     # Another log's checkpoint says nothing about this one's rows: that is the one finding, not
                     # a "rewritten history" its chain hash cannot match anyway.
@@ -157,6 +171,13 @@ process gets at least `AUTO_ROWS_PER_JOB` rows to check, else one. The report's 
             findings_before += seal.findings
             attested, attestation_findings = _attestation(snapshot, keys, origin, plan.max_seq)
             unattested = _unattested(snapshot, keys, attested, plan.max_seq)
+            witnessed_size = None
+            if policy is not None:
+                for proof in (checkpoint, since):
+                    if proof is not None:
+                        findings_before += given_note_findings(proof, snapshot, policy)
+                witnessed_size, witness_findings = witnessed(snapshot, policy, origin, held, plan.max_seq)
+                unattested += witness_findings
         tasks = [(low, high, anchor) for (low, high), anchor in zip(plan.ranges, anchors, strict=True)]
         processes = len(tasks)
         if processes > 1:
@@ -208,7 +229,26 @@ process gets at least `AUTO_ROWS_PER_JOB` rows to check, else one. The report's 
         trusted_keys=tuple(key.format() for key in keys),
         attested_size=max((size for size, _ in attested.values()), default=0) if keys else None,
         provenance=provenance,
+        witnessed_size=witnessed_size,
+        witness_keys=tuple(key.format() for key in policy.keys) if policy is not None else (),
     )
+
+
+def _witness_policy(
+    witness_keys: Iterable[WitnessKey | str | os.PathLike[str]], quorum: int | None, max_age: int
+) -> WitnessPolicy | None:
+    """The audit's witness requirement, or None without witness keys; a quorum outside 1..N is an error."""
+    keys = tuple(dict.fromkeys(witness_key(item) for item in witness_keys))
+    if not keys:
+        if quorum is not None:
+            raise ArgumentTypeError("a witness quorum needs witness keys")
+        return None
+    wanted = len(keys) if quorum is None else quorum
+    if isinstance(wanted, bool) or not isinstance(wanted, int) or not 1 <= wanted <= len(keys):
+        raise ArgumentTypeError(f"the witness quorum must be 1..{len(keys)} (distinct witness keys), not {wanted!r}")
+    if isinstance(max_age, bool) or not isinstance(max_age, int) or max_age < 0:
+        raise ArgumentTypeError(f"the maximum witness age is a number of seconds, not {max_age!r}")
+    return WitnessPolicy(keys, wanted, max_age, int(time.time()))
 
 
 def _provenance(snapshot: Snapshot) -> tuple[dict[str, Any] | None, list[Finding]]:

@@ -10,7 +10,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
@@ -23,6 +23,12 @@ from compute_budget.core.policy.lines import BadLine, GateLine, read_gates
 from compute_budget.core.policy.parse import decide_parsed
 from compute_budget.core.policy.types import ComputeBudgetStatus
 from compute_budget.errors import InputUnreadable, OutputUnwritable, StoreDamaged, clip
+
+if TYPE_CHECKING:
+    from compute_budget.auditor.report import AuditReport
+    from compute_budget.core.log.checkpoint import Checkpoint
+    from compute_budget.core.log.cosignature import WitnessKey
+    from compute_budget.core.log.note import SignerKey
 
 
 @click.group(cls=BudgetGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -141,6 +147,18 @@ def witness_submit_options(command: Callable[..., Any]) -> Callable[..., Any]:
         "--witness", "witnesses", metavar="URL=KEY", multiple=True,
         help="After the append, send its signed checkpoint to this witness (URL prefix = its verifier key, type "
         "0x04); repeatable. A witness that is down is a warning: the rows stay recorded.",
+    )(command)
+
+
+def witness_role_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """`--witness-key KEY` (repeatable, type 0x04) and `--witness-quorum K` (spec 9.3)."""
+    command = click.option(
+        "--witness-quorum", "witness_quorum", type=int, metavar="K",
+        help="How many of the --witness-key witnesses must have cosigned [default: all of them].",
+    )(command)
+    return click.option(
+        "--witness-key", "witness_keys", metavar="KEY", multiple=True,
+        help="A witness's verifier key (type 0x04, keygen --witness) or a file holding one; repeatable.",
     )(command)
 
 
@@ -571,13 +589,24 @@ def _jobs_option(_ctx: click.Context, param: click.Parameter, value: object) -> 
     "--cosign",
     "cosign_path",
     metavar="FILE",
-    help="After a clean audit, sign the checkpoint --save-checkpoint writes with this key (a witness).",
+    help="After a clean audit, sign the checkpoint --save-checkpoint writes with this note key (type 0x01: the "
+    "auditor attests re-derivation; cosignatures come from witnesses).",
 )
 @click.option(
     "--origin",
     "expected_origin",
     metavar="NAME",
     help="Require the store to be this log (its origin): another store put in its place is a finding.",
+)
+@witness_role_options
+@click.option(
+    "--max-witness-age", "max_witness_age", type=click.IntRange(min=0), default=86400, show_default=True,
+    metavar="SECONDS", help="Rows after a checkpoint the witnesses cosigned longer ago than this are unwitnessed_rows.",
+)
+@click.option(
+    "--witness-url", "witness_urls", metavar="URL=KEY", multiple=True,
+    help="Before the audit, fetch this compute-budget witness's latest checkpoint of the log; the store must extend "
+    "it. Unreachable, or a stale or unverifiable answer: exit 2. Repeatable.",
 )
 def audit_command(
     db: str | None,
@@ -592,6 +621,10 @@ def audit_command(
     all_signatures: bool,
     cosign_path: str | None,
     expected_origin: str | None,
+    witness_keys: tuple[str, ...],
+    witness_quorum: int | None,
+    max_witness_age: int,
+    witness_urls: tuple[str, ...],
 ) -> None:
     """Replay-audit the store read-only: exit 0 clean, 1 findings, 2 cannot run.
 
@@ -639,6 +672,7 @@ def audit_command(
             all_signatures,
             cosign_path,
             expected_origin,
+            (witness_keys, witness_quorum, max_witness_age, witness_urls),
         )
     except click.exceptions.Exit:
         raise  # a result (exit 0 or 1), its reports written
@@ -663,6 +697,7 @@ def _audit_and_report(
     all_signatures: bool,
     cosign_path: str | None,
     expected_origin: str | None,
+    witnessing: tuple[tuple[str, ...], int | None, int, tuple[str, ...]],
 ) -> None:
     from compute_budget.auditor.scan import audit, load_checkpoint
     from compute_budget.cli.render_audit import render
@@ -683,6 +718,9 @@ def _audit_and_report(
             "--cosign signs the checkpoint --save-checkpoint writes: give both", param_hint="--cosign"
         )
     cosigner = load_signer_key(cosign_path) if cosign_path else None
+    witness_keys, witness_quorum, max_witness_age, witness_urls = witnessing
+    witnesses = _witness_keys(witness_keys, witness_quorum)
+    fetched = _fetch_witnessed(db, witness_urls, expected_origin)
     with audit_progress() as on_progress:
         report = audit(
             db,
@@ -693,6 +731,10 @@ def _audit_and_report(
             trusted_keys=keys,
             all_signatures=all_signatures,
             expected_origin=expected_origin,
+            witness_keys=witnesses,
+            witness_quorum=witness_quorum,
+            max_witness_age=max_witness_age,
+            witnessed_checkpoints=fetched,
         )
     for warning in report.warnings:
         say(f"warning: {warning}")
@@ -700,7 +742,10 @@ def _audit_and_report(
         write_atomically(path, render(report, target_format) + "\n")
     if not output_path:
         click.echo(render(report, output_format))
-    if save_path:
+    if save_path and witnesses:
+        _save_witnessed(db, report, save_path, cosigner, [item for item in (checkpoint, since) if item is not None],
+                        witnesses, witness_quorum)
+    elif save_path:
         if report.clean and cosigner is not None:
             from compute_budget.auditor.proofs import cosign
 
@@ -712,6 +757,70 @@ def _audit_and_report(
             say(f"audit not clean: checkpoint {save_path} was not written")
     if not report.clean:
         click.get_current_context().exit(1)
+
+
+def _witness_keys(witness_keys: tuple[str, ...], quorum: int | None) -> list[WitnessKey]:
+    """The distinct witness keys, and a quorum in 1..their number (else a usage error, exit 2)."""
+    from compute_budget.store.keys import witness_key
+
+    keys = list(dict.fromkeys(witness_key(item) for item in witness_keys))
+    if quorum is not None and not 1 <= quorum <= len(keys):
+        raise click.BadParameter(
+            f"{quorum} is not between 1 and the number of distinct --witness-key keys ({len(keys)})",
+            param_hint="--witness-quorum",
+        )
+    return keys
+
+
+def _fetch_witnessed(db: str | None, urls: tuple[str, ...], expected_origin: str | None) -> list[str]:
+    """What each `--witness-url` witness last cosigned for this store's log (exit 2 when one cannot say)."""
+    if not urls:
+        return []
+    from compute_budget.errors import StoreUnavailable
+    from compute_budget.store import BudgetStore
+    from compute_budget.store.witnessing import WitnessTarget, fetch_latest
+
+    targets = [WitnessTarget.parse(url) for url in urls]
+    origin = expected_origin
+    if origin is None:
+        with BudgetStore.open(db, readonly=True) as store:
+            origin = store.origin()
+    if origin is None:
+        raise StoreUnavailable("the store has no origin yet: no witness can have cosigned it (give --origin NAME)")
+    return [fetch_latest(target, origin) for target in targets]
+
+
+def _save_witnessed(
+    db: str | None,
+    report: AuditReport,
+    save_path: str,
+    cosigner: SignerKey | None,
+    given: list[Checkpoint],
+    witnesses: list[WitnessKey],
+    quorum: int | None,
+) -> None:
+    """--save-checkpoint with witness keys: the newest checkpoint K witnesses cosigned, with its signatures."""
+    import time
+
+    from compute_budget.auditor.witnessed import WitnessPolicy, witnessed_note
+    from compute_budget.core.log.note import add_signature
+    from compute_budget.store import BudgetStore
+
+    if not report.clean:
+        say(f"audit not clean: checkpoint {save_path} was not written")
+        return
+    policy = WitnessPolicy(tuple(witnesses), quorum or len(witnesses), 0, int(time.time()))
+    note = None
+    if report.witnessed_size:
+        with BudgetStore.open(db, readonly=True) as store, store.snapshot() as snapshot:
+            note = witnessed_note(snapshot, policy, report.witnessed_size, given)
+    if note is None:
+        say(f"no checkpoint carries {policy.quorum} cosignature(s) by the witness keys: {save_path} was not written")
+        return
+    if cosigner is not None:
+        note = add_signature(note, cosigner)
+    write_atomically(save_path, note)
+    say(f"saved checkpoint seq {report.witnessed_size} to {save_path}")
 
 
 def _distinct_outputs(paths: list[str]) -> None:

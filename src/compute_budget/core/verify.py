@@ -23,7 +23,7 @@ from compute_budget.errors import InputNotJson, MalformedDecision, clip
 
 
 class FindingKind(StrEnum):
-    """The kinds of finding of spec sections 6 and 8."""
+    """The kinds of finding of spec sections 6, 8 and 9."""
 
     BUDGET_ID_MISMATCH = "budget_id_mismatch"
     REDERIVE_MISMATCH = "rederive_mismatch"
@@ -34,6 +34,7 @@ class FindingKind(StrEnum):
     BAD_SIGNATURE = "bad_signature"
     UNATTESTED_ROWS = "unattested_rows"
     SCHEMA_TAMPERED = "schema_tampered"
+    UNWITNESSED_ROWS = "unwitnessed_rows"  # spec revision 3, section 9.3
 
 
 @dataclass(frozen=True, slots=True)

@@ -156,6 +156,12 @@ class SealStatements:
             f"SELECT checkpoint, line FROM {COSIGNATURES_TABLE} WHERE tree_size = {m} "
             "AND checkpoint = CAST(checkpoint AS TEXT) AND line = CAST(line AS TEXT) ORDER BY id LIMIT 1000"
         )
+        self.cosignatures_desc = (
+            f"SELECT id, tree_size, checkpoint, line FROM {COSIGNATURES_TABLE} WHERE tree_size = CAST(tree_size AS "
+            "BIGINT) AND checkpoint = CAST(checkpoint AS TEXT) AND line = CAST(line AS TEXT) "
+            f"AND (tree_size < {m} OR (tree_size = {m} AND id < {m})) "
+            f"ORDER BY tree_size DESC, id DESC LIMIT {PAGE_ROWS}"
+        )
         self.copy_witness_sizes = (
             f"SELECT id, witness_name, witness_key_id, tree_size, recorded_at FROM {WITNESS_SIZES_TABLE} "
             f"WHERE id > {m} ORDER BY id LIMIT {PAGE_ROWS}"

@@ -107,6 +107,22 @@ class Snapshot:
             if len(rows) < sealing.PAGE_ROWS:
                 return
 
+    def cosignatures_newest_first(self, at_most: int) -> Iterator[tuple[int, str, str]]:
+        """Stored cosignatures (tree_size, checkpoint text, line) of trees up to `at_most` rows, newest first."""
+        size, last_id = at_most, 2**63 - 1
+        while True:
+            rows = self._connection.exec_driver_sql(self._seal.cosignatures_desc, (size, size, last_id)).fetchall()
+            for row in rows:
+                last_id, size = int(row[0]), int(row[1])
+                yield size, str(row[2]), str(row[3])
+            if len(rows) < sealing.PAGE_ROWS:
+                return
+
+    def cosignatures_of(self, checkpoint_text: str, size: int) -> list[str]:
+        """The stored cosignature lines of exactly this checkpoint text."""
+        rows = self._connection.exec_driver_sql(self._seal.cosignatures_at, (size,)).fetchall()
+        return [str(row[1]) for row in rows if row[0] == checkpoint_text]
+
     def rows_between(self, low: int, high: int, *, batch_rows: int = 2000) -> Iterator[list[tuple[Any, ...]]]:
         """Raw rows with low < seq <= high in seq order, a batch per query."""
         while low < high:

@@ -23,7 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from compute_budget.core.log.cosignature import WitnessKey, valid_cosignatures
 from compute_budget.core.log.merkle import consistency_proof
 from compute_budget.core.log.note import CheckpointBody, parse_checkpoint, parse_note
-from compute_budget.errors import ComputeBudgetError, InputError, NoteError
+from compute_budget.errors import ComputeBudgetError, InputError, NoteError, StoreUnavailable
 from compute_budget.store import seal as sealing
 from compute_budget.store.backend import begin_write
 from compute_budget.store.keys import witness_key
@@ -247,3 +247,39 @@ def _key_id(target: WitnessTarget) -> str:
 
 def _warning(target: WitnessTarget, reason: str) -> str:
     return f"warning: {target.label}: {reason}; the rows are recorded (retry with `compute-budget witness submit`)"
+
+
+MAX_LATEST_AGE_SECONDS = 600
+
+
+def fetch_latest(target: WitnessTarget, origin: str, *, timeout: float = 10.0, now: int | None = None) -> str:
+    """The latest checkpoint `target` cosigned for `origin` (its `GET /latest`, this project's extension), as a
+    note carrying the log signatures it verified and a fresh cosignature. `StoreUnavailable` (the audit cannot
+    run) when the witness cannot be reached, has cosigned nothing for the log, or answers with a cosignature that
+    does not verify under its key or is more than 600 s old."""
+    url = f"{target.url}/latest?origin={urllib.parse.quote(origin, safe='')}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            body = str(response.read(MAX_ANSWER_BYTES + 1).decode("utf-8", "replace"))
+    except urllib.error.HTTPError as error:
+        if error.code == 404:
+            raise StoreUnavailable(
+                f"{target.label} has cosigned nothing for log {origin}: submit to it first (`compute-budget witness "
+                "submit`), or leave this --witness-url out until it has"
+            ) from None
+        raise StoreUnavailable(f"{target.label} answered {error.code} to GET /latest") from None
+    except (OSError, ValueError) as error:
+        raise StoreUnavailable(f"{target.label} cannot be reached: {getattr(error, 'reason', None) or error}") from None
+    clock = int(time.time()) if now is None else now
+    try:
+        found = valid_cosignatures(body, [target.key], now=clock)
+    except NoteError as error:
+        raise StoreUnavailable(f"{target.label} answered GET /latest with no checkpoint note: {error}") from None
+    if not found:
+        raise StoreUnavailable(f"{target.label}: its answer carries no cosignature that verifies under its key")
+    if found[0].timestamp < clock - MAX_LATEST_AGE_SECONDS:
+        raise StoreUnavailable(
+            f"{target.label}: its cosignature is {clock - found[0].timestamp} s old (over {MAX_LATEST_AGE_SECONDS} s): "
+            "a replayed or stale answer"
+        )
+    return body

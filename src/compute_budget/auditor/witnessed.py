@@ -1,0 +1,181 @@
+"""The audit's witness role (spec 9.3): given checkpoints must carry K cosignatures by the witness keys, and the rows
+after the newest checkpoint K witnesses cosigned are `unwitnessed_rows` once that checkpoint is too old.
+
+Cosignatures count from the given note and from the store. A stored cosignature counts for this store only when
+the checkpoint text it covers is this store's own at that size (origin, recomputed root, stored chain hash); one
+that names another root is a witness's record of a fork, reported as `checkpoint_mismatch`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.cosignature import WitnessKey, valid_cosignatures
+from compute_budget.core.log.merkle import root_from_reader
+from compute_budget.core.log.note import CheckpointBody, parse_checkpoint, parse_note
+from compute_budget.core.verify import Finding, FindingKind
+from compute_budget.errors import MerkleError, NoteError, StoreDamaged
+from compute_budget.store.snapshot import Snapshot
+
+DEFAULT_MAX_WITNESS_AGE = 86400
+
+
+@dataclass(frozen=True, slots=True)
+class WitnessPolicy:
+    """What the audit requires of witnesses: their keys, how many must cosign, how old the newest may be."""
+
+    keys: tuple[WitnessKey, ...]
+    quorum: int
+    max_age: int
+    now: int  # the audit's start, seconds since the epoch
+
+    def kth_newest(self, note_or_lines: Iterable[str], text: str) -> tuple[int, int | None]:
+        """(how many distinct witness keys validly cosigned `text`, the K-th newest of their timestamps)."""
+        newest: dict[WitnessKey, int] = {}
+        for line in note_or_lines:
+            try:
+                found = valid_cosignatures(text + "\n" + line, self.keys, now=self.now)
+            except NoteError:
+                continue
+            for item in found:
+                newest[item.key] = max(item.timestamp, newest.get(item.key, -1))
+        ordered = sorted(newest.values(), reverse=True)
+        return len(ordered), (ordered[self.quorum - 1] if len(ordered) >= self.quorum else None)
+
+
+def given_note_findings(proof: Checkpoint, snapshot: Snapshot, policy: WitnessPolicy) -> list[Finding]:
+    """A given `--since`/`--checkpoint` must carry K valid cosignatures (its own lines and the store's)."""
+    count, _ = _given_count(proof, snapshot, policy)
+    if count >= policy.quorum:
+        return []
+    form = " (a JSON checkpoint carries none)" if proof.note is None else ""
+    return [Finding(
+        FindingKind.BAD_SIGNATURE, proof.budget_id, proof.seq,
+        f"the given checkpoint carries {count} of {policy.quorum} cosignatures by the witness keys{form}",
+    )]
+
+
+def _given_count(proof: Checkpoint, snapshot: Snapshot, policy: WitnessPolicy) -> tuple[int, int | None]:
+    if proof.note is None:
+        return 0, None
+    try:
+        text, signatures = parse_note(proof.note)
+    except NoteError:
+        return 0, None
+    lines = [signature.line() for signature in signatures] + snapshot.cosignatures_of(text, proof.seq)
+    return policy.kth_newest(lines, text)
+
+
+def witnessed(
+    snapshot: Snapshot, policy: WitnessPolicy, origin: str | None, given: Iterable[Checkpoint], max_seq: int
+) -> tuple[int, list[Finding]]:
+    """The size of the newest checkpoint of this store K witnesses cosigned, and the findings: forks witnesses
+    recorded, and `unwitnessed_rows` for the rows after it when it is missing or older than the maximum age."""
+    findings: list[Finding] = []
+    best: tuple[int, int | None] = (0, None)  # (size, K-th newest timestamp)
+    for proof in given:
+        count, kth = _given_count(proof, snapshot, policy)
+        if count >= policy.quorum and proof.seq > best[0]:
+            best = (proof.seq, kth)
+    groups: dict[str, list[str]] = {}
+    current: int | None = None
+    for size, text, line in snapshot.cosignatures_newest_first(max_seq):
+        if current is not None and size != current:
+            found = _best_group(snapshot, policy, origin, current, groups, findings)
+            if found is not None:
+                break
+            groups = {}
+        current = size
+        groups.setdefault(text, []).append(line)
+    else:
+        found = _best_group(snapshot, policy, origin, current, groups, findings) if current is not None else None
+    if found is not None and found[0] > best[0]:
+        best = found
+    size, kth = best
+    if size < max_seq and (kth is None or kth < policy.now - policy.max_age):
+        findings.append(_unwitnessed(snapshot, policy, size, kth, max_seq))
+    return size, findings
+
+
+def _best_group(
+    snapshot: Snapshot,
+    policy: WitnessPolicy,
+    origin: str | None,
+    size: int,
+    groups: dict[str, list[str]],
+    findings: list[Finding],
+) -> tuple[int, int | None] | None:
+    """Among the checkpoint texts cosigned at `size`, this store's own with K cosignatures, if any."""
+    for text, lines in groups.items():
+        count, kth = policy.kth_newest(lines, text)
+        if count == 0:
+            continue
+        problem = _not_this_store(snapshot, origin, size, text)
+        if problem is not None:
+            findings.append(Finding(FindingKind.CHECKPOINT_MISMATCH, None, size, f"a witness cosigned {problem}"))
+            continue
+        if count >= policy.quorum:
+            return size, kth
+    return None
+
+
+def _not_this_store(snapshot: Snapshot, origin: str | None, size: int, text: str) -> str | None:
+    """Why the cosigned checkpoint `text` is not this store's at `size`, or None when it is."""
+    try:
+        body: CheckpointBody = parse_checkpoint(text)
+    except NoteError as error:
+        return f"a text that is not a checkpoint of this release ({error})"
+    if body.origin != origin or body.size != size:
+        return f"size {body.size} of log {body.origin}, stored as this store's size {size}"
+    try:
+        root = root_from_reader(snapshot.tree(size), size)
+    except (MerkleError, StoreDamaged):
+        return None  # the tree itself is damaged: the audit's tree check reports that
+    if root != body.root or snapshot.chain_at(size) != body.chain_hash:
+        return f"size {size} with another root or chain hash than this store's: a fork of this log"
+    return None
+
+
+def _unwitnessed(snapshot: Snapshot, policy: WitnessPolicy, size: int, kth: int | None, max_seq: int) -> Finding:
+    first = size + 1
+    link = snapshot.link_at(first)
+    budget_id = link[2] if link is not None and isinstance(link[2], str) else None
+    count = max_seq - size
+    if kth is None:
+        plural = "s" if policy.quorum != 1 else ""
+        why = f"no checkpoint carries {policy.quorum} cosignature{plural} by the witness keys"
+    else:
+        age = policy.now - kth
+        why = (f"the newest checkpoint {policy.quorum} witness(es) cosigned (size {size}) is {age} s old, over the "
+               f"maximum witness age of {policy.max_age} s")
+    return Finding(
+        FindingKind.UNWITNESSED_ROWS, budget_id, first,
+        f"rows {first}..{max_seq} ({count} row{'s' if count != 1 else ''}) are unwitnessed: {why}",
+    )
+
+
+def witnessed_note(snapshot: Snapshot, policy: WitnessPolicy, size: int, given: Iterable[Checkpoint]) -> str | None:
+    """The note of this store's checkpoint at `size` that K witnesses cosigned, with every stored signature and
+    cosignature of it (for `--save-checkpoint`), or None when no such checkpoint is at hand."""
+    texts: dict[str, list[str]] = {}
+    for stored in snapshot.checkpoints_at(size):
+        try:
+            text, signatures = parse_note(stored.note)
+        except NoteError:
+            continue
+        texts.setdefault(text, []).extend(signature.line() for signature in signatures)
+    for proof in given:
+        if proof.note is not None and proof.seq == size:
+            try:
+                text, signatures = parse_note(proof.note)
+            except NoteError:
+                continue
+            texts.setdefault(text, []).extend(signature.line() for signature in signatures)
+    for text, lines in texts.items():
+        everything = list(dict.fromkeys([*lines, *snapshot.cosignatures_of(text, size)]))
+        count, _ = policy.kth_newest(everything, text)
+        if count >= policy.quorum:
+            return text + "\n" + "".join(everything)
+    return None

@@ -1,0 +1,194 @@
+"""The attacks of issue 21, each set up as in the README's deployment (a writer, a witness on its own state, a
+nightly audit requiring the witness), and what now catches it: spec 9.3's roles and `audit --witness-url`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import gate_lines
+from tests.witnessing import LOG, ORIGIN, WITNESS, Served
+
+Run = Callable[..., tuple[int, str, str]]
+WITNESS_KEY = WITNESS.verifier().format()
+WRITER_KEY = LOG.verifier().format()
+
+
+@pytest.fixture
+def writer(tmp_path: Path) -> Path:
+    """The writer's key file (the log key the witness trusts for ORIGIN)."""
+    key = tmp_path / "writer.key"
+    key.write_text(LOG.format() + "\n")
+    key.chmod(0o600)
+    return key
+
+
+def _record(run_cli: Run, db: Path, writer: Path, count: int, prefix: str, *witness: str) -> None:
+    gates = db.with_name(f"{prefix}.jsonl")
+    gates.write_text("\n".join(gate_lines(count, prefix=prefix)) + "\n")
+    extra = [item for url in witness for item in ("--witness", url)]
+    status, _, err = run_cli("record", str(gates), "--db", str(db), "--signing-key", str(writer), "--origin", ORIGIN,
+                             *extra)
+    assert status == 0, err
+
+
+def _backup(db: Path, to: Path) -> None:
+    with sqlite3.connect(db) as source, sqlite3.connect(to) as target:
+        source.backup(target)
+
+
+def _url(served: Served) -> str:
+    return f"http://127.0.0.1:{served.port}={WITNESS_KEY}"
+
+
+def test_a_fresh_witnessed_store_audits_clean_and_reports_its_witnessed_size(
+    served: Served, run_cli: Run, writer: Path, tmp_path: Path
+) -> None:
+    """With the witness reachable: the audit with --witness-key and --witness-url is clean; JSON names the size."""
+    db = tmp_path / "store.db"
+    _record(run_cli, db, writer, 6, "night1", _url(served))
+    status, out, err = run_cli("audit", "--db", str(db), "--trusted-key", WRITER_KEY, "--witness-key", WITNESS_KEY,
+                               "--witness-url", _url(served), "--format", "json")
+    assert status == 0, out + err
+    report = json.loads(out)
+    assert report["witnessed_size"] == 6
+    assert report["witness_keys"] == [WITNESS_KEY]
+
+
+def test_rows_after_the_witnessed_checkpoint_are_unwitnessed_once_it_is_too_old(
+    served: Served, run_cli: Run, writer: Path, tmp_path: Path
+) -> None:
+    """Rows recorded with no witness: `unwitnessed_rows`, one finding naming the first row, the range in detail."""
+    db = tmp_path / "store.db"
+    _record(run_cli, db, writer, 3, "seen", _url(served))
+    _record(run_cli, db, writer, 2, "unseen")
+    status, out, _ = run_cli("audit", "--db", str(db), "--witness-key", WITNESS_KEY, "--format", "json")
+    assert status == 0, out  # the witnessed checkpoint is fresh: rows after it are not yet due
+    status, out, _ = run_cli("audit", "--db", str(db), "--witness-key", WITNESS_KEY, "--max-witness-age", "0",
+                             "--format", "json")
+    if status == 0:  # the cosignature was made this very second: wait one so that it is older than 0 s
+        time.sleep(1.1)
+        status, out, _ = run_cli("audit", "--db", str(db), "--witness-key", WITNESS_KEY, "--max-witness-age", "0",
+                                 "--format", "json")
+    report = json.loads(out)
+    assert status == 1
+    assert [(item["kind"], item["seq"]) for item in report["findings"]] == [("unwitnessed_rows", 4)]
+    assert "rows 4..5 (2 rows)" in report["findings"][0]["detail"]
+    assert report["witnessed_size"] == 3
+
+
+def test_substitution_a_writer_only_note_is_no_witness(
+    served: Served, run_cli: Run, writer: Path, tmp_path: Path
+) -> None:
+    """A --since note signed only by the writer, of a checkpoint no witness cosigned, does not stand in for a
+    witness: bad_signature, 0 of 1 (before, one --trusted-key list took it for both roles)."""
+    db = tmp_path / "store.db"
+    _record(run_cli, db, writer, 4, "night1", _url(served))
+    _record(run_cli, db, writer, 1, "unwitnessed")
+    note = tmp_path / "writer-only.note"
+    status, text, err = run_cli("checkpoint", "--db", str(db), "--signing-key", str(writer))
+    assert status == 0, err
+    note.write_text(text)
+    status, _, _ = run_cli("audit", "--db", str(db), "--since", str(note), "--trusted-key", WRITER_KEY)
+    assert status == 0  # as a writer's note, it is fine
+    status, out, _ = run_cli("audit", "--db", str(db), "--since", str(note), "--witness-key", WITNESS_KEY,
+                             "--format", "json")
+    findings = json.loads(out)["findings"]
+    assert status == 1
+    assert [item["kind"] for item in findings] == ["bad_signature"]
+    assert "0 of 1 cosignatures" in findings[0]["detail"]
+
+
+def test_rollback_the_database_and_the_since_file_put_back_is_caught_by_the_witness(
+    served: Served, run_cli: Run, writer: Path, tmp_path: Path
+) -> None:
+    """The store restored from an older backup (and the auditor's --since replaced by an older valid one): the
+    witness's latest checkpoint is larger than the store, so `--witness-url` reports checkpoint_mismatch."""
+    db = tmp_path / "store.db"
+    _record(run_cli, db, writer, 5, "night1", _url(served))
+    _backup(db, tmp_path / "backup.db")
+    _record(run_cli, db, writer, 5, "night2", _url(served))
+    _backup(tmp_path / "backup.db", db)  # restored through SQLite, as an operator restores a backup
+    status, out, err = run_cli("audit", "--db", str(db), "--format", "json")
+    assert status == 0, err  # without the witness, the rolled-back store looks fine
+    status, out, _ = run_cli("audit", "--db", str(db), "--witness-url", _url(served), "--format", "json")
+    findings = json.loads(out)["findings"]
+    assert status == 1
+    assert {item["kind"] for item in findings} == {"checkpoint_mismatch"}
+
+
+def test_truncation_after_the_last_witness_with_the_head_re_signed_is_caught(
+    served: Served, run_cli: Run, writer: Path, tmp_path: Path
+) -> None:
+    """Rows 8..10 cut and two other rows appended and signed with the stolen key, never shown to the witness:
+    `--witness-url` finds the witness's size-10 checkpoint is not extended."""
+    db = tmp_path / "store.db"
+    _record(run_cli, db, writer, 7, "night1", _url(served))
+    _backup(db, tmp_path / "at7.db")
+    (tmp_path / "writer.key.state").rename(tmp_path / "state-at7")
+    shutil.copy(tmp_path / "state-at7", tmp_path / "writer.key.state")
+    _record(run_cli, db, writer, 3, "night2", _url(served))
+    _backup(tmp_path / "at7.db", db)
+    shutil.copy(tmp_path / "state-at7", tmp_path / "writer.key.state")  # the thief's state file matches the store
+    _record(run_cli, db, writer, 2, "forged")
+    status, out, _ = run_cli("audit", "--db", str(db), "--trusted-key", WRITER_KEY, "--format", "json")
+    assert status == 0  # nightly and weekly alike pass without a witness
+    status, out, _ = run_cli("audit", "--db", str(db), "--trusted-key", WRITER_KEY, "--witness-url", _url(served),
+                             "--format", "json")
+    assert status == 1
+    assert "checkpoint_mismatch" in {item["kind"] for item in json.loads(out)["findings"]}
+
+
+def test_a_fork_is_refused_by_the_witness_and_its_receipts_by_verify_proof(
+    served: Served, run_cli: Run, writer: Path, tmp_path: Path
+) -> None:
+    """Two size-20 histories signed by the writer: the witness cosigns the first, refuses the second (409) and
+    keeps it as evidence; a receipt from the fork fails `verify-proof --witness-key`."""
+    honest, fork = tmp_path / "honest.db", tmp_path / "fork.db"
+    _record(run_cli, honest, writer, 10, "shared", _url(served))
+    _backup(honest, fork)
+    shutil.copy(tmp_path / "writer.key.state", tmp_path / "fork.state")
+    _record(run_cli, honest, writer, 10, "honest", _url(served))
+    gates = tmp_path / "forged.jsonl"
+    gates.write_text("\n".join(gate_lines(10, prefix="forged")) + "\n")
+    status, _, err = run_cli("record", str(gates), "--db", str(fork), "--signing-key", str(writer),
+                             "--writer-state", str(tmp_path / "fork.state"), "--witness", _url(served))
+    assert status == 0, err
+    assert "409" in err  # the witness refused the fork
+    kept, _ = served.state.evidence(ORIGIN)
+    assert len(kept) == 1
+    assert kept[0].note.split("\n")[1] == "20"
+    forged_id = str(sqlite3.connect(fork).execute("SELECT budget_id FROM compute_budget_decisions WHERE seq = 15")
+                    .fetchone()[0])
+    status, receipt, err = run_cli("prove", forged_id, "--db", str(fork))
+    assert status == 0, err
+    (tmp_path / "forged.json").write_text(receipt)
+    status, out, _ = run_cli("verify-proof", str(tmp_path / "forged.json"), "--trusted-key", WRITER_KEY)
+    assert status == 0  # the writer's signature alone vouches for the fork
+    status, out, _ = run_cli("verify-proof", str(tmp_path / "forged.json"), "--trusted-key", WRITER_KEY,
+                             "--witness-key", WITNESS_KEY)
+    assert (status, out) == (1, "invalid (witness): 0 of 1 cosignatures\n")
+    status, out, _ = run_cli("audit", "--db", str(fork), "--witness-url", _url(served), "--format", "json")
+    assert status == 1
+    assert "checkpoint_mismatch" in {item["kind"] for item in json.loads(out)["findings"]}
+
+
+def test_witness_url_that_cannot_answer_is_exit_2(run_cli: Run, writer: Path, tmp_path: Path) -> None:
+    """An unreachable witness: the audit cannot run (exit 2), one line naming it."""
+    import socket
+
+    db = tmp_path / "store.db"
+    _record(run_cli, db, writer, 2, "night1")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    status, out, err = run_cli("audit", "--db", str(db), "--witness-url", f"http://127.0.0.1:{port}={WITNESS_KEY}")
+    assert (status, out) == (2, "")
+    assert "cannot be reached" in err
+    assert err.count("\n") == 1
