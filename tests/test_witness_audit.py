@@ -192,3 +192,59 @@ def test_witness_url_that_cannot_answer_is_exit_2(run_cli: Run, writer: Path, tm
     assert (status, out) == (2, "")
     assert "cannot be reached" in err
     assert err.count("\n") == 1
+
+
+def test_prove_carries_stored_cosignatures_and_with_witness_keys_picks_a_witnessed_checkpoint(
+    served: Served, run_cli: Run, writer: Path, tmp_path: Path
+) -> None:
+    """A receipt's note carries the stored cosignatures, so it verifies with --witness-key; `prove --witness-key`
+    proves against the newest checkpoint the witnesses cosigned, and refuses (exit 2) a row after it."""
+    db = tmp_path / "store.db"
+    _record(run_cli, db, writer, 4, "witnessed", _url(served))
+    _record(run_cli, db, writer, 2, "later")
+    ids = [row[0] for row in sqlite3.connect(db).execute("SELECT budget_id FROM compute_budget_decisions ORDER BY seq")]
+    status, receipt, err = run_cli("prove", ids[1], "--db", str(db), "--witness-key", WITNESS_KEY)
+    assert status == 0, err
+    assert json.loads(receipt)["tree_size"] == 4
+    (tmp_path / "r.json").write_text(receipt)
+    status, out, _ = run_cli("verify-proof", str(tmp_path / "r.json"), "--trusted-key", WRITER_KEY,
+                             "--witness-key", WITNESS_KEY)
+    assert status == 0, out
+    status, _, err = run_cli("prove", ids[5], "--db", str(db), "--witness-key", WITNESS_KEY)
+    assert status == 2
+    assert "carries 1 cosignature" in err
+    status, receipt, _ = run_cli("prove", ids[1], "--db", str(db))
+    assert json.loads(receipt)["tree_size"] == 6  # without witness keys: the newest covering checkpoint, unwitnessed
+
+
+def test_consistency_and_save_checkpoint_with_witness_keys(
+    served: Served, run_cli: Run, writer: Path, tmp_path: Path
+) -> None:
+    """`audit --save-checkpoint --witness-key` keeps the newest witnessed checkpoint with its cosignature;
+    `consistency --witness-key` accepts that note and refuses (exit 1) a writer-only one."""
+    db = tmp_path / "store.db"
+    _record(run_cli, db, writer, 3, "night1", _url(served))
+    saved = tmp_path / "witnessed.note"
+    status, _, err = run_cli("audit", "--db", str(db), "--witness-key", WITNESS_KEY, "--save-checkpoint", str(saved))
+    assert status == 0, err
+    assert f"saved checkpoint seq 3 to {saved}" in err
+    assert "— witness.example/w1 " in saved.read_text()
+    _record(run_cli, db, writer, 2, "night2")
+    status, out, err = run_cli("consistency", str(saved), "--db", str(db), "--witness-key", WITNESS_KEY)
+    assert status == 0, out + err
+    status, text, _ = run_cli("checkpoint", "--db", str(db), "--signing-key", str(writer))
+    (tmp_path / "writer-only.note").write_text(text)
+    status, out, err = run_cli("consistency", str(tmp_path / "writer-only.note"), "--db", str(db),
+                               "--witness-key", WITNESS_KEY)
+    assert status == 1
+    assert "0 of 1 cosignatures" in out + err
+    empty = tmp_path / "none.note"
+    db2 = tmp_path / "unwitnessed.db"
+    (tmp_path / "alone.jsonl").write_text("\n".join(gate_lines(2, prefix="alone")) + "\n")
+    status, _, err = run_cli("record", str(tmp_path / "alone.jsonl"), "--db", str(db2), "--signing-key", str(writer),
+                             "--writer-state", str(tmp_path / "alone.state"), "--origin", ORIGIN)
+    assert status == 0, err
+    status, _, err = run_cli("audit", "--db", str(db2), "--witness-key", WITNESS_KEY, "--max-witness-age", "999999",
+                             "--save-checkpoint", str(empty))
+    assert status == 1  # unwitnessed rows
+    assert not empty.exists()

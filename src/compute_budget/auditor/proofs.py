@@ -8,14 +8,17 @@ consistency of the store with an older checkpoint, and the auditor's cosignature
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 
 from compute_budget.auditor.report import AuditReport
 from compute_budget.auditor.scan import CheckpointLike, as_checkpoint
+from compute_budget.auditor.witnessed import WitnessPolicy
 from compute_budget.core.leaf import row_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.cosignature import WitnessKey, with_cosignatures
 from compute_budget.core.log.merkle import consistency_proof, inclusion_proof, verify_inclusion
-from compute_budget.core.log.note import SignerKey, VerifierKey, add_signature, sign_note
+from compute_budget.core.log.note import Signature, SignerKey, VerifierKey, add_signature, parse_note, sign_note
 from compute_budget.core.proof import ConsistencyProof, ProofBundle, row_from_values
 from compute_budget.core.seal import extends, signature_problem, trusted_signers
 from compute_budget.errors import (
@@ -23,13 +26,14 @@ from compute_budget.errors import (
     CheckpointError,
     MerkleError,
     NotConsistent,
+    NoteError,
     ProofError,
     StoreDamaged,
     StoreUnavailable,
     UnknownBudgetId,
 )
 from compute_budget.store import BudgetStore
-from compute_budget.store.keys import verifier_key
+from compute_budget.store.keys import verifier_key, witness_key
 from compute_budget.store.snapshot import Snapshot
 
 
@@ -38,15 +42,20 @@ def prove(
     target: str | os.PathLike[str] | None = None,
     *,
     checkpoint: CheckpointLike | None = None,
+    witness_keys: Iterable[WitnessKey | str | os.PathLike[str]] = (),
+    witness_quorum: int | None = None,
 ) -> ProofBundle:
     """The proof bundle of the decision `budget_id` in the store at `target` (spec section 8).
 
     Its checkpoint is `checkpoint` when given (a signed note, or a checkpoint with origin and root), else the
-    newest stored signed checkpoint covering the row, else the head's note without a signature. Raises
+    newest stored signed checkpoint covering the row, else the head's note without a signature; with
+    `witness_keys` (spec 9.3), the newest covering checkpoint that `witness_quorum` (default: all) of them
+    cosigned (`ProofError` when none did). The note carries every stored cosignature of its text. Raises
     `UnknownBudgetId` when no such decision is stored, `ProofError` when the checkpoint does not cover the row
     or is not of this store, `StoreDamaged` when the stored tree does not prove the row against it.
     """
     given = as_checkpoint(checkpoint) if checkpoint is not None else None
+    policy = _policy(witness_keys, witness_quorum)
     with BudgetStore.open(target, readonly=True) as store, store.snapshot() as snapshot:
         row = snapshot.raw_row(budget_id)
         if row is None:
@@ -56,7 +65,13 @@ def prove(
             raise StoreDamaged(f"row {budget_id} has seq {seq!r}, not a positive integer: run `compute-budget audit`")
         origin = snapshot.origin()
         head = snapshot.max_seq()
-        note = _note_for(snapshot, given, seq, head, origin, store.location.display)
+        if policy is not None and given is None:
+            note = _witnessed_note_for(snapshot, policy, seq, head, store.location.display)
+        else:
+            note = _note_for(snapshot, given, seq, head, origin, store.location.display)
+        note = _with_stored_cosignatures(snapshot, note, policy)
+        if policy is not None and policy.kth_newest(_lines(note), parse_note(note)[0])[0] < policy.quorum:
+            raise ProofError(f"the given checkpoint carries fewer than {policy.quorum} cosignatures by witness keys")
         found = Checkpoint.from_note(note)
         size = found.seq
         try:
@@ -101,18 +116,71 @@ def _note_for(
     return Checkpoint(head, chain, None, origin, root).note_text()
 
 
+def _policy(witness_keys: Iterable[WitnessKey | str | os.PathLike[str]], quorum: int | None) -> WitnessPolicy | None:
+    keys = tuple(dict.fromkeys(witness_key(item) for item in witness_keys))
+    if not keys:
+        return None
+    wanted = len(keys) if quorum is None else quorum
+    if not 1 <= wanted <= len(keys):
+        raise ProofError(f"the witness quorum must be 1..{len(keys)} (the distinct witness keys), not {wanted}")
+    return WitnessPolicy(keys, wanted, 0, int(time.time()))
+
+
+def _lines(note: str) -> list[str]:
+    return [signature.line() for signature in parse_note(note)[1]]
+
+
+def _with_stored_cosignatures(snapshot: Snapshot, note: str, policy: WitnessPolicy | None) -> str:
+    """`note` with the stored cosignatures of its text (only those valid under the witness keys, when given)."""
+    try:
+        text = parse_note(note)[0]
+        size = Checkpoint.from_note(note).seq
+    except (NoteError, CheckpointError):
+        return note
+    stored = snapshot.cosignatures_of(text, size)
+    if policy is not None:
+        stored = [line for line in stored if policy.kth_newest([line], text)[0] == 1]
+    lines: list[Signature] = []
+    for line in stored:
+        try:
+            lines.extend(parse_note(text + "\n" + line)[1])
+        except NoteError:
+            continue
+    return with_cosignatures(note, lines)
+
+
+def _witnessed_note_for(snapshot: Snapshot, policy: WitnessPolicy, seq: int, head: int, where: str) -> str:
+    """The newest stored checkpoint covering row `seq` that K witnesses cosigned, as a note (spec 9.3)."""
+    for size, text, _ in snapshot.cosignatures_newest_first(head):
+        if size < seq:
+            break
+        lines = snapshot.cosignatures_of(text, size)
+        if policy.kth_newest(lines, text)[0] < policy.quorum:
+            continue
+        base = next((stored.note for stored in snapshot.checkpoints_at(size) if stored.note.startswith(text + "\n")),
+                    None)
+        return base if base is not None else text + "\n" + "".join(lines)
+    raise ProofError(
+        f"{where}: no stored checkpoint covering row {seq} carries {policy.quorum} cosignature(s) by the witness keys "
+        "(submit to the witnesses first: `compute-budget witness submit`)"
+    )
+
+
 def prove_consistency(
     old: CheckpointLike,
     target: str | os.PathLike[str] | None = None,
     *,
     trusted_keys: Iterable[VerifierKey | str | os.PathLike[str]] = (),
+    witness_keys: Iterable[WitnessKey | str | os.PathLike[str]] = (),
+    witness_quorum: int | None = None,
 ) -> ConsistencyProof:
     """Prove that the store at `target` extends the older checkpoint `old` (a signed note, or a JSON checkpoint
     with origin and root), in O(log n) hashes, and check the proof before returning it.
 
-    With `trusted_keys`, `old` must carry a valid signature by one of them. Raises `NotConsistent` (its `reason`:
-    ``origin``, ``untrusted``, ``truncated`` or ``rewritten``) when the store does not extend it, and
-    `CheckpointError` when `old` cannot be used.
+    With `trusted_keys`, `old` must carry a valid signature by one of them; with `witness_keys` (spec 9.3), valid
+    cosignatures by `witness_quorum` of them (default: all), counted from `old` and the store. Raises
+    `NotConsistent` (its `reason`: ``origin``, ``untrusted``, ``truncated`` or ``rewritten``) when the store does
+    not extend it, and `CheckpointError` when `old` cannot be used.
     """
     checkpoint = as_checkpoint(old)
     if not checkpoint.has_root:
@@ -127,7 +195,14 @@ def prove_consistency(
         if not verified:
             raise NotConsistent("untrusted", "the old checkpoint carries no signature by a trusted key")
     body = checkpoint.body()
+    policy = _policy(witness_keys, witness_quorum)
     with BudgetStore.open(target, readonly=True) as store, store.snapshot() as snapshot:
+        if policy is not None:
+            count = _old_cosignatures(snapshot, checkpoint, policy)
+            if count < policy.quorum:
+                raise NotConsistent(
+                    "untrusted", f"the old checkpoint carries {count} of {policy.quorum} cosignatures by witness keys"
+                )
         origin = snapshot.origin()
         if origin != body.origin:
             raise NotConsistent("origin", f"the old checkpoint is of log {body.origin}, this store is {origin}")
@@ -145,6 +220,13 @@ def prove_consistency(
     if not proof.verify():
         raise NotConsistent("rewritten", "the consistency proof does not verify")  # pragma: no cover
     return proof
+
+
+def _old_cosignatures(snapshot: Snapshot, checkpoint: Checkpoint, policy: WitnessPolicy) -> int:
+    if checkpoint.note is None:
+        return 0  # a JSON checkpoint carries none
+    text = parse_note(checkpoint.note)[0]
+    return policy.kth_newest([*_lines(checkpoint.note), *snapshot.cosignatures_of(text, checkpoint.seq)], text)[0]
 
 
 def cosign(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import click
 
 from compute_budget.cli.app import say
-from compute_budget.cli.commands import cli, db_option
+from compute_budget.cli.commands import cli, db_option, witness_role_options
 
 if TYPE_CHECKING:
     from compute_budget.core.log.cosignature import WitnessKey
@@ -62,7 +62,14 @@ def verifier_key_command(key_path: str) -> None:
     metavar="FILE",
     help="Prove against this signed checkpoint [default: the newest stored one covering the row].",
 )
-def prove_command(budget_id: str, db: str | None, checkpoint_path: str | None) -> None:
+@witness_role_options
+def prove_command(
+    budget_id: str,
+    db: str | None,
+    checkpoint_path: str | None,
+    witness_keys: tuple[str, ...],
+    witness_quorum: int | None,
+) -> None:
     """Print the proof bundle (JSON) of decision BUDGET_ID (64 hex digits, or a unique prefix of 8 or more): the
     row, its inclusion path and a signed checkpoint, for `compute-budget verify-proof` without the database.
 
@@ -87,7 +94,8 @@ def prove_command(budget_id: str, db: str | None, checkpoint_path: str | None) -
             raise click.BadParameter(f"prefix {wanted} matches more than one decision", param_hint="BUDGET_ID")
         wanted = found[0].decision.budget_id if found else wanted
     try:
-        bundle = prove(wanted, db, checkpoint=checkpoint)
+        witnesses, quorum = witness_options(witness_keys, witness_quorum)
+        bundle = prove(wanted, db, checkpoint=checkpoint, witness_keys=witnesses, witness_quorum=quorum)
     except UnknownBudgetId as unknown:
         say(str(unknown))
         click.get_current_context().exit(1)
@@ -105,14 +113,7 @@ def prove_command(budget_id: str, db: str | None, checkpoint_path: str | None) -
     help="A verifier key (name+hash+key) or a file holding one; repeatable.",
 )
 @click.option("--origin", metavar="NAME", help="Also require the checkpoint to be of this log.")
-@click.option(
-    "--witness-key", "witness_keys", metavar="KEY", multiple=True,
-    help="A witness's verifier key (type 0x04, keygen --witness) whose cosignature the checkpoint must carry.",
-)
-@click.option(
-    "--witness-quorum", "witness_quorum", type=int, metavar="K",
-    help="How many of the --witness-key witnesses must have cosigned [default: all of them].",
-)
+@witness_role_options
 def verify_proof_command(
     bundle_path: str,
     trusted_keys: tuple[str, ...],
@@ -180,7 +181,14 @@ MAX_BUNDLE_BYTES = 256 << 20
     multiple=True,
     help="Require OLD to carry a valid signature by this key (a verifier key or a file); repeatable.",
 )
-def consistency_command(old_path: str, db: str | None, trusted_keys: tuple[str, ...]) -> None:
+@witness_role_options
+def consistency_command(
+    old_path: str,
+    db: str | None,
+    trusted_keys: tuple[str, ...],
+    witness_keys: tuple[str, ...],
+    witness_quorum: int | None,
+) -> None:
     """Prove that the store extends the older checkpoint OLD (a signed checkpoint, or a JSON checkpoint with a
     root) and print the checked consistency proof (JSON).
 
@@ -194,7 +202,8 @@ def consistency_command(old_path: str, db: str | None, trusted_keys: tuple[str, 
     old = load_checkpoint(old_path)
     keys = [verifier_key(item) for item in trusted_keys]
     try:
-        proof = prove_consistency(old, db, trusted_keys=keys)
+        witnesses, quorum = witness_options(witness_keys, witness_quorum)
+        proof = prove_consistency(old, db, trusted_keys=keys, witness_keys=witnesses, witness_quorum=quorum)
     except NotConsistent as failed:
         say(f"the store {failed}")
         click.get_current_context().exit(1)
