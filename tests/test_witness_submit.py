@@ -233,3 +233,15 @@ def test_the_witness_tables_are_append_only(served: Served, tmp_path: Path) -> N
                           "DELETE FROM compute_budget_witness_sizes"):
             with pytest.raises(sqlite3.IntegrityError, match="append-only"):
                 connection.execute(statement)
+
+
+def test_witnessing_works_the_same_on_both_backends(served: Served, store_target: str, tmp_path: Path) -> None:
+    """On SQLite and PostgreSQL alike: cosigned, stored, and the witness's size kept."""
+    with BudgetStore.open(
+        store_target, origin=ORIGIN, signing_key=LOG, writer_state=str(tmp_path / "writer.state"),
+        witnesses=[f"http://127.0.0.1:{served.port}={WITNESS_KEY}"],
+    ) as store:
+        assert store.record_many(gate_lines(3)).witness_warnings == ()
+        assert store.record(gate_lines(1, prefix="one")[0]).witness_warnings == ()
+    for table in ("compute_budget_cosignatures", "compute_budget_witness_sizes"):
+        assert [row[0] for row in query(store_target, f"SELECT tree_size FROM {table} ORDER BY id")] == [3, 4]
