@@ -216,12 +216,16 @@ def test_since_checks_only_rows_after_the_checkpoint(store: str) -> None:
 
 
 def test_since_fails_when_its_checkpoint_row_was_changed(store: str) -> None:
-    """Incremental mode over a rewritten checkpoint row reports the checkpoint broken."""
+    """Incremental mode over a rewritten checkpoint row reports the checkpoint broken, then checks every row
+    (issue 22) and so also names the row that changed: its chain hash no longer links."""
     with BudgetStore.open(store) as opened:
         checkpoint = opened.checkpoint()
     tamper(store, f"UPDATE compute_budget_decisions SET chain_hash = '{'a' * 64}' WHERE seq = {ROWS}")
     report = audit(store, since=checkpoint)
-    assert [f.kind.value for f in report.findings] == ["checkpoint_mismatch"]
+    assert sorted(f.kind.value for f in report.findings) == ["chain_break", "checkpoint_mismatch"]
+    assert report.escalated
+    assert report.affected_rows == (ROWS,)
+    assert report.rows_checked == ROWS
 
 
 @sqlite_only  # PostgreSQL's typed seq column cannot hold text

@@ -69,8 +69,10 @@ def test_junit_report_fails_the_kind_that_was_found(run_cli: Run, recorded: Path
     assert suite is not None
     failing = {case.get("name") for case in suite.iter("testcase") if case.find("failure") is not None}
     assert "unsupported_policy_version" in failing
-    assert [case.get("name") for case in suite.iter("testcase")] == list(FINDING_KINDS)
-    assert {case.get("classname") for case in suite.iter("testcase")} == {"compute_budget.audit"}  # as released
+    by_kind = [case for case in suite.iter("testcase") if case.get("classname") == "compute_budget.audit"]
+    assert [case.get("name") for case in by_kind] == list(FINDING_KINDS)  # as released
+    rows = [case.get("name") for case in suite.iter("testcase") if case.get("classname") == "compute_budget.audit.rows"]
+    assert rows == ["seq 3"]  # and one failing case per affected row (issue 22)
 
 
 def test_checkpoint_rotation(run_cli: Run, recorded: Path, tmp_path: Path) -> None:

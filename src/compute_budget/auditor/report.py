@@ -30,6 +30,14 @@ def utc_now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# The kinds of finding about one row itself: what an operator looks for first.
+ROW_KINDS = frozenset({
+    FindingKind.BUDGET_ID_MISMATCH, FindingKind.REDERIVE_MISMATCH, FindingKind.CHAIN_BREAK,
+    FindingKind.UNSUPPORTED_POLICY_VERSION, FindingKind.MALFORMED_ROW,
+})
+MAX_LISTED_ROWS = 1000
+
+
 @dataclass(frozen=True, slots=True)
 class AuditReport:
     """What an audit found: `clean` iff no findings."""
@@ -56,6 +64,15 @@ class AuditReport:
     provenance: dict[str, Any] | None = None  # a salvaged store's origin of record (spec 9.8), else None
     witnessed_size: int | None = None  # rows covered by the newest checkpoint K witnesses cosigned (witness keys given)
     witness_keys: tuple[str, ...] = ()  # the witness verifier keys given
+    escalated: bool = False  # the --since checkpoint did not hold, so every row was checked
+
+    @property
+    def affected_rows(self) -> tuple[int, ...]:
+        """The seqs of the rows a finding is about (re-derivation, budget_id, chain, policy, malformed): the causes;
+        checkpoint, tree, signature and schema findings follow from them or stand alone."""
+        return tuple(sorted({
+            finding.seq for finding in self.findings if finding.kind in ROW_KINDS and finding.seq is not None
+        }))
 
     @property
     def clean(self) -> bool:
@@ -104,7 +121,13 @@ class AuditReport:
             "reason_counts": dict(sorted(self.reason_counts.items())),
             "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,
             "since": self.since.to_dict() if self.since else None,
-            "mode": "incremental" if self.since else "full",
+            "mode": "incremental" if self.since and not self.escalated else "full",
+            "escalated": self.escalated,
+            "affected_rows": {
+                "count": len(self.affected_rows),
+                "first": self.affected_rows[0] if self.affected_rows else None,
+                "seqs": list(self.affected_rows[:MAX_LISTED_ROWS]),
+            },
             "jobs": self.jobs,
             "warnings": list(self.warnings),
             "elapsed_seconds": round(self.elapsed_seconds, 3),

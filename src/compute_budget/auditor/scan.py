@@ -16,6 +16,7 @@ one pass from the start.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import multiprocessing
 import multiprocessing.pool
@@ -100,10 +101,61 @@ process gets at least `AUTO_ROWS_PER_JOB` rows to check, else one. The report's 
     K-th newest cosignature is over `max_witness_age` seconds old; the report's `witnessed_size` names it.
     `witnessed_checkpoints` (what `--witness-url` fetched from witnesses): the store must extend each.
 
+    When `since` does not hold (history before it was rewritten), every row is checked after all, so the report
+    names the rows that changed (`escalated`); the checkpoint mismatches follow from them.
+
     `on_progress(rows_done, rows_total)` is called after every batch this process checks (with `jobs`, it checks
     the first range itself) and as each worker's range completes.
     Raises `StoreUnavailable` (and its subclasses) when the audit cannot run at all.
     """
+    report = _audit_once(
+        target, checkpoint=checkpoint, since=since, jobs=jobs, on_progress=on_progress, trusted_keys=trusted_keys,
+        all_signatures=all_signatures, through=through, expected_origin=expected_origin, witness_keys=witness_keys,
+        witness_quorum=witness_quorum, max_witness_age=max_witness_age, witnessed_checkpoints=witnessed_checkpoints,
+    )
+    if report.since is None or through is not None or not _since_broken(report):
+        return report
+    # The rows before --since were trusted, and the checkpoint says they changed: check every row, so the report
+    # names the rows themselves, not only the checkpoint they no longer match.
+    given = [report.checkpoint] if report.checkpoint is not None else []
+    full = _audit_once(
+        target, checkpoint=report.since, since=None, jobs=jobs, on_progress=on_progress, trusted_keys=trusted_keys,
+        all_signatures=all_signatures, expected_origin=expected_origin, witness_keys=witness_keys,
+        witness_quorum=witness_quorum, max_witness_age=max_witness_age,
+        witnessed_checkpoints=[*given, *witnessed_checkpoints],
+    )
+    return dataclasses.replace(
+        full, checkpoint=report.checkpoint, since=report.since, escalated=True,
+        elapsed_seconds=report.elapsed_seconds + full.elapsed_seconds, started_at=report.started_at,
+    )
+
+
+def _since_broken(report: AuditReport) -> bool:
+    """True when the --since checkpoint does not hold: a checkpoint_mismatch at its seq."""
+    assert report.since is not None
+    return any(
+        finding.kind is FindingKind.CHECKPOINT_MISMATCH and finding.seq == report.since.seq
+        for finding in report.findings
+    )
+
+
+def _audit_once(
+    target: str | os.PathLike[str] | None,
+    *,
+    checkpoint: CheckpointLike | None,
+    since: CheckpointLike | None,
+    jobs: int | Literal["auto"],
+    on_progress: Callable[[int, int], None] | None,
+    trusted_keys: Iterable[VerifierKey | str | os.PathLike[str]],
+    all_signatures: bool,
+    through: int | None = None,
+    expected_origin: str | None,
+    witness_keys: Iterable[WitnessKey | str | os.PathLike[str]],
+    witness_quorum: int | None,
+    max_witness_age: int,
+    witnessed_checkpoints: Iterable[CheckpointLike],
+) -> AuditReport:
+    """One audit as `audit` describes, without the escalation from a broken --since."""
     if jobs != "auto" and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise ArgumentTypeError(f"jobs is a positive integer or 'auto', not {jobs!r}")
     if expected_origin is not None and not valid_origin(expected_origin):

@@ -7,13 +7,15 @@ import base64
 import json
 from xml.etree import ElementTree
 
-from compute_budget.auditor.report import TOOL_NAME, tool_version
+from compute_budget.auditor.report import ROW_KINDS, TOOL_NAME, tool_version
 from compute_budget.auditor.scan import AuditReport, Finding, FindingKind
 from compute_budget.cli.render import escaped, shown
 
 REPORT_FORMATS = ("text", "json", "junit")
 
 MAX_TEXT_FINDINGS_PER_KIND = 50
+MAX_ROWS_NAMED = 20  # on the first screen
+MAX_ROW_CASES = 100  # JUnit test cases of affected rows; the rest are counted in one more case
 
 
 def render(report: AuditReport, output_format: str) -> str:
@@ -28,9 +30,12 @@ def render(report: AuditReport, output_format: str) -> str:
 def render_text(report: AuditReport) -> str:
     """A summary a person reads at a glance, findings grouped by kind."""
     verdict = "CLEAN" if report.clean else f"{len(report.findings)} FINDING{'S' if len(report.findings) != 1 else ''}"
-    mode = f"incremental after seq {report.since.seq}" if report.since else "full"
+    mode = f"incremental after seq {report.since.seq}" if report.since and not report.escalated else "full"
+    if report.escalated and report.since is not None:
+        mode = f"full: the --since checkpoint (seq {report.since.seq}) did not hold, so every row was checked"
     lines = [
         f"compute-budget audit of {escaped(report.database)}: {verdict}",
+        *_first_screen(report),
         f"  rows checked  {report.rows_checked} ({mode}, {report.jobs} job{'s' if report.jobs != 1 else ''}) "
         f"in {report.elapsed_seconds:.2f} s, {report.rows_per_second:,.0f} rows/s",
         f"  head          seq {report.head.seq}, chain_hash {escaped(report.head.chain_hash)}",
@@ -74,7 +79,32 @@ def render_text(report: AuditReport) -> str:
     return "\n".join(lines)
 
 
+def _first_screen(report: AuditReport) -> list[str]:
+    """Which rows, and what now: the lines an operator reads first on a red night."""
+    if report.clean:
+        return []
+    rows = report.affected_rows
+    if not rows:
+        kinds = ", ".join(report.findings_by_kind())
+        return [
+            f"  rows affected none named by a row check ({kinds}): see each finding below",
+            "  what now      docs/incident.md says what each finding means and what to run",
+        ]
+    named = ", ".join(f"seq {seq}" for seq in rows[:MAX_ROWS_NAMED])
+    more = f" and {len(rows) - MAX_ROWS_NAMED} more" if len(rows) > MAX_ROWS_NAMED else ""
+    follows = len(report.findings) - sum(finding.kind in ROW_KINDS for finding in report.findings)
+    consequence = f"; {follows} other finding(s) follow from them or stand beside them" if follows else ""
+    return [
+        f"  rows affected {len(rows)} row(s): {named}{more}{consequence}",
+        f"  what now      the store is append-only: `compute-budget show` each row; to go on from the rows before "
+        f"seq {rows[0]}, salvage them into a new log with `compute-budget copy {escaped(report.database)} NEW "
+        f"--through {rows[0] - 1}` (docs/incident.md)",
+    ]
+
+
 def _where(finding: Finding) -> str:
+    if finding.seq is None and finding.budget_id is None:
+        return "the schema" if finding.kind is FindingKind.SCHEMA_TAMPERED else "the store"
     seq = "seq ?" if finding.seq is None else f"seq {finding.seq}"
     return f"{seq} budget_id {escaped(shown(finding.budget_id)) if finding.budget_id else '?'}"
 
@@ -88,11 +118,14 @@ def _not_run(report: AuditReport) -> dict[FindingKind, str]:
 
 def render_junit(report: AuditReport) -> str:
     """JUnit XML: one test case per kind of check, failing with every finding of that kind, skipped when the
-    check did not run."""
+    check did not run; then one failing test case per affected row (`compute_budget.audit.rows`, named by its seq),
+    so a CI page names the rows themselves."""
     skipped = _not_run(report)
+    rows = report.affected_rows
+    row_cases = min(len(rows), MAX_ROW_CASES) + (len(rows) > MAX_ROW_CASES)
     suite = _suite(
-        tests=len(FindingKind),
-        failures=len(report.findings_by_kind()),
+        tests=len(FindingKind) + row_cases,
+        failures=len(report.findings_by_kind()) + row_cases,
         errors=0,
         skipped=len(skipped),
         seconds=report.elapsed_seconds,
@@ -128,9 +161,23 @@ def render_junit(report: AuditReport) -> str:
                 case,
                 "failure",
                 type=kind.value,
-                message=f"{len(found)} row(s): {_where(found[0])}: {escaped(found[0].detail)}",
+                message=f"{len(found)} finding(s): {_where(found[0])}: {escaped(found[0].detail)}",
             )
             failure.text = "\n".join(f"{_where(finding)}: {escaped(finding.detail)}" for finding in found)
+    for seq in rows[:MAX_ROW_CASES]:
+        case = ElementTree.SubElement(suite, "testcase", classname="compute_budget.audit.rows", name=f"seq {seq}")
+        found = [finding for finding in report.findings if finding.seq == seq and finding.kind in ROW_KINDS]
+        said = [f"{finding.kind.value}: {escaped(finding.detail)}" for finding in found]
+        failure = ElementTree.SubElement(
+            case, "failure", type=found[0].kind.value, message=f"row seq {seq}: " + "; ".join(said)
+        )
+        failure.text = "\n".join(f"{_where(finding)}: {line}" for finding, line in zip(found, said, strict=True))
+    if len(rows) > MAX_ROW_CASES:
+        case = ElementTree.SubElement(
+            suite, "testcase", classname="compute_budget.audit.rows", name=f"{len(rows) - MAX_ROW_CASES} more rows"
+        )
+        ElementTree.SubElement(case, "failure", type="affected_rows",
+                               message=f"rows from seq {rows[MAX_ROW_CASES]} on (use --format json for all)")
     return _document(suite)
 
 

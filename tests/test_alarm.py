@@ -1,0 +1,70 @@
+"""After the alarm (issue 22): a red night names the rows first, says what follows and what to do, in every report."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from xml.etree import ElementTree
+
+from tests.conftest import gate_lines
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+def _night(run_cli: Run, db: Path, folder: Path, name: str, count: int) -> None:
+    gates = folder / f"{name}.jsonl"
+    gates.write_text("\n".join(gate_lines(count, prefix=name)) + "\n")
+    status, _, err = run_cli("record", str(gates), "--db", str(db))
+    assert status == 0, err
+
+
+def test_three_nights_with_seq_50_edited_between_them(run_cli: Run, tmp_path: Path) -> None:
+    """Night 1 full and clean, night 2 incremental and clean, seq 50 edited, night 3 incremental: the run names
+    seq 50 on its first screen (the affected-rows line before anything else), the JSON names it, and the JUnit
+    has one failing case for seq 50."""
+    db = tmp_path / "store.db"
+    _night(run_cli, db, tmp_path, "one", 120)
+    status, _, err = run_cli("audit", "--db", str(db), "--save-checkpoint", str(tmp_path / "n1.json"))
+    assert status == 0, err
+    _night(run_cli, db, tmp_path, "two", 30)
+    status, _, err = run_cli("audit", "--db", str(db), "--since", str(tmp_path / "n1.json"),
+                             "--save-checkpoint", str(tmp_path / "n2.json"))
+    assert status == 0, err
+    with sqlite3.connect(db) as connection:
+        connection.execute("DROP TRIGGER compute_budget_decisions_no_update")
+        connection.execute("UPDATE compute_budget_decisions SET max_steps = max_steps + 1 WHERE seq = 50")
+    junit = tmp_path / "night3.xml"
+    status, out, _ = run_cli("audit", "--db", str(db), "--since", str(tmp_path / "n2.json"),
+                             "--report", f"junit:{junit}", "--report", f"json:{tmp_path / 'night3.json'}")
+    assert status == 1
+    lines = out.splitlines()
+    assert lines[1].startswith("  rows affected 1 row(s): seq 50;")
+    assert lines[2].startswith("  what now ")
+    assert "--through 49" in lines[2]
+    assert "did not hold, so every row was checked" in out
+    report = json.loads((tmp_path / "night3.json").read_text())
+    assert report["affected_rows"] == {"count": 1, "first": 50, "seqs": [50]}
+    assert report["escalated"] is True
+    assert "rederive_mismatch" in report["findings_by_kind"]
+    suite = ElementTree.parse(junit).getroot().find("testsuite")
+    assert suite is not None
+    row_cases = [case for case in suite.iter("testcase") if case.get("classname") == "compute_budget.audit.rows"]
+    assert [case.get("name") for case in row_cases] == ["seq 50"]
+    assert row_cases[0].find("failure") is not None
+    assert int(suite.get("tests", "0")) == len(list(suite.iter("testcase")))
+    assert int(suite.get("failures", "0")) == sum(case.find("failure") is not None for case in suite.iter("testcase"))
+
+
+def test_a_store_wide_finding_names_what_it_is_about(run_cli: Run, tmp_path: Path) -> None:
+    """A schema finding says `the schema`, not `seq ? budget_id ?`; the first screen says no row is named."""
+    db = tmp_path / "store.db"
+    _night(run_cli, db, tmp_path, "one", 3)
+    with sqlite3.connect(db) as connection:
+        connection.execute("DROP TRIGGER compute_budget_decisions_no_delete")
+    status, out, _ = run_cli("audit", "--db", str(db))
+    assert status == 1
+    assert "seq ? budget_id ?" not in out
+    assert "    the schema: trigger compute_budget_decisions_no_delete" in out
+    assert out.splitlines()[1].startswith("  rows affected none named by a row check (schema_tampered)")
