@@ -7,6 +7,8 @@ import asyncio
 import errno
 import ipaddress
 import socket
+from collections.abc import Iterable, MutableMapping
+from typing import Any
 
 from compute_budget.errors import ComputeBudgetError
 
@@ -47,6 +49,28 @@ def bind(host: str, port: int) -> socket.socket:
         raise CannotListen(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
     sock.set_inheritable(True)
     return sock
+
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+
+
+def allowed_hosts(bound: str, extra: Iterable[str] = ()) -> frozenset[str]:
+    """The Host names a server answers to (port ignored): the loopback names, the address it is bound to, and
+    each name given (`--allow-host`); IPv6 addresses in brackets, as a Host header writes them."""
+    names = {*LOOPBACK_NAMES, bound.lower(), *(name.lower() for name in extra)}
+    return frozenset(f"[{name}]" if ":" in name and not name.startswith("[") else name for name in names)
+
+
+def host_of(scope: MutableMapping[str, Any]) -> str:
+    """The name in an ASGI request's Host header, lowercased, without its port (``[::1]:8765`` gives ``[::1]``)."""
+    host = ""
+    for name, value in scope.get("headers", []):
+        if name == b"host":
+            host = value.decode("latin-1").lower()
+            break
+    if host.startswith("["):
+        return host.split("]", 1)[0] + "]"
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 HEADER_TIMEOUT_SECONDS = 10.0

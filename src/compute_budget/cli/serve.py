@@ -35,7 +35,17 @@ def _say(message: str) -> None:
     multiple=True,
     help="A verifier key (or a file holding one) whose signed checkpoints you trust; repeatable.",
 )
-def serve_command(db: str | None, host: str, port: int, trusted_keys: tuple[str, ...]) -> int:
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    metavar="NAME",
+    multiple=True,
+    help="Another Host name to answer to (the name browsers use to reach it); repeatable. Without it only the "
+    "loopback names and the bound address are answered.",
+)
+def serve_command(
+    db: str | None, host: str, port: int, trusted_keys: tuple[str, ...], allow_hosts: tuple[str, ...]
+) -> int:
     """Serve the read-only workbench: browse decisions, see why each was decided, run the replay audit.
 
     It opens the store read-only and never writes. It listens on localhost unless --host says otherwise,
@@ -58,6 +68,6 @@ def serve_command(db: str | None, host: str, port: int, trusted_keys: tuple[str,
             "reach this address can read every stored decision"
         )
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn shuts down cleanly, then re-raises it
-        serve(db, host=host, port=port, trusted_keys=trusted_keys, say=_say)
+        serve(db, host=host, port=port, trusted_keys=trusted_keys, allow_hosts=allow_hosts, say=_say)
     _say("workbench stopped")
     return 0

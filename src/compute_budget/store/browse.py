@@ -90,7 +90,9 @@ class BrowseStatements:
             f"SELECT status, reason_code, count(*) FROM {table} WHERE seq > {mark} AND seq <= {mark} "
             "GROUP BY status, reason_code"
         )
-        self.head_seq = f"SELECT seq FROM {table} ORDER BY seq DESC LIMIT 1"
+        # The highest integer seq: SQLite sorts a seq tampered into text after every number, and a head read from
+        # it would show an empty list and audit no row at all (issue 22).
+        self.head_seq = f"SELECT max(seq) FROM {table} WHERE seq = CAST(seq AS BIGINT)"
         # Each filter's condition. SQLite's planner, without statistics, would answer `status = ? ORDER BY seq
         # DESC LIMIT n` from the status index and then sort every row of that status; the unary `+` keeps it
         # walking the seq index backwards, which stops after n matching rows. PostgreSQL plans from its
@@ -215,7 +217,7 @@ class Browsing:
         return None if row is None else Link(row[0], row[1], row[2])
 
     def head_seq(self) -> int:
-        """The highest stored seq, as stored (0 for an empty store); cheaper than `head()`, never refuses."""
+        """The highest stored integer seq (0 for an empty store); cheaper than `head()`, never refuses."""
         with self._reading() as connection:
             value = connection.exec_driver_sql(self._browse.head_seq).scalar()
         return value if type(value) is int else 0
@@ -228,15 +230,19 @@ class Browsing:
                 for status, reason, count in connection.exec_driver_sql(self._browse.counts, (low, high))
             }
 
-    def newest_signed_checkpoints(self, limit: int = 50) -> list[tuple[int, int, str]]:
-        """(id, tree_size, note) of the newest stored signed checkpoints, newest first, at most `limit`."""
+    def newest_signed_checkpoints(self, limit: int = 50) -> list[tuple[Any, int | None, str | None]]:
+        """(id, tree_size, note) of the newest stored signed checkpoints, newest first, at most `limit`; a value not
+        of its column's type (set by hand) comes back as None, for the page to show the entry as unreadable."""
         if self.signed_checkpoint_table() is None:
             return []
         with self._reading() as connection:
             rows = connection.exec_driver_sql(
                 f"SELECT id, tree_size, note FROM {CHECKPOINTS_TABLE} ORDER BY id DESC LIMIT {int(limit)}"
             ).fetchall()
-        return [(int(row[0]), int(row[1]), str(row[2])) for row in rows]
+        return [
+            (row[0], row[1] if type(row[1]) is int else None, row[2] if isinstance(row[2], str) else None)
+            for row in rows
+        ]
 
     def signed_checkpoint_table(self) -> str | None:
         """The name of the store's table of signed checkpoints, when it has one (None before the seal)."""

@@ -17,7 +17,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from starlette.applications import Starlette
-from starlette.datastructures import Headers, MutableHeaders
+from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.policy.types import ComputeBudgetStatus
 from compute_budget.errors import ComputeBudgetError
+from compute_budget.serving import allowed_hosts, host_of
 from compute_budget.store import BudgetStore
 from compute_budget.store.browse import DecisionFilter, Page
 from compute_budget.web import model
@@ -47,7 +48,6 @@ SECURITY_HEADERS = {
     "cross-origin-opener-policy": "same-origin",
     "cross-origin-resource-policy": "same-origin",
 }
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
 class Guard:
@@ -80,7 +80,7 @@ class Guard:
             )
             await response(scope, receive, send_guarded)
             return
-        if self.allowed_hosts is not None and _host(scope) not in self.allowed_hosts:
+        if self.allowed_hosts is not None and host_of(scope) not in self.allowed_hosts:
             response = PlainTextResponse(
                 "400 Bad Request: unexpected Host header (the workbench answers only to the address it serves)\n",
                 status_code=400,
@@ -88,13 +88,6 @@ class Guard:
             await response(scope, receive, send_guarded)
             return
         await self.app(scope, receive, send_guarded)
-
-
-def _host(scope: Scope) -> str:
-    host = Headers(scope=scope).get("host", "").lower()
-    if host.startswith("["):  # [::1]:8765
-        return host.split("]", 1)[0] + "]"
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 class Workbench:
@@ -233,6 +226,9 @@ class Workbench:
 
     def _start_audit(self, request: Request) -> tuple[int, str | None]:
         """Start an audit from the query's range: (HTTP status, message or None)."""
+        refused = _cross_site(request)
+        if refused is not None:
+            return 403, refused
         params = request.query_params
         head_seq = self.store.head_seq()
         try:
@@ -276,7 +272,8 @@ class Workbench:
         found = model.checkpoints(self.store, self.trusted_keys)
         return JSONResponse(
             {
-                "head": found.head.to_dict(),
+                "head": found.head.to_dict() if found.head is not None else None,
+                "head_problem": found.head_problem,
                 "trusted_keys": [
                     {"given": key.given, "key": key.key, "name": key.name, "key_hash": key.key_hash,
                      "problem": key.problem}
@@ -290,6 +287,21 @@ class Workbench:
 
     def not_found(self, message: str = "There is no page at this address.") -> Response:
         return self.render("error.html", 404, nav=None, title="Not found", message=message)
+
+
+def _cross_site(request: Request) -> str | None:
+    """Why a request that starts an audit comes from another site, or None. Starting an audit replaces the verdict
+    shown, so a page elsewhere must not do it through the browser (an <img> pointing here, say): browsers say where
+    a request comes from in Sec-Fetch-Site, and in Origin for most others."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        return f"refusing to start an audit from another site (Sec-Fetch-Site: {site[:20]}): open the audit page here"
+    origin = request.headers.get("origin")
+    if origin is not None and origin != "null":
+        host = origin.split("://", 1)[-1].lower()
+        if host != request.headers.get("host", "").lower():
+            return "refusing to start an audit from another site (its Origin is not this workbench)"
+    return None
 
 
 def _only_status_reason(where: DecisionFilter) -> DecisionFilter:
@@ -357,6 +369,6 @@ def create_app(
     return Guard(app, bench, allowed_hosts=allowed_hosts)
 
 
-def loopback_hosts(host: str) -> tuple[str, ...] | None:
-    """The Host names to accept when serving on `host`: the loopback names for a loopback address, else any."""
-    return LOOPBACK_HOSTS if host.lower() in LOOPBACK_HOSTS else None
+def loopback_hosts(host: str) -> tuple[str, ...]:
+    """The Host names to accept when serving on `host` with no `--allow-host`: the loopback names and `host`."""
+    return tuple(sorted(allowed_hosts(host)))

@@ -468,6 +468,8 @@ def _gate_said(gate_input: object) -> str:
         gate = json.loads(gate_input) if isinstance(gate_input, str) else None
     except ValueError:
         return "The stored gate input is not JSON."
+    except RecursionError:  # legal JSON nested deeper than Python's parser goes: not a well-formed gate anyway
+        return "The stored gate input is nested too deeply to read as a gate decision."
     if not isinstance(gate, dict):
         return "The stored gate input is not a JSON object, so it is not a gate decision."
     status, reason = gate.get("status"), gate.get("reason_code")
@@ -532,16 +534,25 @@ class SignedCheckpoints:
 class Checkpoints:
     """The checkpoints page: the head's checkpoint, the trusted keys, and the signed checkpoints."""
 
-    head: Checkpoint
+    head: Checkpoint | None  # None when the head cannot be read (then `head_problem` says why)
     head_href: str | None
     document: str
     trusted_keys: Sequence[TrustedKey]
     signed: SignedCheckpoints
+    head_problem: str | None = None
 
 
 def checkpoints(store: BudgetStore, keys: Sequence[str]) -> Checkpoints:
-    """The checkpoints page's content."""
-    head = store.checkpoint()
+    """The checkpoints page's content (a head that cannot be read is said, not a failed page)."""
+    from compute_budget.errors import StoreDamaged
+
+    try:
+        head = store.checkpoint()
+    except StoreDamaged as error:
+        return Checkpoints(
+            None, None, "", [trusted_key(key) for key in keys],
+            SignedCheckpoints(store.signed_checkpoint_table(), _signed_items(store, keys)), head_problem=str(error),
+        )
     return Checkpoints(
         head=head,
         head_href=detail_href(head.budget_id) if head.budget_id else None,
@@ -566,6 +577,10 @@ def _signed_items(store: BudgetStore, keys: Sequence[str]) -> list[dict[str, Any
                 continue
     items: list[dict[str, Any]] = []
     for _, tree_size, note in store.newest_signed_checkpoints():
+        if tree_size is None or note is None:
+            items.append({"tree_size": "?", "root": "", "signers": [],
+                          "trusted": "unreadable: a value is not of its column's type (run `compute-budget audit`)"})
+            continue
         try:
             found = Checkpoint.from_note(note)
             _, signatures = parse_note(note)

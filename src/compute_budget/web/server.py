@@ -3,13 +3,33 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import uvicorn
 
-from compute_budget.serving import CannotListen, bind, is_loopback
-from compute_budget.web.app import create_app, loopback_hosts
+from compute_budget.serving import (
+    CONNECTION_LIMIT,
+    HEADER_TIMEOUT_SECONDS,
+    IDLE_TIMEOUT_SECONDS,
+    CannotListen,
+    allowed_hosts,
+    bind,
+    header_timeout_protocol,
+    is_loopback,
+)
+from compute_budget.web.app import create_app
 
-__all__ = ["CannotListen", "bind", "is_loopback", "serve"]
+__all__ = ["CannotListen", "bind", "is_loopback", "serve", "server_config"]
+
+
+def server_config(app: Any, *, header_timeout: float = HEADER_TIMEOUT_SECONDS) -> uvicorn.Config:
+    """uvicorn's configuration for the workbench: a header timeout, an idle timeout and a connection limit, so
+    slow or silent clients cannot hold its sockets."""
+    return uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="on", server_header=False,
+        http=header_timeout_protocol(header_timeout), timeout_keep_alive=IDLE_TIMEOUT_SECONDS,
+        limit_concurrency=CONNECTION_LIMIT,
+    )
 
 
 def serve(
@@ -18,6 +38,7 @@ def serve(
     host: str,
     port: int,
     trusted_keys: Sequence[str] = (),
+    allow_hosts: Sequence[str] = (),
     say: Callable[[str], None] = print,
 ) -> None:
     """Serve the workbench over the store at `target` (None: the default store) until interrupted.
@@ -30,7 +51,7 @@ def serve(
     app = create_app(
         target if target is not None else default_target(),
         trusted_keys=trusted_keys,
-        allowed_hosts=loopback_hosts(host) if is_loopback(host) else None,
+        allowed_hosts=tuple(allowed_hosts(host, allow_hosts)),
     )
     try:
         sock = bind(host, port)
@@ -42,8 +63,7 @@ def serve(
     say(
         f"serving {app.workbench.display} read-only at http://{shown_host}:{actual_port}/ (Ctrl-C stops it)"
     )
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", server_header=False)
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(server_config(app))
     try:
         server.run(sockets=[sock])
     finally:

@@ -4,26 +4,18 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from compute_budget.serving import allowed_hosts, host_of
 from compute_budget.witness.protocol import MAX_BODY_BYTES, TEXT, Answer, Witness
 
-DEFAULT_HOSTS = ("localhost", "127.0.0.1", "[::1]")
-
-
-def allowed_hosts(bound: str, extra: Iterable[str]) -> frozenset[str]:
-    """The Host names a witness answers to (port ignored): the loopback names, the bound address, each extra."""
-    names = {*DEFAULT_HOSTS, bound.lower(), *(name.lower() for name in extra)}
-    return frozenset(f"[{name}]" if ":" in name and not name.startswith("[") else name for name in names)
-
+__all__ = ["HostGuard", "allowed_hosts", "create_witness_app"]
 
 class HostGuard:
     """Answer 421 to a request whose Host is not one the witness serves (DNS rebinding reaches nothing)."""
@@ -33,18 +25,11 @@ class HostGuard:
         self.hosts = hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and _host(scope) not in self.hosts:
+        if scope["type"] == "http" and host_of(scope) not in self.hosts:
             response = Response("421 Misdirected Request: unexpected Host header\n", 421, media_type=TEXT)
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
-
-
-def _host(scope: Scope) -> str:
-    host = Headers(scope=scope).get("host", "").lower()
-    if host.startswith("["):
-        return host.split("]", 1)[0] + "]"
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 def create_witness_app(witness: Witness, hosts: frozenset[str]) -> ASGIApp:

@@ -1,0 +1,142 @@
+"""The workbench over real HTTP (issue 22): Host checks on every bind, timeouts that free silent sockets, no audit
+started from another site, and hostile rows that give a page, never a 500."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from compute_budget import BudgetStore
+from compute_budget.serving import allowed_hosts, bind
+from compute_budget.web.app import create_app
+from compute_budget.web.server import server_config
+from tests.conftest import gate_lines
+
+
+def _serve(db: str, host: str, extra: tuple[str, ...] = ()) -> Iterator[int]:
+    app = create_app(db, allowed_hosts=tuple(allowed_hosts(host, extra)))
+    sock = bind(host, 0)
+    server = uvicorn.Server(server_config(app, header_timeout=1.0))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.started
+    try:
+        yield int(sock.getsockname()[1])
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+@pytest.fixture
+def store_db(tmp_path: Path) -> str:
+    db = str(tmp_path / "store.db")
+    with BudgetStore.open(db) as store:
+        store.record_many(gate_lines(5))
+    return db
+
+
+def _get(host: str, port: int, path: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    connection = http.client.HTTPConnection(host.strip("[]"), port, timeout=10)
+    connection.request("GET", path, headers=headers or {})
+    response = connection.getresponse()
+    answer = (response.status, response.read().decode())
+    connection.close()
+    return answer
+
+
+@pytest.mark.parametrize("bind_host", ["127.0.0.2", "::1"])
+def test_every_bind_checks_the_host_header(store_db: str, bind_host: str) -> None:
+    """Bound to 127.0.0.2 or [::1] (no exact-name special case any more): its own address and the loopback names
+    are answered, a rebinding name is refused with 400 and no store content."""
+    for port in _serve(store_db, bind_host):
+        shown = f"[{bind_host}]" if ":" in bind_host else bind_host
+        assert _get(bind_host, port, "/api/decisions", {"Host": f"{shown}:{port}"})[0] == 200
+        assert _get(bind_host, port, "/api/decisions", {"Host": "localhost"})[0] == 200
+        status, body = _get(bind_host, port, "/api/decisions", {"Host": "attacker.example"})
+        assert status == 400
+        assert "budget_id" not in body
+
+
+def test_allow_host_names_another_host(store_db: str) -> None:
+    """`--allow-host` adds a name the workbench answers to; others stay refused."""
+    for port in _serve(store_db, "127.0.0.1", ("budgets.internal",)):
+        assert _get("127.0.0.1", port, "/api/decisions", {"Host": "budgets.internal:8765"})[0] == 200
+        assert _get("127.0.0.1", port, "/api/decisions", {"Host": "other.internal"})[0] == 400
+
+
+def test_silent_and_slow_connections_are_closed(store_db: str) -> None:
+    """Idle sockets and a request head that never ends are closed by the server (1 s here): a bounded number of
+    them cannot starve the workbench."""
+    for port in _serve(store_db, "127.0.0.1"):
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]
+        slow = socket.create_connection(("127.0.0.1", port))
+        slow.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        try:
+            for sock in [*idle, slow]:
+                sock.settimeout(5)
+                assert sock.recv(1024) == b""
+        finally:
+            for sock in [*idle, slow]:
+                sock.close()
+        assert _get("127.0.0.1", port, "/api/decisions")[0] == 200
+
+
+def test_an_audit_is_not_started_from_another_site(store_db: str) -> None:
+    """A cross-site GET of /audit/run (an <img> on another page) is refused with 403 and starts nothing."""
+    for port in _serve(store_db, "127.0.0.1"):
+        status, _ = _get("127.0.0.1", port, "/api/audit/run", {"Sec-Fetch-Site": "cross-site"})
+        assert status == 403
+        status, _ = _get("127.0.0.1", port, "/audit/run", {"Origin": "http://evil.example"})
+        assert status == 403
+        assert json.loads(_get("127.0.0.1", port, "/api/audit")[1])["audit"] is None
+        assert _get("127.0.0.1", port, "/api/audit/run", {"Sec-Fetch-Site": "same-origin"})[0] == 202
+
+
+def test_hostile_rows_give_pages_not_500s(tmp_path: Path) -> None:
+    """A legal gate nested 100,000 deep, a checkpoint whose tree_size is text, and a row whose seq is text: every
+    page answers 200 (or 404), no traceback; the list still shows the readable rows and the audit finds the bad one."""
+    db = str(tmp_path / "hostile.db")
+    deep = ('{"decision_id": "deep", "status": "eligible", "policy_version": "search-gate-v1", "reason_code": "ok", '
+            '"evidence_spans": [], "x": ' + "[" * 100000 + "]" * 100000 + "}")
+    with BudgetStore.open(db) as store:
+        store.record_many(gate_lines(4))
+        deep_id = store.record(deep).decision.budget_id
+    with sqlite3.connect(db) as connection:
+        connection.execute(
+            "INSERT INTO compute_budget_checkpoints (tree_size, key_name, key_hash, note, recorded_at) "
+            "VALUES ('abc', 'k', '00000000', 'x', 'now')"
+        )
+        connection.execute("DROP TRIGGER compute_budget_decisions_no_update")
+        connection.execute("UPDATE compute_budget_decisions SET seq = 'two' WHERE seq = 2")
+    for port in _serve(db, "127.0.0.1"):
+        for path in (f"/decisions/{deep_id}", f"/api/decisions/{deep_id}", "/checkpoints", "/api/checkpoints", "/"):
+            status, body = _get("127.0.0.1", port, path)
+            assert status in (200, 404), (path, status)
+            assert "Traceback" not in body
+        listed = json.loads(_get("127.0.0.1", port, "/api/decisions")[1])
+        assert listed["head_seq"] == 5
+        assert sorted(str(row["seq"]) for row in listed["decisions"]) == ["1", "3", "4", "5", "two"]
+        assert _get("127.0.0.1", port, "/api/audit/run")[0] == 202
+        deadline = time.monotonic() + 20
+        run = None
+        while time.monotonic() < deadline:
+            run = json.loads(_get("127.0.0.1", port, "/api/audit")[1])["audit"]
+            if run is not None and not run["running"]:
+                break
+            time.sleep(0.1)
+        assert run is not None
+        assert run["report"]["clean"] is False
+        assert "malformed_row" in run["report"]["findings_by_kind"]
