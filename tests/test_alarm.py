@@ -68,3 +68,36 @@ def test_a_store_wide_finding_names_what_it_is_about(run_cli: Run, tmp_path: Pat
     assert "seq ? budget_id ?" not in out
     assert "    the schema: trigger compute_budget_decisions_no_delete" in out
     assert out.splitlines()[1].startswith("  rows affected none named by a row check (schema_tampered)")
+
+
+def test_paging_forward_reads_every_row_exactly_once(run_cli: Run, tmp_path: Path) -> None:
+    """`list --after-seq A --limit N` and `/api/decisions?after_seq=A&limit=N` (with `next_after_seq`, null at the
+    head) page forward over 1,000 rows: each exactly once, oldest first."""
+    from starlette.testclient import TestClient
+
+    from compute_budget import BudgetStore
+    from compute_budget.web.app import create_app
+
+    db = tmp_path / "store.db"
+    with BudgetStore.open(str(db)) as store:
+        store.record_many(gate_lines(1000))
+    seen_cli: list[int] = []
+    after = 0
+    while True:
+        status, out, err = run_cli("list", "--db", str(db), "--after-seq", str(after), "--limit", "37",
+                                   "--format", "jsonl")
+        assert status == 0, err
+        page = [json.loads(line)["seq"] for line in out.splitlines()]
+        if not page:
+            break
+        seen_cli += page
+        after = page[-1]
+    assert seen_cli == list(range(1, 1001))
+    seen_api: list[int] = []
+    with TestClient(create_app(str(db), allowed_hosts=("testserver",))) as client:
+        after_seq: int | None = 0
+        while after_seq is not None:
+            answer = client.get(f"/api/decisions?after_seq={after_seq}&limit=37").json()
+            seen_api += [row["seq"] for row in answer["decisions"]]
+            after_seq = answer["next_after_seq"]
+    assert seen_api == list(range(1, 1001))

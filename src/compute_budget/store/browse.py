@@ -115,6 +115,11 @@ class BrowseStatements:
         return f"{self.select}{self._where(present)} ORDER BY seq DESC LIMIT {int(limit)}"
 
     @functools.lru_cache(maxsize=512)  # noqa: B019  (as above)
+    def forward(self, present: tuple[str, ...], limit: int) -> str:
+        """Rows matching the filters named in `present`, oldest first, at most `limit` (paging forward)."""
+        return f"{self.select}{self._where(present)} ORDER BY seq LIMIT {int(limit)}"
+
+    @functools.lru_cache(maxsize=512)  # noqa: B019  (as above)
     def newer(self, present: tuple[str, ...], limit: int) -> str:
         """Seqs of matching rows above a page (the last filter is `after_seq`-like: seq > top), oldest first."""
         return f"SELECT seq FROM {TABLE_NAME}{self._where(present)} ORDER BY seq LIMIT {int(limit)}"
@@ -161,6 +166,21 @@ class Browsing:
             newer_before, newer_first = self._newer(connection, where, rows, limit)
         next_before = rows[-1][0] if more and rows and type(rows[-1][0]) is int else None
         return Page(rows, next_before, newer_before, newer_first)
+
+    def forward_page(self, where: DecisionFilter, *, limit: int = 50) -> tuple[list[tuple[Any, ...]], int | None]:
+        """The first `limit` (1..500) matching rows after `where.after_seq`, oldest first, and the `after_seq` of
+        the next page (None when these are the last): a loop tailing new rows reads each exactly once."""
+        limit = max(1, min(int(limit), MAX_PAGE_ROWS))
+        with self._reading() as connection:
+            rows = [
+                self._logical(row)
+                for row in connection.exec_driver_sql(self._browse.forward(where.present(), limit + 1),
+                                                      self._params(where))
+            ]
+        more = len(rows) > limit
+        rows = rows[:limit]
+        following = rows[-1][0] if more and rows and type(rows[-1][0]) is int else None
+        return rows, following
 
     def _newer(
         self, connection: Connection, where: DecisionFilter, rows: list[tuple[Any, ...]], limit: int

@@ -159,6 +159,8 @@ class Workbench:
         query = self._query(request, api=True)
         if isinstance(query, Response):
             return query
+        if query.where.after_seq is not None and query.where.before_seq is None:
+            return self._api_forward(query)
         page, head_seq, counts = self._page(query)
         by_status: dict[str, int] = {}
         by_reason: dict[str, int] = {}
@@ -171,6 +173,17 @@ class Workbench:
                 "next_before_seq": page.next_before_seq,
                 "head_seq": head_seq,
                 "counts": {"status": by_status, "reason": by_reason},
+            }
+        )
+
+    def _api_forward(self, query: model.Query) -> Response:
+        """`/api/decisions?after_seq=A&limit=N`: the first N rows after A, oldest first, and `next_after_seq`."""
+        rows, following = self.store.forward_page(query.where, limit=query.limit)
+        return JSONResponse(
+            {
+                "decisions": [model.row_dict(raw) for raw in rows],
+                "next_after_seq": following,
+                "head_seq": self.store.head_seq(),
             }
         )
 
