@@ -101,3 +101,25 @@ def test_paging_forward_reads_every_row_exactly_once(run_cli: Run, tmp_path: Pat
             seen_api += [row["seq"] for row in answer["decisions"]]
             after_seq = answer["next_after_seq"]
     assert seen_api == list(range(1, 1001))
+
+
+def test_the_small_things_an_operator_is_told(run_cli: Run, tmp_path: Path) -> None:
+    """An empty input creates no store and says so; --save-checkpoint says what it wrote; a missing --since
+    names the --db given; prove warns when its receipt is unsigned; a blocked gate with no spans says so."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    db = tmp_path / "store.db"
+    assert run_cli("record", str(empty), "--db", str(db)) == (0, "", f"compute-budget: no gates in {empty}\n")
+    assert not db.exists()
+    _night(run_cli, db, tmp_path, "one", 3)
+    status, _, err = run_cli("audit", "--db", str(db), "--save-checkpoint", str(tmp_path / "n1.json"))
+    assert status == 0
+    assert f"saved checkpoint seq 3 to {tmp_path / 'n1.json'}" in err
+    status, _, err = run_cli("audit", "--db", str(db), "--since", str(tmp_path / "missing.json"))
+    assert status == 2
+    assert f"compute-budget audit --db {db} --save-checkpoint" in err
+    budget_id = str(sqlite3.connect(db).execute("SELECT budget_id FROM compute_budget_decisions").fetchone()[0])
+    status, out, err = run_cli("prove", budget_id, "--db", str(db))
+    assert status == 0
+    assert json.loads(out)["format"]
+    assert "warning: no signed checkpoint covers row 1" in err

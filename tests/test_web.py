@@ -156,7 +156,8 @@ def test_keyset_pages_walk_every_row_once_newest_first(any_client: TestClient) -
         ({"before_seq": 52}, list(range(51, 1, -1)), 2),
         ({"limit": 1}, [ROWS + 1], ROWS + 1),
         ({"limit": 1, "before_seq": 2}, [1], None),
-        ({"after_seq": ROWS - 2}, [ROWS + 1, ROWS, ROWS - 1], None),
+        ({"after_seq": ROWS - 2}, [ROWS - 1, ROWS, ROWS + 1], None),  # after_seq alone pages forward (issue 22)
+        ({"after_seq": ROWS - 2, "limit": 2}, [ROWS - 1, ROWS], ROWS),
         ({"after_seq": 10, "before_seq": 14}, [13, 12, 11], None),
         ({"after_seq": ROWS + 1}, [], None),
         ({"before_seq": 10**15}, list(range(ROWS + 1, ROWS + 1 - 50, -1)), ROWS + 1 - 49),
@@ -164,10 +165,12 @@ def test_keyset_pages_walk_every_row_once_newest_first(any_client: TestClient) -
 )
 def test_pagination_boundaries(client: TestClient, params: dict[str, Any], expected_seqs: list[int],
                                next_before: int | None) -> None:
-    """Pages at the edges: the first and last rows, a page that ends exactly at seq 1, empty ranges."""
+    """Pages at the edges: the first and last rows, a page that ends exactly at seq 1, empty ranges; with
+    `after_seq` alone the page runs forward, oldest first, and names `next_after_seq` instead."""
     body = client.get("/api/decisions", params=params).json()
     assert [row["seq"] for row in body["decisions"]] == expected_seqs
-    assert body["next_before_seq"] == next_before
+    forward = "after_seq" in params and "before_seq" not in params
+    assert body["next_after_seq" if forward else "next_before_seq"] == next_before
 
 
 def test_the_html_pager_links_newer_and_older_pages(client: TestClient) -> None:

@@ -201,3 +201,4 @@ class NotConsistent(AuditError):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(f"does not extend the old checkpoint ({reason}): {message}")
         self.reason = reason
+        self.detail = message

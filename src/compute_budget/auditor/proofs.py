@@ -188,7 +188,8 @@ def prove_consistency(
     keys = [verifier_key(item) for item in trusted_keys]
     if keys:
         if checkpoint.note is None or not checkpoint.signatures():
-            raise NotConsistent("untrusted", "the old checkpoint carries no signature by a trusted key")
+            form = "a JSON checkpoint" if checkpoint.note is None else "an unsigned note"
+            raise NotConsistent("untrusted", f"it is {form}, so it carries no signature by a trusted key")
         verified, failed = trusted_signers(checkpoint.note, keys)
         if failed:
             raise NotConsistent("untrusted", f"the old checkpoint's signature by {failed[0].name} does not verify")

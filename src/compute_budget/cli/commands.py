@@ -260,6 +260,10 @@ def record_command(
             more = f", {hidden} more not shown" if hidden > 0 else ""
             say(f"{_plural(len(result.conflicts), 'conflicting gate')} skipped{more}")
         total = result.new + result.present
+        if total == 0 and not result.conflicts and adopt_unsigned is None:
+            store.discard_if_unused()  # an empty input creates no store
+            say(f"no gates in {_where(input_path)}")
+            return
         skipped = f", {len(result.conflicts)} skipped as conflicts" if on_conflict == "skip" else ""
         summary = (
             f"recorded {total} gate{'s' if total != 1 else ''}: {result.new} new, {result.present} already present"
@@ -708,7 +712,8 @@ def _audit_and_report(
     if since_path and not os.path.lexists(since_path):
         raise CheckpointError(
             f"checkpoint file {since_path} does not exist. The first night, audit in full once and keep its "
-            f"checkpoint: `compute-budget audit --save-checkpoint {since_path}` (see the README's nightly recipe); "
+            f"checkpoint: `compute-budget audit{f' --db {db}' if db else ''} --save-checkpoint {since_path}` (see "
+            "the README's nightly recipe); "
             "on any later night a missing checkpoint was lost or removed: find out why before making a new one"
         )
     since = load_checkpoint(since_path) if since_path else None
@@ -751,8 +756,10 @@ def _audit_and_report(
 
             given = [item for item in (checkpoint, since) if item is not None]
             write_atomically(save_path, cosign(db, report, cosigner, given))
+            say(f"saved checkpoint seq {report.head.seq} to {save_path}")
         elif report.clean:
             write_atomically(save_path, report.head_checkpoint().to_json() + "\n")
+            say(f"saved checkpoint seq {report.head.seq} to {save_path}")
         else:
             say(f"audit not clean: checkpoint {save_path} was not written")
     if not report.clean:

@@ -77,6 +77,7 @@ def prove_command(
     """
     from compute_budget.auditor.proofs import prove
     from compute_budget.auditor.scan import load_checkpoint
+    from compute_budget.core.log.checkpoint import Checkpoint
     from compute_budget.errors import UnknownBudgetId
     from compute_budget.store import BudgetStore
 
@@ -99,6 +100,12 @@ def prove_command(
     except UnknownBudgetId as unknown:
         say(str(unknown))
         click.get_current_context().exit(1)
+    if not Checkpoint.from_note(bundle.checkpoint).signatures():
+        say(
+            f"warning: no signed checkpoint covers row {bundle.leaf_index + 1}: this receipt's checkpoint is unsigned, "
+            "so verify-proof will refuse it; record with a signing key (or run `compute-budget checkpoint "
+            "--signing-key`) and prove again"
+        )
     click.echo(bundle.to_json())
 
 
@@ -205,6 +212,9 @@ def consistency_command(
         witnesses, quorum = witness_options(witness_keys, witness_quorum)
         proof = prove_consistency(old, db, trusted_keys=keys, witness_keys=witnesses, witness_quorum=quorum)
     except NotConsistent as failed:
-        say(f"the store {failed}")
+        if failed.reason == "untrusted":  # not a verdict on the store: the old checkpoint is not the one asked for
+            say(f"the old checkpoint is untrusted: {failed.detail}; the store was not compared with it")
+        else:
+            say(f"the store {failed}")
         click.get_current_context().exit(1)
     click.echo(proof.to_json())

@@ -88,7 +88,7 @@ def parse_query(params: Mapping[str, str]) -> Query:
     limit = int_param(params, "limit", low=1, high=MAX_PAGE_ROWS)
     return Query(
         DecisionFilter(
-            status=_text_param(params, "status"),
+            status=_status_param(params),
             reason_code=_text_param(params, "reason"),
             gate_decision_id=_text_param(params, "gate"),
             policy_version=_text_param(params, "policy_version"),
@@ -97,6 +97,14 @@ def parse_query(params: Mapping[str, str]) -> Query:
         ),
         PAGE_ROWS if limit is None else limit,
     )
+
+
+def _status_param(params: Mapping[str, str]) -> str | None:
+    value = _text_param(params, "status")
+    if value is not None and value not in {status.value for status in ComputeBudgetStatus}:
+        choices = ", ".join(status.value for status in ComputeBudgetStatus)
+        raise BadQuery(f"status {value[:40]!r} is not a budget status (one of: {choices})")
+    return value
 
 
 def _text_param(params: Mapping[str, str], name: str) -> str | None:
