@@ -68,10 +68,10 @@ def template_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Served:
     """`compute-budget serve` running over a store, on a free loopback port."""
 
-    def __init__(self, db: Path) -> None:
+    def __init__(self, db: Path, *extra: str) -> None:
         self.db = db
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "compute_budget", "serve", "--db", str(db), "--port", "0"],
+            [sys.executable, "-m", "compute_budget", "serve", "--db", str(db), "--port", "0", *extra],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -246,3 +246,45 @@ def test_keyboard_and_a_narrow_window(served: Served, browser: Any, tmp_path: Pa
         shot(page, tmp_path, "narrow-detail")
     finally:
         context.close()
+
+
+@pytest.mark.slow
+def test_a_tampered_store_shows_its_alarm_first(browser: Any, template_store: Path, tmp_path: Path) -> None:
+    """Issue 22, in a real browser: the list marks the changed row, the banner from --audit-report names it, its
+    detail page opens with the failure (not a green badge), and at 400 px the page does not scroll sideways."""
+    import sqlite3
+
+    from compute_budget import audit
+    from compute_budget.cli.render_audit import render
+
+    db = tmp_path / "store.db"
+    shutil.copyfile(template_store, db)
+    with sqlite3.connect(db) as connection:
+        connection.execute("DROP TRIGGER compute_budget_decisions_no_update")
+        connection.execute("UPDATE compute_budget_decisions SET max_steps = max_steps + 7 WHERE seq = 3")
+    report = tmp_path / "nightly.json"
+    report.write_text(render(audit(str(db)), "json"))
+    server = Served(db, "--audit-report", str(report))
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto(server.url + "/?before_seq=6")
+        banner = page.locator("p.banner").inner_text()
+        assert "Rows affected: seq 3." in banner
+        row = page.locator("tr", has=page.locator("td.num", has_text=re.compile(r"^3$")))
+        assert "does not hold" in row.inner_text()
+        row.locator("a.id").click()
+        first_heading = page.locator("main h2").first.inner_text()
+        assert "This row does not hold" in first_heading
+        assert page.locator(".status.allowed").count() == 0
+        page.set_viewport_size({"width": 400, "height": 800})
+        page.goto(server.url + "/")
+        width = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+        assert width[0] <= width[1], width
+        assert width[1] <= 400
+        table_top = page.locator("table").first.bounding_box()
+        assert table_top is not None
+        assert table_top["y"] < 800  # the decisions come first, above the fold; the charts follow them
+    finally:
+        context.close()
+        server.stop()

@@ -43,8 +43,20 @@ def _say(message: str) -> None:
     help="Another Host name to answer to (the name browsers use to reach it); repeatable. Without it only the "
     "loopback names and the bound address are answered.",
 )
+@click.option(
+    "--audit-report",
+    "audit_report",
+    metavar="FILE",
+    help="The nightly audit's JSON report (audit --report json:FILE): every page shows its verdict and the rows "
+    "it names in a banner, reread as the file changes.",
+)
 def serve_command(
-    db: str | None, host: str, port: int, trusted_keys: tuple[str, ...], allow_hosts: tuple[str, ...]
+    db: str | None,
+    host: str,
+    port: int,
+    trusted_keys: tuple[str, ...],
+    allow_hosts: tuple[str, ...],
+    audit_report: str | None,
 ) -> int:
     """Serve the read-only workbench: browse decisions, see why each was decided, run the replay audit.
 
@@ -68,6 +80,7 @@ def serve_command(
             "reach this address can read every stored decision"
         )
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn shuts down cleanly, then re-raises it
-        serve(db, host=host, port=port, trusted_keys=trusted_keys, allow_hosts=allow_hosts, say=_say)
+        serve(db, host=host, port=port, trusted_keys=trusted_keys, allow_hosts=allow_hosts, audit_report=audit_report,
+              say=_say)
     _say("workbench stopped")
     return 0

@@ -93,7 +93,8 @@ class Guard:
 class Workbench:
     """The application's state: the store (read-only), the count cache, the audit runner, the templates."""
 
-    def __init__(self, target: str, trusted_keys: Sequence[str]) -> None:
+    def __init__(self, target: str, trusted_keys: Sequence[str], audit_report: str | None = None) -> None:
+        self.audit_report = audit_report
         self.store = BudgetStore.open(target, readonly=True)
         self.display = self.store.location.display
         self.trusted_keys = tuple(trusted_keys)
@@ -114,7 +115,8 @@ class Workbench:
 
     def render(self, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
         """A page from its template, with what every page shows."""
-        html = self.templates.get_template(name).render(store_display=self.display, **context)
+        banner = model.audit_banner(self.audit_report)
+        html = self.templates.get_template(name).render(store_display=self.display, banner=banner, **context)
         return HTMLResponse(html, status_code=status_code)
 
     # -- decisions ---------------------------------------------------------------------------------------
@@ -131,7 +133,7 @@ class Workbench:
         if isinstance(query, Response):
             return query
         page, head_seq, counts = self._page(query)
-        rows = [model.listed(raw, query) for raw in page.rows]
+        rows = model.checked(page.rows, self.store, query)
         return self.render(
             "decisions.html",
             nav="decisions",
@@ -328,11 +330,16 @@ def _link(link: Any) -> dict[str, Any] | None:
 
 
 def create_app(
-    target: str, *, trusted_keys: Sequence[str] = (), allowed_hosts: Sequence[str] | None = None
+    target: str,
+    *,
+    trusted_keys: Sequence[str] = (),
+    allowed_hosts: Sequence[str] | None = None,
+    audit_report: str | None = None,
 ) -> Guard:
     """The workbench over the store at `target` (opened read-only now: a missing or unusable store raises
-    here, before any server starts). `allowed_hosts`: the Host names to answer (None: any)."""
-    bench = Workbench(target, trusted_keys)
+    here, before any server starts). `allowed_hosts`: the Host names to answer (None: any). `audit_report`: a
+    JSON audit report (the nightly job's) whose verdict every page shows in a banner."""
+    bench = Workbench(target, trusted_keys, audit_report)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -8,6 +8,7 @@ stored row before it: the workbench never compares fields itself.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import re
@@ -175,6 +176,29 @@ class ListedRow:
     limits: str
     recorded_at: str
     unreadable: str | None
+    problems: tuple[str, ...] = ()  # the kinds of finding a live check of the row found (empty: it holds)
+
+
+def checked(rows: list[tuple[Any, ...]], store: BudgetStore, query: Query) -> list[ListedRow]:
+    """The rows of a page as the table shows them, each checked as the audit does (re-derived, re-hashed and
+    linked to the row stored before it), so a changed row is marked where it is listed."""
+    chain_by_seq = {raw[0]: raw[-1] for raw in rows if type(raw[0]) is int}
+    shown = []
+    for raw in rows:
+        row = listed(raw, query)
+        seq = raw[0]
+        if type(seq) is int:
+            previous_chain = chain_by_seq.get(seq - 1)
+            if previous_chain is None and seq > 1:
+                link = store.link_at_seq(seq - 1)
+                previous_chain = link.chain_hash if link is not None else None
+            result = RangeResult()
+            check_row(raw, seq - 1, previous_chain if isinstance(previous_chain, str) else GENESIS_CHAIN_HASH, result)
+            kinds = tuple(dict.fromkeys(finding.kind.value for finding in result.findings))
+            if kinds:
+                row = dataclasses.replace(row, problems=kinds)
+        shown.append(row)
+    return shown
 
 
 def listed(raw: tuple[Any, ...], query: Query) -> ListedRow:
@@ -619,3 +643,46 @@ def _signed_items(store: BudgetStore, keys: Sequence[str]) -> list[dict[str, Any
 def is_budget_id(text: str) -> bool:
     """True for 64 lowercase hex digits."""
     return _HEX64.fullmatch(text) is not None
+
+
+MAX_AUDIT_REPORT_BYTES = 64 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Banner:
+    """What every page says about the last audit report given with `serve --audit-report`."""
+
+    clean: bool
+    text: str
+
+
+def audit_banner(path: str | None) -> Banner | None:
+    """The banner of the audit report at `path` (the nightly job's JSON report), read on every page so the newest
+    night shows; a report that cannot be read says so instead of disappearing."""
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_AUDIT_REPORT_BYTES + 1)
+        if len(raw) > MAX_AUDIT_REPORT_BYTES:
+            raise ValueError("it is larger than any audit report")
+        report = json.loads(raw)
+        if not isinstance(report, dict):
+            raise ValueError("it is not a JSON object")
+    except (OSError, ValueError, RecursionError) as error:
+        return Banner(False, f"The audit report {path} cannot be read ({error}): the last verdict is unknown.")
+    when = str(report.get("finished_at") or "an unknown time")
+    if report.get("error"):
+        return Banner(False, f"The last audit (finished {when}) COULD NOT RUN: {report.get('error')}")
+    if report.get("clean") is True:
+        return Banner(True, f"The last audit (finished {when}) was clean: {report.get('rows_checked')} rows checked.")
+    found = report.get("findings")
+    findings: list[Any] = found if isinstance(found, list) else []
+    given = report.get("affected_rows")
+    affected: dict[str, Any] = given if isinstance(given, dict) else {}
+    listed_seqs = affected.get("seqs")
+    seqs: list[Any] = listed_seqs if isinstance(listed_seqs, list) else []
+    rows = ", ".join(f"seq {seq}" for seq in seqs[:10]) + (" and more" if len(seqs) > 10 else "")
+    named = f" Rows affected: {rows}." if rows else " No row is named by a row check."
+    return Banner(False, f"The last audit (finished {when}) found {len(findings)} problem(s).{named} "
+                         "Rows marked 'does not hold' below are among them; see the audit report.")

@@ -39,6 +39,7 @@ def serve(
     port: int,
     trusted_keys: Sequence[str] = (),
     allow_hosts: Sequence[str] = (),
+    audit_report: str | None = None,
     say: Callable[[str], None] = print,
 ) -> None:
     """Serve the workbench over the store at `target` (None: the default store) until interrupted.
@@ -52,6 +53,7 @@ def serve(
         target if target is not None else default_target(),
         trusted_keys=trusted_keys,
         allowed_hosts=tuple(allowed_hosts(host, allow_hosts)),
+        audit_report=audit_report,
     )
     try:
         sock = bind(host, port)
