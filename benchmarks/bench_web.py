@@ -10,9 +10,9 @@ client's own cost, measured on a static file and printed beside), `--requests` r
 - as the floor of each, the bare SQL the page needs, through stdlib `sqlite3` on the same file: the page
   query (LIMIT 51), or for a detail the row by budget_id and its two neighbours.
 
-Medians and p99 in milliseconds, and the ratio project / floor of the medians. Goals: every decisions case under
-100 ms and every detail case under 50 ms at p99. The counts behind the chart are computed once per head (the
-first request after start pays for them: printed as "cold first page").
+Medians and p99 in milliseconds, and the ratio project / floor of the medians. Goals at p99: every decisions case
+under 50 ms (each listed row is checked live, issue 22) and every detail case under 50 ms. The counts behind the
+chart are computed once per head (the first request after start pays for them: printed as "cold first page").
 
 Run: ``python benchmarks/bench_web.py`` (builds 1,000,000 rows first: a minute or two), ``--rows 20000`` for a
 quick run, ``--db PATH`` to reuse or keep a store (e.g. one kept by ``bench_record.py --keep``).
@@ -39,7 +39,7 @@ from compute_budget.web.app import create_app
 
 TABLE = "compute_budget_decisions"
 PAGE_ROWS = 50
-GOAL_PAGE_MS = 100.0
+GOAL_PAGE_MS = 50.0  # issue 22: with every listed row checked live
 GOAL_DETAIL_MS = 50.0
 
 
