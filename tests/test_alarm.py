@@ -8,6 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from xml.etree import ElementTree
 
+import pytest
+
 from tests.conftest import gate_lines
 
 Run = Callable[..., tuple[int, str, str]]
@@ -123,3 +125,65 @@ def test_the_small_things_an_operator_is_told(run_cli: Run, tmp_path: Path) -> N
     assert status == 0
     assert json.loads(out)["format"]
     assert "warning: no signed checkpoint covers row 1" in err
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+def test_an_audit_killed_outright_leaves_no_worker_and_no_old_verdict(tmp_path: Path) -> None:
+    """SIGKILL of `audit --jobs 2` mid-run (a `timeout -s KILL`, the OOM killer): its worker is gone well within
+    a second, long before its range would be done, printing nothing, and the report file says the audit has not
+    finished instead of keeping last night's CLEAN."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from compute_budget import BudgetStore
+
+    db = tmp_path / "store.db"
+    with BudgetStore.open(str(db)) as store:
+        store.record_many(gate_lines(120_000))
+    report = tmp_path / "nightly.json"
+    report.write_text(json.dumps({"clean": True, "rows_checked": 120_000, "findings": []}))  # last night's verdict
+    audit = subprocess.Popen(
+        [sys.executable, "-m", "compute_budget", "audit", "--db", str(db), "--jobs", "2",
+         "--report", f"json:{report}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 30
+    workers: list[int] = []
+    while not workers and time.monotonic() < deadline and audit.poll() is None:
+        workers = _children(audit.pid)
+        time.sleep(0.01)
+    assert workers, "the audit finished before its worker could be seen: give it more rows"
+    time.sleep(0.2)  # the worker is now well into its 60,000 rows (more than a second of work)
+    os.kill(audit.pid, signal.SIGKILL)
+    audit.wait(10)
+    time.sleep(0.6)
+    assert [pid for pid in workers if _alive(pid)] == []
+    assert json.loads(report.read_text())["clean"] is False
+    assert "has not finished" in json.loads(report.read_text())["error"]
+    assert audit.stderr is not None
+    with audit.stderr:
+        assert b"Traceback" not in audit.stderr.read()

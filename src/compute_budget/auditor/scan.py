@@ -23,6 +23,7 @@ import multiprocessing.pool
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ from compute_budget.store.keys import verifier_key, witness_key
 from compute_budget.store.snapshot import Snapshot
 
 BATCH_ROWS = 2000
+ORPHAN_POLL_SECONDS = 0.2
 MIN_ROWS_PER_JOB = 10_000  # below this a range is not worth a process of its own
 # Workers are forked on Linux: a forked worker inherits the loaded modules and starts in milliseconds, where a
 # spawned one (other platforms, or Python's forkserver default from 3.14) imports the package anew, about 0.3 s.
@@ -814,9 +816,19 @@ def _worker_pool(workers: int) -> multiprocessing.pool.Pool:
 
 def _quiet_worker() -> None:
     """A worker leaves Ctrl-C to the auditing process, which stops it, and dies at once on SIGTERM (a forked
-    worker would otherwise inherit the command line's handler and print a traceback as it goes)."""
+    worker would otherwise inherit the command line's handler and print a traceback as it goes). It also dies,
+    silently, within `ORPHAN_POLL_SECONDS` of its parent being killed outright (SIGKILL, the OOM killer), which
+    no handler sees: an orphan would go on reading the store and print a BrokenPipeError when done."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(ORPHAN_POLL_SECONDS)
+        os._exit(1)  # the parent is gone: nobody will read this worker's result
+
+    threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
 
 
 def _audit_range_in_worker(

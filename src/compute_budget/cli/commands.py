@@ -663,6 +663,12 @@ def audit_command(
         if save_path:
             check_writable("--save-checkpoint", save_path, db=db, keep=inputs)
             check_keys_apart(key_files, [("--save-checkpoint", save_path)])
+        # Until this audit has a verdict, every report says it has none: a run killed outright (SIGKILL, the OOM
+        # killer) must not leave last night's CLEAN in place.
+        _write_error_reports(
+            writable, None, db, started_at,
+            reason=f"the audit started at {started_at} and has not finished: if this stays, it was killed",
+        )
         _audit_and_report(
             db,
             checkpoint_path,
@@ -839,8 +845,16 @@ def _distinct_outputs(paths: list[str]) -> None:
         seen.add(real)
 
 
-def _write_error_reports(targets: list[tuple[str, str]], error: BaseException, db: str | None, started_at: str) -> None:
-    """Replace every report file asked for with the report of an audit that could not run, saying why."""
+def _write_error_reports(
+    targets: list[tuple[str, str]],
+    error: BaseException | None,
+    db: str | None,
+    started_at: str,
+    *,
+    reason: str | None = None,
+) -> None:
+    """Replace every report file asked for with the report of an audit that could not run, saying why (`reason`,
+    else the error's own words)."""
     if not targets:
         return
     from compute_budget.auditor.report import utc_now
@@ -848,17 +862,8 @@ def _write_error_reports(targets: list[tuple[str, str]], error: BaseException, d
     from compute_budget.errors import ComputeBudgetError
     from compute_budget.store.backend import locate
 
-    if isinstance(error, KeyboardInterrupt):
-        how = "terminated (SIGTERM)" if isinstance(error, Terminated) else "interrupted (Ctrl-C)"
-        reason = f"the audit was {how} before it finished"
-    elif isinstance(error, click.ClickException):
-        reason = error.format_message()
-    elif isinstance(error, OSError):
-        reason = f"{error.strerror or error}{f': {error.filename}' if error.filename else ''}"
-    elif isinstance(error, ComputeBudgetError):
-        reason = str(error)
-    else:
-        reason = f"unexpected {type(error).__name__}: {error}"
+    if reason is None:
+        reason = _error_reason(error)
     try:
         database = locate(db).display
     except ComputeBudgetError:
@@ -870,6 +875,22 @@ def _write_error_reports(targets: list[tuple[str, str]], error: BaseException, d
             write_atomically(path, text + "\n")
         except ComputeBudgetError as failed:  # that report cannot be written either: say so, keep the first error
             say(f"warning: {failed}")
+
+
+def _error_reason(error: BaseException | None) -> str:
+    """Why an audit could not run, in one line."""
+    from compute_budget.errors import ComputeBudgetError
+
+    if isinstance(error, KeyboardInterrupt):
+        how = "terminated (SIGTERM)" if isinstance(error, Terminated) else "interrupted (Ctrl-C)"
+        return f"the audit was {how} before it finished"
+    if isinstance(error, click.ClickException):
+        return error.format_message()
+    if isinstance(error, OSError):
+        return f"{error.strerror or error}{f': {error.filename}' if error.filename else ''}"
+    if isinstance(error, ComputeBudgetError):
+        return str(error)
+    return f"unexpected {type(error).__name__}: {error}"
 
 
 @cli.command("copy")
