@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -187,3 +187,35 @@ def test_an_audit_killed_outright_leaves_no_worker_and_no_old_verdict(tmp_path: 
     assert audit.stderr is not None
     with audit.stderr:
         assert b"Traceback" not in audit.stderr.read()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 200 KiB tmpfs, where the test may mount one (root on Linux); else the test is skipped, saying why."""
+    import os
+    import subprocess
+
+    folder = tmp_path / "small"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root: run as root to test a full disk")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(folder)],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({mounted.stderr.strip()[:100]}): a full disk is not tested")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.mark.slow
+def test_a_full_disk_leaves_no_new_store_behind(run_cli: Run, small_disk: Path, tmp_path: Path) -> None:
+    """`record` into a new file on a full disk: exit 2, 'the disk is full', and no file, -wal or -shm left."""
+    gates = tmp_path / "many.jsonl"
+    gates.write_text("\n".join(gate_lines(3000)) + "\n")
+    status, out, err = run_cli("record", str(gates), "--db", str(small_disk / "new.db"))
+    assert (status, out) == (2, "")
+    assert "the disk is full (nothing was written)" in err
+    assert err.count("\n") == 1
+    assert list(small_disk.iterdir()) == []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sqlite3
 import urllib.parse
 from dataclasses import dataclass
@@ -227,6 +228,21 @@ def translate(error: BaseException, location: Location) -> ComputeBudgetError:
 _UNDECODABLE = re.compile(r"Could not decode to UTF-8 column ('[^']*')")
 
 
+def _disk_full(location: Location) -> bool:
+    """True when the folder of a SQLite store has (almost) no space left: SQLite then reports some writes that
+    fail for lack of space as a plain I/O error."""
+    folder = location.sqlite_path.parent if location.sqlite_path else None
+    if folder is None:
+        return False
+    try:
+        return shutil.disk_usage(folder).free < FULL_DISK_BYTES
+    except OSError:
+        return False
+
+
+FULL_DISK_BYTES = 64 * 1024
+
+
 def _translate_sqlite(name: str, text: str, location: Location) -> ComputeBudgetError | None:
     where = location.display
     if name.startswith("SQLITE_CANTOPEN"):
@@ -245,7 +261,9 @@ def _translate_sqlite(name: str, text: str, location: Location) -> ComputeBudget
         )
     if name.startswith("SQLITE_READONLY"):
         return StoreUnavailable(f"cannot write to {where}: the file or its folder is read-only")
-    if name == "SQLITE_FULL" or name.startswith("SQLITE_IOERR"):
+    if name == "SQLITE_FULL" or (name.startswith("SQLITE_IOERR") and _disk_full(location)):
+        return StoreUnavailable(f"cannot write to {where}: the disk is full (nothing was written)")
+    if name.startswith("SQLITE_IOERR"):
         return StoreUnavailable(f"cannot write to {where}: {text} (nothing was written)")
     if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
         return StoreUnavailable(f"{where} stayed locked by another writer for {BUSY_TIMEOUT_SECONDS} s")

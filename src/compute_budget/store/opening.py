@@ -152,6 +152,28 @@ def require_head(location: Location, state: SchemaState, revision: str | None) -
     raise NotABudgetStore(f"{where} is not a compute-budget database (it has other tables and no budget schema)")
 
 
+def _remove_on_a_full_disk(connection: sqlite3.Connection, path: Path) -> bool:
+    """On a full disk SQLite cannot leave WAL mode (that writes): take the write lock in exclusive locking mode
+    instead, and when no row was ever committed, delete the file and its -wal and -shm together. A file the failed
+    command created moments ago and could not fill is what this removes; a store with a row is never touched."""
+    try:
+        connection.execute("BEGIN EXCLUSIVE")
+        try:
+            rows = connection.execute(f"SELECT count(*) FROM {TABLE_NAME}").fetchone()[0]
+        except sqlite3.OperationalError as error:
+            if "no such table" not in str(error):
+                raise
+            rows = 0  # the schema itself never committed
+        if rows != 0:
+            return False
+        for leftover in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            leftover.unlink(missing_ok=True)
+        return True
+    finally:
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
+
+
 def remove_unused_sqlite(path: Path) -> bool:
     """Delete the SQLite store at `path` if no other connection has it open and it holds no row (see
     `BudgetStore.discard_if_unused`)."""
@@ -161,7 +183,13 @@ def remove_unused_sqlite(path: Path) -> bool:
         # Keep every lock taken from here on until the connection closes, then leave WAL mode: SQLite allows
         # that only to the last connection, so from here on nobody else has the file open.
         connection.execute("PRAGMA locking_mode = EXCLUSIVE")
-        if connection.execute("PRAGMA journal_mode = DELETE").fetchone()[0] != "delete":
+        try:
+            mode = connection.execute("PRAGMA journal_mode = DELETE").fetchone()[0]
+        except sqlite3.OperationalError as error:
+            if getattr(error, "sqlite_errorname", "") != "SQLITE_FULL" and "full" not in str(error):
+                raise
+            return _remove_on_a_full_disk(connection, path)
+        if mode != "delete":
             return False
         connection.execute("BEGIN EXCLUSIVE")
         if connection.execute(f"SELECT count(*) FROM {TABLE_NAME}").fetchone()[0] != 0:
