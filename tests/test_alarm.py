@@ -219,3 +219,40 @@ def test_a_full_disk_leaves_no_new_store_behind(run_cli: Run, small_disk: Path, 
     assert "the disk is full (nothing was written)" in err
     assert err.count("\n") == 1
     assert list(small_disk.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_a_postgresql_server_stopped_mid_append_is_one_line(tmp_path: Path) -> None:
+    """The server stopped (immediate shutdown) while `record` appends a large batch: exit 2, exactly one line on
+    stderr saying the server closed the connection, no driver noise."""
+    import subprocess
+    import sys
+    import time
+
+    from tests import pg_cluster
+
+    if not pg_cluster.available():
+        pytest.skip("no PostgreSQL server binaries here: install postgresql to test a server stopped mid-append")
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="cb-stopped-pg-")) / "cluster"
+    folder.parent.chmod(0o755)  # the server's user must reach it
+    url = pg_cluster.start(folder)
+    try:
+        gates = tmp_path / "many.jsonl"
+        gates.write_text("\n".join(gate_lines(200_000)) + "\n")
+        record = subprocess.Popen([sys.executable, "-m", "compute_budget", "record", str(gates), "--db", url],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(2.5)  # well into the batch's one transaction
+        pg_ctl = pg_cluster.find_bin("pg_ctl")
+        assert pg_ctl is not None
+        subprocess.run(pg_cluster._as_server_user([pg_ctl, "-D", str(folder / "data"), "-m", "immediate", "-w",
+                                                   "stop"]), capture_output=True, check=True)
+        out, err = record.communicate(timeout=60)
+    finally:
+        pg_cluster.stop(folder)
+        folder.parent.rmdir()
+    assert record.returncode == 2, (out, err)
+    assert err.count("\n") == 1, err
+    assert "closed the connection (stopped or crashed)" in err

@@ -8,6 +8,7 @@ could not run (bad arguments, unreadable input, a database it cannot use). A `Co
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -19,6 +20,10 @@ import click
 from compute_budget.errors import ComputeBudgetError
 
 PROG = "compute-budget"
+
+# The driver's own log lines ("error ignored terminating <psycopg.Pipeline [BAD]>: the connection is lost") would
+# reach stderr through logging's last-resort handler beside the one line the command prints for the same failure.
+logging.getLogger("psycopg").addHandler(logging.NullHandler())
 CANNOT_RUN = 2
 FINDINGS = 1
 

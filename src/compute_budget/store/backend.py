@@ -218,9 +218,19 @@ def translate(error: BaseException, location: Location) -> ComputeBudgetError:
             translated = _translate_sqlstate(code, location)
             if translated is not None:
                 return translated
+        if any(sign in text for sign in _CONNECTION_LOST):
+            return StoreUnavailable(
+                f"the PostgreSQL server at {location.display} closed the connection (stopped or crashed): whatever "
+                "this command was writing was not committed; run it again once the server is back"
+            )
         if _is_connection_failure(original):
             return StoreUnavailable(f"cannot connect to PostgreSQL at {location.display}: {_connect_detail(text)}")
     return StoreUnavailable(f"database error on {location.display}: {text}")
+
+
+# What libpq says when an established connection is lost (no SQLSTATE reaches psycopg for these).
+_CONNECTION_LOST = ("server closed the connection", "consuming input failed", "terminating connection",
+                    "the connection is lost", "connection is closed")
 
 
 # Python's sqlite3 module, not SQLite, fails a fetch of text that is not UTF-8: the error has no SQLite code, and
