@@ -98,5 +98,44 @@ def test_list_prints_its_table_a_chunk_at_a_time_with_the_columns_lined_up(
     from compute_budget.core.policy.rules import V1
     from compute_budget.core.policy.types import ComputeBudgetStatus
 
-    assert render._FLOOR["status"] == max(len(status.value) for status in ComputeBudgetStatus)
-    assert render._FLOOR["reason"] >= max(len(reason) for reason in V1.table)
+    assert render.COLUMN_CAPS["status"] >= max(len(status.value) for status in ComputeBudgetStatus)
+    assert render.COLUMN_CAPS["reason"] >= max(len(reason) for reason in V1.table)
+
+
+@pytest.mark.parametrize(
+    ("width", "columns"),
+    [
+        (200, ["seq", "budget_id", "status", "reason", "limits c/d/s/p", "gate", "recorded_at"]),
+        (80, ["seq", "budget_id", "status", "reason", "limits c/d/s/p", "gate"]),
+        (60, ["seq", "status", "reason", "limits c/d/s/p", "gate"]),
+        (40, ["seq", "status", "reason", "limits c/d/s/p"]),
+    ],
+)
+def test_list_on_a_terminal_drops_whole_columns_never_squeezes_one_to_nothing(
+    db_path: Path, run_cli: Run, width: int, columns: list[str]
+) -> None:
+    """Issue 22: at 80 columns seq, budget_id (16 digits), status, reason, limits and gate all show; narrower
+    terminals leave out whole columns, last first; no line is wider than the terminal; every cell shows text."""
+    import io
+
+    from rich.console import Console
+
+    from compute_budget import BudgetStore
+    from compute_budget.cli.render import print_table
+
+    gates = db_path.with_suffix(".jsonl")
+    gates.write_text("\n".join(gate_lines(3)) + "\n")
+    assert run_cli("record", str(gates), "--db", str(db_path))[0] == 0
+    with BudgetStore.open(str(db_path), readonly=True) as store:
+        rows = list(store.iter_decisions())
+    buffer = io.StringIO()
+    print_table(rows, last_seq=3, console=Console(width=width, file=buffer, force_terminal=True, color_system=None))
+    lines = [line.rstrip() for line in buffer.getvalue().splitlines()]
+    header = " ".join(line for line in lines if "━" not in line and "│" not in line)
+    every = ["seq", "budget_id", "status", "reason", "limits c/d/s/p", "gate", "recorded_at"]
+    assert [name for name in every if name.split()[0] in header] == columns
+    assert all(len(line) <= width for line in lines)
+    first_row = next(line for line in lines if line.lstrip().startswith("1 "))
+    assert all(cell.strip() for cell in first_row.split("│"))  # no column collapsed to nothing
+    if "budget_id" in columns:
+        assert rows[0].decision.budget_id[:16] + "…" in buffer.getvalue()

@@ -6,8 +6,12 @@ import itertools
 import json
 import sys
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from compute_budget.store import RowCheck, StoredDecision
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def escaped(text: str) -> str:
@@ -82,17 +86,18 @@ def describe_check(check: RowCheck) -> str:
 TABLE_CHUNK_ROWS = 500  # rows laid out and printed at a time: `list` of millions of rows streams in bounded memory
 # Widths every chunk gets at least, whatever its first rows hold: the longest status and v1 reason code, and room
 # for a gate id; so a later chunk's columns start where the first one's did.
-_FLOOR = {"status": 19, "reason": 25, "gate": 40}
 
 
-def print_table(rows: Iterable[StoredDecision], *, filtered: bool = False, last_seq: int = 0) -> int:
+def print_table(
+    rows: Iterable[StoredDecision], *, filtered: bool = False, last_seq: int = 0, console: Console | None = None
+) -> int:
     """Print decisions as a table on stdout, a chunk of rows at a time; returns how many rows it printed.
 
-    On a terminal narrower than a full row, budget_ids are cut to 16 hex digits (enough for `show`, which
-    takes a unique prefix) and the recording time is left out; piped output always has everything. Each chunk
-    is laid out with at least the column widths of the first, so the columns line up down the whole listing
-    (a later, wider cell widens only its own chunk): `last_seq`, the highest seq listed (or more), sizes the seq
-    column for the whole listing, and the gate column keeps the first chunk's width (longer ids fold).
+    On a terminal the columns are fitted to its width: budget_ids are cut to 16 hex digits (enough for `show`,
+    which takes a unique prefix) and the text columns fold, down to a floor each; when even that is too wide,
+    whole columns are left out, last first (recorded_at, then budget_id, the gate, the limits), so no column is
+    ever squeezed to nothing. Piped output always has everything. Each chunk is laid out with the same columns;
+    `last_seq`, the highest seq listed (or more), sizes the seq column.
     """
     # Rich is imported here, not with the module: every other command (the nightly audit among them) would pay
     # its import, about 50 ms, for nothing.
@@ -100,33 +105,34 @@ def print_table(rows: Iterable[StoredDecision], *, filtered: bool = False, last_
     from rich.table import Table
     from rich.text import Text
 
-    console = Console() if sys.stdout.isatty() else Console(width=240, no_color=True)
-    narrow = console.is_terminal and console.width < 200
-    headers = ["seq", "budget_id", "status", "reason", "limits c/d/s/p", "gate"] + ([] if narrow else ["recorded_at"])
+    if console is None:
+        console = Console() if sys.stdout.isatty() else Console(width=240, no_color=True)
+    on_terminal = console.is_terminal
+    shown_columns = _fit_columns(len(str(last_seq)), console.width) if on_terminal else list(COLUMNS)
+    positions = [COLUMNS.index(name) for name in shown_columns]
     widths: list[int] | None = None
     count = 0
     source = iter(rows)
     while chunk := list(itertools.islice(source, TABLE_CHUNK_ROWS)):
-        cells = [_row_cells(stored, narrow, console.width) for stored in chunk]
-        if widths is None:
-            floors = {**_FLOOR, "seq": len(str(last_seq))}
-            widths = [
-                max(len(header), floors.get(header, 0), *(len(row[index]) for row in cells))
-                for index, header in enumerate(headers)
-            ]
+        cells = []
+        for stored in chunk:
+            row = _row_cells(stored)
+            if on_terminal:
+                row[1] = row[1][:16] + "…"
+            cells.append([row[index] for index in positions])
+        if widths is None:  # the first chunk sets the widths of the whole listing, so the columns line up
+            widths = _widths(shown_columns, cells, len(str(last_seq)), console.width if on_terminal else None)
+            if not on_terminal:  # piped output is complete: the line is as wide as the columns need
+                console.width = max(console.width, sum(widths) + _SEPARATOR * (len(widths) - 1))
         table = Table(show_edge=False, pad_edge=False, show_header=count == 0)
-        for index, header in enumerate(headers):
-            right = header in ("seq", "limits c/d/s/p")
-            folds = header in ("status", "reason", "limits c/d/s/p", "gate")
+        for name, width in zip(shown_columns, widths, strict=True):
+            folds = name in COLUMN_FLOORS
             table.add_column(
-                header,
-                justify="right" if right else "left",
+                COLUMN_HEADERS[name],
+                justify="right" if name in ("seq", "limits") else "left",
                 overflow="fold" if folds else "ellipsis",
                 no_wrap=not folds,
-                # A hostile 10,000-character reason must not squeeze the other columns: folded ones keep 40 at most.
-                min_width=min(widths[index], 40) if folds else widths[index],
-                # The gate column keeps the first chunk's width (40 to 120) all the way down: longer ids fold.
-                width=min(widths[index], 120) if header == "gate" else None,
+                width=width,
             )
         for row in cells:
             # Text, not markup: a stored "[red]" or "[link=…]" is shown as typed, never interpreted by Rich.
@@ -138,14 +144,71 @@ def print_table(rows: Iterable[StoredDecision], *, filtered: bool = False, last_
     return count
 
 
-def _row_cells(stored: StoredDecision, narrow: bool, width: int) -> list[str]:
+COLUMNS = ("seq", "budget_id", "status", "reason", "limits", "gate", "recorded_at")
+COLUMN_HEADERS = {
+    "seq": "seq", "budget_id": "budget_id", "status": "status", "reason": "reason", "limits": "limits c/d/s/p",
+    "gate": "gate", "recorded_at": "recorded_at",
+}
+# The narrowest a folding column gets; the others keep their width (seq its digits, a cut budget_id 17, a time 27).
+COLUMN_FLOORS = {"status": 8, "reason": 10, "limits": 9, "gate": 10}
+# The widest a folding column gets: every status and v1 reason fits unfolded when there is room.
+COLUMN_CAPS = {"status": 40, "reason": 60, "limits": 40, "gate": 120}
+_DROP_ORDER = ("recorded_at", "budget_id", "gate", "limits", "reason")
+_SEPARATOR = 3  # " │ " between two columns
+
+
+def _widths(columns: list[str], cells: list[list[str]], seq_digits: int, room: int | None) -> list[int]:
+    """Each column's width for the whole listing: what the first chunk needs (a folding column `COLUMN_CAPS` at
+    most, so a hostile 10,000-character value cannot squeeze the others), then, on a terminal `room` wide, the
+    folding columns narrowed toward their floors until the row fits."""
+    widths = []
+    for index, name in enumerate(columns):
+        header = len(COLUMN_HEADERS[name]) if name not in COLUMN_FLOORS else 0
+        natural = max(header, *(len(row[index]) for row in cells))
+        if name == "seq":
+            natural = max(natural, seq_digits, 3)
+        elif name in COLUMN_FLOORS:
+            natural = max(COLUMN_FLOORS[name], min(natural, COLUMN_CAPS[name]))
+        widths.append(natural)
+    if room is not None:
+        excess = sum(widths) + _SEPARATOR * (len(widths) - 1) - room
+        while excess > 0:
+            wide = [
+                index for index, name in enumerate(columns)
+                if name in COLUMN_FLOORS and widths[index] > COLUMN_FLOORS[name]
+            ]
+            if not wide:
+                break
+            widest = max(wide, key=lambda index: widths[index] - COLUMN_FLOORS[columns[index]])
+            widths[widest] -= 1
+            excess -= 1
+    return widths
+
+
+def _fit_columns(seq_digits: int, width: int) -> list[str]:
+    """The columns a terminal `width` wide shows: all of them when their floors fit, else without whole columns,
+    last first."""
+    shown = list(COLUMNS)
+    floors = {**COLUMN_FLOORS, "seq": max(3, seq_digits), "budget_id": 17, "recorded_at": 27}
+
+    def needed(columns: list[str]) -> int:
+        return sum(floors[name] for name in columns) + _SEPARATOR * (len(columns) - 1)
+
+    for name in _DROP_ORDER:
+        if needed(shown) <= width:
+            break
+        shown.remove(name)
+    return shown
+
+
+def _row_cells(stored: StoredDecision) -> list[str]:
     decision = stored.decision
-    cells = [
+    return [
         str(stored.seq),
-        decision.budget_id[: 12 if width < 120 else 16] + "…" if narrow else decision.budget_id,
+        decision.budget_id,
         decision.status.value,
         escaped(decision.reason_code),
         f"{decision.max_candidates}/{decision.max_depth}/{decision.max_steps}/{decision.max_parallelism}",
         shown(decision.gate_decision_id),
+        escaped(stored.recorded_at),
     ]
-    return cells if narrow else [*cells, escaped(stored.recorded_at)]
