@@ -256,3 +256,24 @@ def test_a_postgresql_server_stopped_mid_append_is_one_line(tmp_path: Path) -> N
     assert record.returncode == 2, (out, err)
     assert err.count("\n") == 1, err
     assert "closed the connection (stopped or crashed)" in err
+
+
+def test_record_rejects_file_keeps_the_skipped_gates(run_cli: Run, tmp_path: Path) -> None:
+    """`--on-conflict skip --rejects FILE` writes each skipped gate as given, one line each, and says so; the
+    rest is recorded. `--rejects` without skip, or naming the input, is a usage error (exit 2)."""
+    db = tmp_path / "store.db"
+    first = tmp_path / "first.jsonl"
+    first.write_text('{"not": "a gate", "decision_id": null}\n')
+    assert run_cli("record", str(first), "--db", str(db))[0] == 0
+    second = tmp_path / "second.jsonl"
+    other_malformed = '{"also": "not a gate", "decision_id": null}'
+    second.write_text(other_malformed + "\n" + "\n".join(gate_lines(2)) + "\n")
+    rejects = tmp_path / "rejects.jsonl"
+    status, out, err = run_cli("record", str(second), "--db", str(db), "--on-conflict", "skip",
+                               "--rejects", str(rejects))
+    assert status == 0, err
+    assert "2 new" in out
+    assert f"wrote 1 skipped gate to {rejects}" in err
+    assert [json.loads(line) for line in rejects.read_text().splitlines()] == [json.loads(other_malformed)]
+    assert run_cli("record", str(second), "--db", str(db), "--rejects", str(rejects))[0] == 2
+    assert run_cli("record", str(second), "--db", str(db), "--on-conflict", "skip", "--rejects", str(second))[0] == 2

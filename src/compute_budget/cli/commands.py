@@ -174,6 +174,12 @@ def witness_role_options(command: Callable[..., Any]) -> Callable[..., Any]:
     "the conflicts.",
 )
 @click.option(
+    "--rejects",
+    "rejects_path",
+    metavar="FILE",
+    help="With --on-conflict skip: write the skipped gates there, one JSON line each, as they were given.",
+)
+@click.option(
     "--signing-key",
     "signing_key",
     metavar="FILE",
@@ -202,6 +208,7 @@ def record_command(
     input_path: str,
     db: str | None,
     on_conflict: str,
+    rejects_path: str | None,
     signing_key: str | None,
     writer_state: str | None,
     init_writer_state: bool,
@@ -225,6 +232,10 @@ def record_command(
 
     if unsigned and signing_key is not None:
         raise click.UsageError("--unsigned and --signing-key contradict each other: give one")
+    if rejects_path is not None:
+        if on_conflict != "skip":
+            raise click.UsageError("--rejects FILE keeps the gates --on-conflict skip leaves out: give both")
+        check_writable("--rejects", rejects_path, db=db, keep=[("INPUT", input_path)])
     if adopt_unsigned is not None and (unsigned or (signing_key is None and not os.environ.get(SIGNING_KEY_ENV_VAR))):
         raise click.UsageError("--adopt-unsigned signs the rows it adopts: it needs --signing-key")
     opened = BudgetStore.open(
@@ -278,6 +289,9 @@ def record_command(
                 f"the gates were recorded ({result.new} new, head seq {result.head.seq}), but the summary could not "
                 f"be printed: {error.strerror or error}"
             ) from None
+        if rejects_path is not None:
+            write_atomically(rejects_path, "".join(conflict.gate_input + "\n" for conflict in result.conflicts))
+            say(f"wrote {_plural(len(result.conflicts), 'skipped gate')} to {rejects_path}")
         for warning in result.witness_warnings:
             say(warning)
 

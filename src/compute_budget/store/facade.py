@@ -224,7 +224,7 @@ class BudgetStore(Browsing):
             for index, item, new, seq in appended.results or ()
         )
         skipped = tuple(
-            SkippedConflict(index, conflict.budget_id, conflict.line, conflict.differing)
+            SkippedConflict(index, conflict.budget_id, conflict.line, conflict.differing, conflict.new_gate)
             for index, conflict in appended.conflicts or ()
         )
         return BatchResult(

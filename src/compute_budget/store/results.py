@@ -41,6 +41,7 @@ class SkippedConflict:
     budget_id: str
     line: int | None
     differing: tuple[str, ...]
+    gate_input: str = ""  # the skipped gate as it was given (what `record --rejects FILE` writes)
 
 
 @dataclass(frozen=True, slots=True)
