@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import sqlite3
 import threading
@@ -140,3 +141,35 @@ def test_hostile_rows_give_pages_not_500s(tmp_path: Path) -> None:
         assert run is not None
         assert run["report"]["clean"] is False
         assert "malformed_row" in run["report"]["findings_by_kind"]
+
+
+def test_the_charts_follow_the_filters(tmp_path: Path) -> None:
+    """Issue 22: the status chart counts the rows of the reason chosen and the reason chart those of the status
+    chosen; a gate, policy or seq filter gives charts drawn under it, as SVG images of their own."""
+    from collections import Counter
+
+    from starlette.testclient import TestClient
+
+    from tests.conftest import make_gate
+
+    db = str(tmp_path / "charts.db")
+    gates = [make_gate(decision_id=f"g{index}", status="blocked" if index % 3 == 0 else "eligible")
+             for index in range(30)]
+    with BudgetStore.open(db) as store:
+        store.record_many(gates)
+        expected = Counter((row.decision.status.value, row.decision.reason_code) for row in store.iter_decisions())
+    blocked_reasons = {reason for (status, reason) in expected if status == "budget_blocked"}
+    with TestClient(create_app(db, allowed_hosts=("testserver",))) as client:
+        page = client.get("/?status=budget_blocked").text
+        assert "Decisions by reason (status budget_blocked)" in page
+        reason_chart = page[page.index("Decisions by reason"):]
+        assert all(reason in reason_chart for reason in blocked_reasons)
+        page = client.get("/?after_seq=10&before_seq=21").text
+        assert 'src="/charts/status.svg?after_seq=10&amp;before_seq=21"' in page
+        svg = client.get("/charts/status.svg?after_seq=10&before_seq=21")
+        assert svg.status_code == 200
+        assert svg.headers["content-type"].startswith("image/svg+xml")
+        counted = sum(int(text.replace(",", "")) for text in re.findall(r"<text x=\"\d+\" y=\"\d+\">([\d,]+)</text>",
+                                                                        svg.text))
+        assert counted == 10  # rows 11..20 only
+        assert client.get("/charts/other.svg").status_code == 404

@@ -115,6 +115,12 @@ class BrowseStatements:
         return f"{self.select}{self._where(present)} ORDER BY seq DESC LIMIT {int(limit)}"
 
     @functools.lru_cache(maxsize=512)  # noqa: B019  (as above)
+    def counts_where(self, present: tuple[str, ...]) -> str:
+        """How many matching rows of each (status, reason_code) there are."""
+        where = self._where(present)
+        return f"SELECT status, reason_code, count(*) FROM {TABLE_NAME}{where} GROUP BY status, reason_code"
+
+    @functools.lru_cache(maxsize=512)  # noqa: B019  (as above)
     def forward(self, present: tuple[str, ...], limit: int) -> str:
         """Rows matching the filters named in `present`, oldest first, at most `limit` (paging forward)."""
         return f"{self.select}{self._where(present)} ORDER BY seq LIMIT {int(limit)}"
@@ -166,6 +172,16 @@ class Browsing:
             newer_before, newer_first = self._newer(connection, where, rows, limit)
         next_before = rows[-1][0] if more and rows and type(rows[-1][0]) is int else None
         return Page(rows, next_before, newer_before, newer_first)
+
+    def filtered_counts(self, where: DecisionFilter) -> dict[tuple[str, str], int]:
+        """How many rows matching `where` have each (status, reason_code): a charts' counts under filters."""
+        with self._reading() as connection:
+            return {
+                (str(status), str(reason)): int(count)
+                for status, reason, count in connection.exec_driver_sql(
+                    self._browse.counts_where(where.present()), self._params(where)
+                )
+            }
 
     def forward_page(self, where: DecisionFilter, *, limit: int = 50) -> tuple[list[tuple[Any, ...]], int | None]:
         """The first `limit` (1..500) matching rows after `where.after_seq`, oldest first, and the `after_seq` of

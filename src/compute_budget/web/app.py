@@ -141,6 +141,12 @@ class Workbench:
             rows=rows,
             head_seq=head_seq,
             charts=model.charts(counts, query),
+            chart_images=(
+                [(query.href(f"/charts/{which}.svg"), f"Decisions by {which}, under the filters")
+                 for which in ("status", "reason")]
+                if model.needs_own_counts(query)
+                else None
+            ),
             chart_counts=sorted(counts.items()),
             matches=model.match_count(counts, query),
             statuses=[status.value for status in ComputeBudgetStatus],
@@ -156,6 +162,23 @@ class Workbench:
             newest_href=query.href(before_seq=None) if query.where.before_seq is not None else None,
             clear_href="/",
         )
+
+    def chart(self, request: Request) -> Response:
+        """`/charts/{status,reason}.svg`: a chart counted under every filter of the query (loaded as an image)."""
+        which = str(request.path_params["which"])
+        query = self._query(request)
+        if isinstance(query, Response):
+            return query
+        if which not in ("status", "reason"):
+            return self.not_found()
+        where = query.where
+        rest = DecisionFilter(
+            gate_decision_id=where.gate_decision_id, policy_version=where.policy_version,
+            after_seq=where.after_seq, before_seq=where.before_seq,
+        )
+        counts: Counter[tuple[str, str]] = Counter(self.store.filtered_counts(rest))
+        chart = model.charts(counts, query)[0 if which == "status" else 1]
+        return Response(model.chart_svg(chart), media_type="image/svg+xml")
 
     def api_decisions(self, request: Request) -> Response:
         query = self._query(request, api=True)
@@ -375,6 +398,7 @@ def create_app(
         get("/audit/run", bench.audit_run, "audit_run"),
         get("/checkpoints", bench.checkpoints, "checkpoints"),
         get("/api/decisions", bench.api_decisions, "api_decisions"),
+        get("/charts/{which}.svg", bench.chart, "chart"),
         get("/api/decisions/{budget_id}", bench.api_decision, "api_decision"),
         get("/api/audit", bench.api_audit, "api_audit"),
         get("/api/audit/run", bench.api_audit_run, "api_audit_run"),

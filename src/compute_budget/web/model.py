@@ -294,25 +294,31 @@ class Chart:
 
 
 def charts(counts: Counter[tuple[str, str]], query: Query) -> list[Chart]:
-    """The status chart and the reason chart of the whole store; each bar links to its filter."""
+    """The status chart and the reason chart; each bar links to its filter. Each follows the other's filter: the
+    status chart counts the rows with the reason chosen, the reason chart the rows with the status chosen (the
+    counts are the whole store's, cached per head: the other filters are drawn separately, see `needs_own_counts`)."""
     by_status: Counter[str] = Counter()
     by_reason: Counter[str] = Counter()
     for (status, reason), count in counts.items():
-        by_status[status] += count
-        by_reason[reason] += count
+        if query.where.reason_code in (None, reason):
+            by_status[status] += count
+        if query.where.status in (None, status):
+            by_reason[reason] += count
     status_order = [status.value for status in ComputeBudgetStatus]
     statuses = sorted(by_status, key=lambda name: (status_order.index(name) if name in status_order else 99, name))
     reasons = sorted(by_reason, key=lambda name: (-by_reason[name], name))
     first = Query(DecisionFilter(), query.limit)
+    of_reason = f" (reason {query.where.reason_code})" if query.where.reason_code else ""
+    of_status = f" (status {query.where.status})" if query.where.status else ""
     return [
         _chart(
-            "Decisions by status",
+            "Decisions by status" + of_reason,
             "chart-status",
             [(name, by_status[name], first.href(status=name), status_class(name)) for name in statuses],
             query.where.status,
         ),
         _chart(
-            "Decisions by reason",
+            "Decisions by reason" + of_status,
             "chart-reason",
             [(name, by_reason[name], first.href(reason=name), "reason") for name in reasons],
             query.where.reason_code,
@@ -686,3 +692,35 @@ def audit_banner(path: str | None) -> Banner | None:
     named = f" Rows affected: {rows}." if rows else " No row is named by a row check."
     return Banner(False, f"The last audit (finished {when}) found {len(findings)} problem(s).{named} "
                          "Rows marked 'does not hold' below are among them; see the audit report.")
+
+
+def needs_own_counts(query: Query) -> bool:
+    """True when the charts must count under filters the cached whole-store counts cannot apply (gate, policy
+    version, a seq range): they are then drawn by `/charts/{which}.svg`, loaded as images beside the page."""
+    where = query.where
+    return any(value is not None for value in (where.gate_decision_id, where.policy_version, where.after_seq,
+                                               where.before_seq))
+
+
+BAR_COLOURS = {"allowed": "#1a7f37", "blocked": "#cf222e", "unassessable": "#9a6700", "zero": "#6e7781",
+               "reason": "#0969da"}
+
+
+def chart_svg(chart: Chart) -> str:
+    """A chart as a standalone SVG document (colours as attributes: it is shown as an image, outside the CSS)."""
+    from xml.sax.saxutils import escape, quoteattr
+
+    rows = []
+    for bar in chart.bars:
+        fill = BAR_COLOURS.get(bar.css, "#8250df")
+        weight = ' font-weight="bold"' if bar.selected else ""
+        rows.append(
+            f'<text x="{chart.label_width - 8}" y="{bar.y + 17}" text-anchor="end"{weight}>{escape(bar.label)}</text>'
+            f'<rect x="{chart.label_width}" y="{bar.y + 4}" width="{bar.width}" height="{chart.row_height - 8}" '
+            f'fill="{fill}"/><text x="{chart.label_width + bar.width + 6}" y="{bar.y + 17}">{bar.count:,}</text>'
+        )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {chart.width} {chart.height}" '
+        f'width="{chart.width}" height="{chart.height}" font-family="sans-serif" font-size="14" role="img" '
+        f'aria-label={quoteattr(chart.title)}><title>{escape(chart.title)}</title>{"".join(rows)}</svg>'
+    )
