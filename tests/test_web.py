@@ -643,7 +643,9 @@ def test_gate_text_is_escaped_everywhere(client: TestClient) -> None:
         client.get(f"/decisions/{xss_id}").text,
     ]
     for html in pages:
-        assert "<img" not in html
+        # the only images are the page's own charts under a gate filter (issue 22), their source URL-encoded
+        assert [tag for tag in re.findall(r"<img[^>]*>", html) if 'src="/charts/' not in tag] == []
+        assert "onerror" not in "".join(re.findall(r"<img[^>]*>", html))
         assert "<script>" not in html
         assert "&#34;&gt;&lt;img src=x onerror=alert(1)&gt;" in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in pages[2]
