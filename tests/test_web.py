@@ -645,7 +645,7 @@ def test_gate_text_is_escaped_everywhere(client: TestClient) -> None:
     for html in pages:
         # the only images are the page's own charts under a gate filter (issue 22), their source URL-encoded
         assert [tag for tag in re.findall(r"<img[^>]*>", html) if 'src="/charts/' not in tag] == []
-        assert "onerror" not in "".join(re.findall(r"<img[^>]*>", html))
+        assert re.search(r"<img[^>]*\sonerror=", html) is None  # in a chart's src it is URL-encoded, inert
         assert "<script>" not in html
         assert "&#34;&gt;&lt;img src=x onerror=alert(1)&gt;" in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in pages[2]
