@@ -173,3 +173,29 @@ def test_the_charts_follow_the_filters(tmp_path: Path) -> None:
                                                                         svg.text))
         assert counted == 10  # rows 11..20 only
         assert client.get("/charts/other.svg").status_code == 404
+
+
+def test_the_checkpoints_page_says_which_roots_the_last_audit_found_mismatched(tmp_path: Path) -> None:
+    """With --audit-report, a signed checkpoint whose root the audit found no longer matching the rows says so
+    beside its valid signature; the banner names the row."""
+    from starlette.testclient import TestClient
+
+    from compute_budget import audit
+    from compute_budget.cli.render_audit import render
+    from compute_budget.core.log.note import SignerKey
+
+    db = str(tmp_path / "signed.db")
+    key = SignerKey.from_seed("writer", bytes(32))
+    with BudgetStore.open(db, signing_key=key, writer_state=str(tmp_path / "state")) as store:
+        store.record_many(gate_lines(4))
+    with sqlite3.connect(db) as connection:
+        connection.execute("DROP TRIGGER compute_budget_decisions_no_update")
+        connection.execute("UPDATE compute_budget_decisions SET max_steps = max_steps + 1 WHERE seq = 2")
+    report = tmp_path / "nightly.json"
+    report.write_text(render(audit(db, trusted_keys=[key.verifier()]), "json"))
+    app = create_app(db, trusted_keys=[key.verifier().format()], allowed_hosts=("testserver",),
+                     audit_report=str(report))
+    with TestClient(app) as client:
+        page = client.get("/checkpoints").text
+        assert "yes: writer (but the last audit found this root no longer matches the rows" in page
+        assert "Rows affected: seq 2." in page

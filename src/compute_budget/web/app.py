@@ -304,10 +304,11 @@ class Workbench:
     # -- checkpoints ---------------------------------------------------------------------------------------
 
     def checkpoints(self, request: Request) -> Response:
-        return self.render("checkpoints.html", nav="checkpoints", c=model.checkpoints(self.store, self.trusted_keys))
+        found = model.checkpoints(self.store, self.trusted_keys, self.audit_report)
+        return self.render("checkpoints.html", nav="checkpoints", c=found)
 
     def api_checkpoints(self, request: Request) -> Response:
-        found = model.checkpoints(self.store, self.trusted_keys)
+        found = model.checkpoints(self.store, self.trusted_keys, self.audit_report)
         return JSONResponse(
             {
                 "head": found.head.to_dict() if found.head is not None else None,

@@ -580,8 +580,11 @@ class Checkpoints:
     head_problem: str | None = None
 
 
-def checkpoints(store: BudgetStore, keys: Sequence[str]) -> Checkpoints:
-    """The checkpoints page's content (a head that cannot be read is said, not a failed page)."""
+def checkpoints(store: BudgetStore, keys: Sequence[str], audit_report: str | None = None) -> Checkpoints:
+    """The checkpoints page's content (a head that cannot be read is said, not a failed page). With the last
+    audit's report, a checkpoint whose size it found mismatched says so beside its signature: a valid signature
+    says who signed, not that the rows still match."""
+    mismatched = _mismatched_sizes(audit_report)
     from compute_budget.errors import StoreDamaged
 
     try:
@@ -589,18 +592,37 @@ def checkpoints(store: BudgetStore, keys: Sequence[str]) -> Checkpoints:
     except StoreDamaged as error:
         return Checkpoints(
             None, None, "", [trusted_key(key) for key in keys],
-            SignedCheckpoints(store.signed_checkpoint_table(), _signed_items(store, keys)), head_problem=str(error),
+            SignedCheckpoints(store.signed_checkpoint_table(), _signed_items(store, keys, mismatched)),
+            head_problem=str(error),
         )
     return Checkpoints(
         head=head,
         head_href=detail_href(head.budget_id) if head.budget_id else None,
         document=json.dumps(head.to_dict(), indent=2),
         trusted_keys=[trusted_key(key) for key in keys],
-        signed=SignedCheckpoints(store.signed_checkpoint_table(), _signed_items(store, keys)),
+        signed=SignedCheckpoints(store.signed_checkpoint_table(), _signed_items(store, keys, mismatched)),
     )
 
 
-def _signed_items(store: BudgetStore, keys: Sequence[str]) -> list[dict[str, Any]]:
+def _mismatched_sizes(audit_report: str | None) -> frozenset[int]:
+    """The tree sizes the audit report's checkpoint_mismatch findings name (none without a readable report)."""
+    if audit_report is None:
+        return frozenset()
+    try:
+        with open(audit_report, "rb") as handle:
+            report = json.loads(handle.read(MAX_AUDIT_REPORT_BYTES))
+        findings = report.get("findings", []) if isinstance(report, dict) else []
+    except (OSError, ValueError, RecursionError):
+        return frozenset()
+    return frozenset(
+        item["seq"] for item in findings if isinstance(item, dict) and item.get("kind") == "checkpoint_mismatch"
+        and type(item.get("seq")) is int
+    )
+
+
+def _signed_items(
+    store: BudgetStore, keys: Sequence[str], mismatched: frozenset[int] = frozenset()
+) -> list[dict[str, Any]]:
     """The newest signed checkpoints, each with its root, its signers, and whether a trusted key verifies it."""
     from compute_budget.core.log.note import VerifierKey, parse_note, verify_note
     from compute_budget.errors import NoteError
@@ -634,6 +656,8 @@ def _signed_items(store: BudgetStore, keys: Sequence[str]) -> list[dict[str, Any
             trusted = "yes: " + ", ".join(key.name for key in outcome.verified)
         else:
             trusted = "no trusted signature"
+        if tree_size in mismatched:
+            trusted += " (but the last audit found this root no longer matches the rows: do not keep it)"
         root = base64.b64encode(found.root).decode("ascii") if found.root is not None else ""
         items.append(
             {
