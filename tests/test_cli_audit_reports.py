@@ -189,5 +189,5 @@ def test_a_missing_since_checkpoint_says_what_to_do(run_cli: Run, recorded: Path
     """--since with no file: exit 2 naming the first-night step, and never a silent pass."""
     status, out, err = run_cli("audit", "--db", str(recorded), "--since", str(tmp_path / "checkpoint.json"))
     assert (status, out) == (2, "")
-    assert f"compute-budget audit --save-checkpoint {tmp_path / 'checkpoint.json'}" in err
+    assert f"compute-budget audit --db {recorded} --save-checkpoint {tmp_path / 'checkpoint.json'}" in err
     assert "lost or removed" in err
