@@ -199,3 +199,24 @@ def test_the_checkpoints_page_says_which_roots_the_last_audit_found_mismatched(t
         page = client.get("/checkpoints").text
         assert "yes: writer (but the last audit found this root no longer matches the rows" in page
         assert "Rows affected: seq 2." in page
+
+
+def test_the_web_audit_names_the_affected_rows_first(tmp_path: Path) -> None:
+    """The Workbench's audit page opens its findings with the rows affected, as the CLI's report does."""
+    from starlette.testclient import TestClient
+
+    db = str(tmp_path / "edited.db")
+    with BudgetStore.open(db) as store:
+        store.record_many(gate_lines(6))
+    with sqlite3.connect(db) as connection:
+        connection.execute("DROP TRIGGER compute_budget_decisions_no_update")
+        connection.execute("UPDATE compute_budget_decisions SET max_steps = max_steps + 1 WHERE seq = 4")
+    with TestClient(create_app(db, allowed_hosts=("testserver",))) as client:
+        assert client.get("/api/audit/run").status_code == 202
+        deadline = time.monotonic() + 20
+        while json.loads(client.get("/api/audit").text)["audit"]["running"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        page = client.get("/audit").text
+        assert "Rows affected: 1\\n    (seq 4)" in page or "Rows affected: 1" in page
+        assert page.index("Rows affected") < page.index("rederive_mismatch")
+        assert "--through 3" in page
