@@ -108,3 +108,26 @@ def test_the_store_facade_stays_thin() -> None:
         if isinstance(node, ast.FunctionDef) and node.end_lineno is not None and node.end_lineno - node.lineno >= 60
     ]
     assert long_methods == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["decide"]])
+def test_the_quick_commands_load_no_database_code(argv: list[str]) -> None:
+    """Issue 23: `--version`, `--help` and `decide` import neither SQLAlchemy, Alembic, Rich nor the store, the
+    auditor or the log's crypto: other commands import what they use when they use it."""
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = ['compute-budget', *{argv!r}]\n"
+        "try:\n"
+        "    runpy.run_module('compute_budget', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = ('sqlalchemy', 'alembic', 'rich', 'psycopg', 'cryptography', 'compute_budget.store',\n"
+        "         'compute_budget.auditor', 'compute_budget.web', 'compute_budget.witness')\n"
+        "loaded = sorted({name for name in sys.modules for prefix in heavy\n"
+        "                 if name == prefix or name.startswith(prefix + '.')})\n"
+        "print(loaded, file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], input='{"decision_id": "a"}\n', capture_output=True,
+                          text=True, check=False)
+    assert done.stderr.strip().splitlines()[-1] == "[]"

@@ -9,8 +9,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from compute_budget.core.canonical import canonical_json
-from compute_budget.core.log.checkpoint import Checkpoint
-from compute_budget.core.log.head import ChainHead
 from compute_budget.core.policy.admission import admit
 from compute_budget.core.policy.hashing import budget_payload, compute_budget_id
 from compute_budget.core.policy.parse import decide_json, parse_gate_json
@@ -61,6 +59,8 @@ if TYPE_CHECKING:  # what the lazy names below really are, for a client's type c
     from compute_budget.auditor.proofs import prove, prove_consistency
     from compute_budget.auditor.report import AuditReport
     from compute_budget.auditor.scan import audit
+    from compute_budget.core.log.checkpoint import Checkpoint
+    from compute_budget.core.log.head import ChainHead
     from compute_budget.core.log.note import SignerKey, VerifierKey
     from compute_budget.core.proof import (
         ConsistencyProof,
@@ -168,6 +168,9 @@ _LAZY = {
     "ConsistencyProof": "compute_budget.core.proof",
     "SignerKey": "compute_budget.core.log.note",
     "VerifierKey": "compute_budget.core.log.note",
+    # The log's formats load `cryptography`: a decision (and `compute-budget decide`) needs none of it.
+    "Checkpoint": "compute_budget.core.log.checkpoint",
+    "ChainHead": "compute_budget.core.log.head",
 }
 
 

@@ -17,7 +17,6 @@ from typing import BinaryIO
 import click
 
 from compute_budget.errors import InputUnreadable, OutputUnwritable
-from compute_budget.store.backend import locate
 
 
 @contextmanager
@@ -120,6 +119,8 @@ def check_writable(option: str, path: str, *, db: str | None, keep: Sequence[tup
     atomically replaces the path, which would turn a device name into an ordinary file.
     """
     target = os.path.realpath(path)
+    from compute_budget.store.backend import locate  # here: `--help` and `decide` load no database code
+
     database = locate(db).sqlite_path
     if database is not None:
         for suffix in ("", "-wal", "-shm", "-journal"):

@@ -8,10 +8,10 @@ import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from compute_budget.store import RowCheck, StoredDecision
-
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from compute_budget.store import RowCheck, StoredDecision
 
 
 def escaped(text: str) -> str:
