@@ -183,3 +183,28 @@ def test_a_failed_insert_must_leave_its_transaction_open_and_the_head_unmoved(tm
                 require_nothing_kept(connection, statements, before, opened.location)
             connection.rollback()
     assert audit(target).clean
+
+
+def test_a_writer_that_stays_open_sees_the_guard_changed_between_its_appends(tmp_path: Path) -> None:
+    """Issue 23's shortcut (the guard is checked again only when another connection committed): one open store
+    appends, the guard is lifted or joined by a hand-made trigger from another connection, and the very next
+    append through the same store refuses."""
+    import sqlite3
+
+    target = str(tmp_path / "open.db")
+    with BudgetStore.open(target) as opened:
+        opened.record(gate_lines(1, prefix="first")[0])
+        opened.record(gate_lines(1, prefix="second")[0])  # the shortcut taken: nothing changed
+        with sqlite3.connect(target) as other:
+            other.execute("DROP TRIGGER compute_budget_decisions_no_update")
+        with pytest.raises(StoreDamaged, match="refusing to append"):
+            opened.record(gate_lines(1, prefix="third")[0])
+    with BudgetStore.open(target) as opened, sqlite3.connect(target) as other:
+        BudgetStore.migrate(target)
+        opened.record(gate_lines(1, prefix="fourth")[0])
+        other.execute(
+            "CREATE TRIGGER hidden BEFORE INSERT ON compute_budget_decisions BEGIN SELECT RAISE(IGNORE); END"
+        )
+        other.commit()
+        with pytest.raises(StoreDamaged, match="refusing to append"):
+            opened.record(gate_lines(1, prefix="fifth")[0])

@@ -155,7 +155,7 @@ class Appender:
         9.1). Returns them with the note the writer state gets after the commit when nothing is appended."""
         location = self._session.location
         lock_for_append(connection, self._sql, readonly=False)
-        require_guard(connection, location)
+        require_guard_once(connection, location)
         head = read_head(connection, self._sql)
         origin = sealing.ensure_origin(connection, self._seal, self._wanted_origin, create=True)
         assert origin is not None
@@ -321,6 +321,28 @@ class Appender:
             for writer in writers:
                 writer.state.save(origin, note, discard_unreadable=writer.init_state)
         return note
+
+
+_GUARD_SEEN = "compute_budget.guard_data_version"
+
+
+def require_guard_once(connection: Connection, location: Location) -> None:
+    """`require_guard`, skipped on a SQLite connection that already checked it when no other connection has
+    committed anything since (`PRAGMA data_version`, inside the write lock this transaction already holds).
+
+    Sound because changing the guard (a trigger dropped, altered or added, a column changed, `alembic_version`
+    edited) is a write another connection must commit, and any such commit changes this connection's
+    `data_version`; this connection itself runs only this release's statements. Not `schema_version`, which any
+    client can set. PostgreSQL keeps the full check on every append; the audit always runs it in full."""
+    if connection.dialect.name != "sqlite":
+        require_guard(connection, location)
+        return
+    version = connection.exec_driver_sql("PRAGMA data_version").scalar()
+    remembered = connection.connection.info  # lives as long as the DBAPI connection itself
+    if remembered.get(_GUARD_SEEN) == version:
+        return
+    require_guard(connection, location)
+    remembered[_GUARD_SEEN] = version
 
 
 def require_guard(connection: Connection, location: Location) -> None:
