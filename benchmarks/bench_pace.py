@@ -1,0 +1,121 @@
+"""Benchmark: the practice loop's pace, one `store.record(gate)` at a time, against its bare floor (issue 23).
+
+In one run, SQLite, a store of a few hundred rows, after a warm-up:
+
+- **project**: `store.record(gate)` of N gates, one call each (unsigned; then signed, with the writer state file in
+  the same folder), p50 and p99;
+- **floor**: the same stored rows written the bare way through stdlib `sqlite3`, one transaction each:
+  ``BEGIN IMMEDIATE``, read the head, ``INSERT`` the row into the same table with the same triggers (a store made
+  by this release, so the guard is there), ``COMMIT``; same folder, the writer's own PRAGMAs (WAL, in-memory
+  temporary store, the writer's cache size).
+
+Prints both, and the ratios of the medians. Goals: one `record()` within 6x of the floor, a signed one within 10x.
+With ``--pg URL`` the same against a PostgreSQL database (its floor: the same one-row transaction through psycopg).
+
+Run: ``python benchmarks/bench_pace.py`` (500 records each way), ``--count 100`` for a smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sqlite3
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from compute_budget import BudgetStore
+from compute_budget.core.log.note import SignerKey
+from compute_budget.core.row import ROW_COLUMNS
+from compute_budget.store.backend import WRITER_CACHE_KIB
+
+GOAL_UNSIGNED = 6.0
+GOAL_SIGNED = 10.0
+WARM_UP = 100
+
+
+def gate(index: int) -> dict[str, Any]:
+    """A well-formed, eligible search gate (its `decision_id` unique)."""
+    return {
+        "decision_id": f"pace-{index:08d}",
+        "status": "eligible",
+        "policy_version": "search_gate.v1",
+        "reason_code": "eligible_missing_role",
+        "evidence_spans": [{"text": "a sentence", "start": 0, "end": 10, "sentence_index": 0}],
+    }
+
+
+def run_project(folder: Path, count: int, *, signed: bool) -> tuple[list[float], list[tuple[Any, ...]]]:
+    """Seconds per `record()` after a warm-up, and the rows it stored (for the floor to write again)."""
+    key = SignerKey.from_seed("pace", bytes(32)) if signed else None
+    name = "signed" if signed else "unsigned"
+    options: dict[str, Any] = {"signing_key": key, "writer_state": str(folder / f"{name}.state")} if signed else {}
+    times = []
+    with BudgetStore.open(str(folder / f"{name}.db"), **options) as store:
+        for index in range(WARM_UP + count):
+            began = time.perf_counter()
+            store.record(gate(index))
+            if index >= WARM_UP:
+                times.append(time.perf_counter() - began)
+        rows = list(store.iter_raw_rows())
+    return times, rows
+
+
+def run_floor(folder: Path, rows: list[tuple[Any, ...]]) -> list[float]:
+    """Seconds per bare one-row transaction writing `rows` (after the warm-up rows) into a fresh store's table."""
+    path = folder / "floor.db"
+    with BudgetStore.open(str(path)):
+        pass  # the schema and the guard, as this release creates them
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.execute("PRAGMA journal_mode = WAL")
+    connection.execute("PRAGMA temp_store = MEMORY")
+    connection.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
+    insert = (f"INSERT INTO compute_budget_decisions ({', '.join(ROW_COLUMNS)}) "
+              f"VALUES ({', '.join('?' for _ in ROW_COLUMNS)})")
+    head = "SELECT seq, chain_hash, budget_id FROM compute_budget_decisions ORDER BY seq DESC LIMIT 1"
+    times = []
+    for index, row in enumerate(rows):
+        began = time.perf_counter()
+        connection.execute("BEGIN IMMEDIATE")
+        connection.execute(head).fetchone()
+        connection.execute(insert, row)
+        connection.execute("COMMIT")
+        if index >= WARM_UP:
+            times.append(time.perf_counter() - began)
+    connection.close()
+    return times
+
+
+def summary(times: list[float]) -> tuple[float, float]:
+    """(median, p99) in milliseconds."""
+    ordered = sorted(times)
+    return statistics.median(ordered) * 1000, ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--count", type=int, default=500, help="records measured each way (default 500)")
+    arguments = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="bench-pace-"))
+    try:
+        unsigned, rows = run_project(folder, arguments.count, signed=False)
+        signed, _ = run_project(folder, arguments.count, signed=True)
+        floor = run_floor(folder, rows)
+    finally:
+        shutil.rmtree(folder)  # the folder this run made, nothing else
+    floor_median, floor_p99 = summary(floor)
+    print(f"SQLite, {arguments.count} single appends each, after {WARM_UP} to warm up")
+    print(f"{'':28} {'median ms':>10} {'p99 ms':>10} {'ratio':>8}")
+    print(f"{'floor (stdlib sqlite3)':28} {floor_median:10.3f} {floor_p99:10.3f}")
+    for label, times, goal in (("record(), unsigned", unsigned, GOAL_UNSIGNED),
+                               ("record(), signed", signed, GOAL_SIGNED)):
+        median, p99 = summary(times)
+        ratio = median / floor_median
+        print(f"{label:28} {median:10.3f} {p99:10.3f} {ratio:8.1f}  goal <= {goal:.0f}x: "
+              f"{'met' if ratio <= goal else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
