@@ -272,9 +272,9 @@ def _translate_sqlite(name: str, text: str, location: Location) -> ComputeBudget
     if name.startswith("SQLITE_READONLY"):
         return StoreUnavailable(f"cannot write to {where}: the file or its folder is read-only")
     if name == "SQLITE_FULL" or (name.startswith("SQLITE_IOERR") and _disk_full(location)):
-        return StoreUnavailable(f"cannot write to {where}: the disk is full (nothing was written)")
+        return StoreUnavailable(f"{where}: the disk is full; nothing was written")
     if name.startswith("SQLITE_IOERR"):
-        return StoreUnavailable(f"cannot write to {where}: {text} (nothing was written)")
+        return StoreUnavailable(f"{where}: {text}; nothing was written")
     if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
         return StoreUnavailable(f"{where} stayed locked by another writer for {BUSY_TIMEOUT_SECONDS} s")
     if name.startswith("SQLITE_CORRUPT"):
@@ -307,7 +307,10 @@ def _translate_sqlstate(code: str, location: Location) -> ComputeBudgetError | N
     if code in ("53300", "53400"):
         return StoreUnavailable(f"PostgreSQL at {where} has no connection slots left (too many connections)")
     if code == "53100":
-        return StoreUnavailable(f"cannot write to {where}: the server's disk is full (nothing was written)")
+        return StoreUnavailable(
+            f"{where}: the server's disk is full (a write, or the temporary files of a large read, needs space); "
+            "nothing was written"
+        )
     if code == "42501":
         return permission_denied(role, where)
     if code == "25006":
