@@ -20,7 +20,7 @@ from compute_budget.store import seal as sealing
 from compute_budget.store.backend import Location
 from compute_budget.store.results import RowCheck
 from compute_budget.store.seal import SealStatements
-from compute_budget.store.session import StoreSession, read_head
+from compute_budget.store.session import StoreSession, prefer_index_order, read_head
 from compute_budget.store.snapshot import Snapshot, sqlite_batches
 from compute_budget.store.text_codec import decode_row, encode_text, tolerant_text
 
@@ -212,6 +212,7 @@ class Reads:
                     with tolerant_text(connection):
                         yield from sqlite_batches(raw, self._sql.seq_range, resume, high, batch_rows)
                 return
+            prefer_index_order(connection)
             result = connection.execution_options(stream_results=True, yield_per=batch_rows).exec_driver_sql(
                 self._sql.seq_range, (low, high)
             )

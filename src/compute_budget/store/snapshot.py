@@ -15,6 +15,7 @@ from compute_budget.core.seal import StoredCheckpoint
 from compute_budget.store import seal as sealing
 from compute_budget.store.schema_check import schema_problems
 from compute_budget.store.seal import SealStatements
+from compute_budget.store.session import prefer_index_order
 from compute_budget.store.statements import Statements
 from compute_budget.store.table import TABLE_NAME
 from compute_budget.store.text_codec import tolerant_text
@@ -128,6 +129,7 @@ class Snapshot:
         while low < high:
             upper = min(low + batch_rows, high)
             with tolerant_text(self._connection):
+                prefer_index_order(self._connection)
                 rows = self._connection.exec_driver_sql(self._statements.seq_range, (low, upper)).fetchall()
             yield [tuple(row) for row in rows]
             low = upper
