@@ -42,18 +42,24 @@ def test_three_nights_with_seq_50_edited_between_them(run_cli: Run, tmp_path: Pa
                              "--report", f"junit:{junit}", "--report", f"json:{tmp_path / 'night3.json'}")
     assert status == 1
     lines = out.splitlines()
-    assert lines[1].startswith("  rows affected 1 row(s): seq 50;")
+    assert lines[1].startswith("1 rows affected: seq 50;")  # the first line after the verdict
     assert lines[2].startswith("  what now ")
     assert "--through 49" in lines[2]
     assert "did not hold, so every row was checked" in out
     report = json.loads((tmp_path / "night3.json").read_text())
     assert report["affected_rows"] == {"count": 1, "first": 50, "seqs": [50]}
+    assert report["summary"] == {"rows_affected": [50], "rows_affected_count": 1}
+    by_kind = {item["kind"]: item for item in report["findings"]}
+    assert by_kind["rederive_mismatch"]["cause_seq"] == 50
+    assert all(item["action"] for item in report["findings"])
+    assert all(item["cause_seq"] in (50, None) for item in report["findings"])
     assert report["escalated"] is True
     assert "rederive_mismatch" in report["findings_by_kind"]
     suite = ElementTree.parse(junit).getroot().find("testsuite")
     assert suite is not None
     row_cases = [case for case in suite.iter("testcase") if case.get("classname") == "compute_budget.audit.rows"]
-    assert [case.get("name") for case in row_cases] == ["seq 50"]
+    assert [case.get("name") for case in row_cases] == ["row 50"]
+    assert next(iter(suite.iter("testcase"))).get("name") == "row 50"  # the rows first
     assert row_cases[0].find("failure") is not None
     assert int(suite.get("tests", "0")) == len(list(suite.iter("testcase")))
     assert int(suite.get("failures", "0")) == sum(case.find("failure") is not None for case in suite.iter("testcase"))
@@ -69,7 +75,7 @@ def test_a_store_wide_finding_names_what_it_is_about(run_cli: Run, tmp_path: Pat
     assert status == 1
     assert "seq ? budget_id ?" not in out
     assert "    the schema: trigger compute_budget_decisions_no_delete" in out
-    assert out.splitlines()[1].startswith("  rows affected none named by a row check (schema_tampered)")
+    assert out.splitlines()[1].startswith("0 rows affected: no row check failed (schema_tampered)")
 
 
 def test_paging_forward_reads_every_row_exactly_once(run_cli: Run, tmp_path: Path) -> None:

@@ -53,9 +53,11 @@ def test_json_report_has_the_contract_fields(run_cli: Run, recorded: Path) -> No
     assert report["rows_checked"] == 8
     assert report["findings"] == [
         {"kind": "chain_break", "budget_id": report["findings"][0]["budget_id"], "seq": 2,
-         "detail": report["findings"][0]["detail"]}
+         "detail": report["findings"][0]["detail"], "action": report["findings"][0]["action"], "cause_seq": 2}
     ]
     assert len(report["findings"][0]["budget_id"]) == 64
+    assert "salvage" in report["findings"][0]["action"]  # issue 22: each finding says what to do
+    assert report["summary"] == {"rows_affected": [2], "rows_affected_count": 1}
 
 
 def test_junit_report_fails_the_kind_that_was_found(run_cli: Run, recorded: Path, tmp_path: Path) -> None:
@@ -72,7 +74,7 @@ def test_junit_report_fails_the_kind_that_was_found(run_cli: Run, recorded: Path
     by_kind = [case for case in suite.iter("testcase") if case.get("classname") == "compute_budget.audit"]
     assert [case.get("name") for case in by_kind] == list(FINDING_KINDS)  # as released
     rows = [case.get("name") for case in suite.iter("testcase") if case.get("classname") == "compute_budget.audit.rows"]
-    assert rows == ["seq 3"]  # and one failing case per affected row (issue 22)
+    assert rows == ["row 3"]  # and one failing case per affected row (issue 22)
 
 
 def test_checkpoint_rotation(run_cli: Run, recorded: Path, tmp_path: Path) -> None:

@@ -36,6 +36,32 @@ ROW_KINDS = frozenset({
     FindingKind.UNSUPPORTED_POLICY_VERSION, FindingKind.MALFORMED_ROW,
 })
 MAX_LISTED_ROWS = 1000
+MAX_SUMMARY_ROWS = 100
+
+# What to do about each kind of finding, in one line (text, JSON `action`, JUnit message); docs/incident.md is the
+# runbook behind them.
+ACTIONS: dict[FindingKind, str] = {
+    FindingKind.BUDGET_ID_MISMATCH: "a hashed field of this row was edited: keep the evidence, then salvage the rows "
+    "before it into a new log (copy --through; docs/incident.md)",
+    FindingKind.REDERIVE_MISMATCH: "the stored decision or its gate was edited: keep the evidence, then salvage the "
+    "rows before it into a new log (copy --through; docs/incident.md)",
+    FindingKind.CHAIN_BREAK: "a row here was edited, inserted, deleted or reordered: keep the evidence, then salvage "
+    "the rows before it (copy --through; docs/incident.md)",
+    FindingKind.UNSUPPORTED_POLICY_VERSION: "a row of a policy this release does not know: audit with the release "
+    "that wrote it, or treat it as forged (docs/incident.md)",
+    FindingKind.MALFORMED_ROW: "the row cannot be read (a raw edit): inspect it with sqlite3 or psql, then salvage "
+    "the rows before it (docs/incident.md)",
+    FindingKind.CHECKPOINT_MISMATCH: "history changed under this checkpoint: look at the affected rows first; keep "
+    "the checkpoint as evidence (docs/incident.md)",
+    FindingKind.BAD_SIGNATURE: "a checkpoint's signature does not verify or is missing: check the key and the file; "
+    "never trust this entry (docs/incident.md)",
+    FindingKind.UNATTESTED_ROWS: "rows no trusted writer signed: review them (list --after-seq), then adopt them "
+    "(record --adopt-unsigned) or salvage before them",
+    FindingKind.SCHEMA_TAMPERED: "the guard was changed: run compute-budget migrate to restore it, then audit in full "
+    "against your last kept checkpoint",
+    FindingKind.UNWITNESSED_ROWS: "rows no witness cosigned in time: compute-budget witness submit, and find out why "
+    "the witnesses were not reached",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,12 +119,27 @@ class AuditReport:
         """The checkpoint of the head this audit reached, with the store's origin and the recomputed root."""
         return Checkpoint.from_head(self.head, origin=self.origin, root=self.root)
 
+    def cause_seq(self, finding: Finding) -> int | None:
+        """The affected row a finding follows from: a row finding's own seq; for a checkpoint finding, the first
+        affected row its tree covers; None when it follows from no row."""
+        rows = self.affected_rows
+        if finding.kind in ROW_KINDS:
+            return finding.seq
+        if finding.kind is FindingKind.CHECKPOINT_MISMATCH and finding.seq is not None:
+            return next((seq for seq in rows if seq <= finding.seq), None)
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON (spec section 7: `clean`, `rows_checked`, `findings`, and more)."""
+        rows = self.affected_rows
         return {
             "clean": self.clean,
             "rows_checked": self.rows_checked,
-            "findings": [finding.to_dict() for finding in self.findings],
+            "summary": {"rows_affected": list(rows[:MAX_SUMMARY_ROWS]), "rows_affected_count": len(rows)},
+            "findings": [
+                {**finding.to_dict(), "action": ACTIONS[finding.kind], "cause_seq": self.cause_seq(finding)}
+                for finding in self.findings
+            ],
             "findings_by_kind": self.findings_by_kind(),
             "database": self.database,
             "tool": {"name": TOOL_NAME, "version": self.tool_version},

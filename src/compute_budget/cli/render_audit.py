@@ -7,7 +7,7 @@ import base64
 import json
 from xml.etree import ElementTree
 
-from compute_budget.auditor.report import ROW_KINDS, TOOL_NAME, tool_version
+from compute_budget.auditor.report import ACTIONS, ROW_KINDS, TOOL_NAME, tool_version
 from compute_budget.auditor.scan import AuditReport, Finding, FindingKind
 from compute_budget.cli.render import escaped, shown
 
@@ -73,6 +73,7 @@ def render_text(report: AuditReport) -> str:
     for kind, count in report.findings_by_kind().items():
         lines.append(f"  {kind} ({count})")
         listed = [finding for finding in report.findings if finding.kind == kind][:MAX_TEXT_FINDINGS_PER_KIND]
+        lines.append(f"    what to do: {ACTIONS[FindingKind(kind)]}")
         lines.extend(f"    {_where(finding)}: {escaped(finding.detail)}" for finding in listed)
         if count > len(listed):
             lines.append(f"    ... and {count - len(listed)} more (use --format json for all)")
@@ -80,25 +81,26 @@ def render_text(report: AuditReport) -> str:
 
 
 def _first_screen(report: AuditReport) -> list[str]:
-    """Which rows, and what now: the lines an operator reads first on a red night."""
+    """Which rows, and what now: the lines an operator reads first on a red night (the first right after the
+    verdict is `N rows affected: seq a, b, …`)."""
     if report.clean:
         return []
     rows = report.affected_rows
     if not rows:
         kinds = ", ".join(report.findings_by_kind())
         return [
-            f"  rows affected none named by a row check ({kinds}): see each finding below",
-            "  what now      docs/incident.md says what each finding means and what to run",
+            f"0 rows affected: no row check failed ({kinds}); each finding below says what to do",
+            "  what now      docs/incident.md is the runbook",
         ]
-    named = ", ".join(f"seq {seq}" for seq in rows[:MAX_ROWS_NAMED])
-    more = f" and {len(rows) - MAX_ROWS_NAMED} more" if len(rows) > MAX_ROWS_NAMED else ""
+    named = ", ".join(str(seq) for seq in rows[:MAX_ROWS_NAMED])
+    more = ", …" if len(rows) > MAX_ROWS_NAMED else ""
     follows = len(report.findings) - sum(finding.kind in ROW_KINDS for finding in report.findings)
     consequence = f"; {follows} other finding(s) follow from them or stand beside them" if follows else ""
     return [
-        f"  rows affected {len(rows)} row(s): {named}{more}{consequence}",
-        f"  what now      the store is append-only: `compute-budget show` each row; to go on from the rows before "
-        f"seq {rows[0]}, salvage them into a new log with `compute-budget copy {escaped(report.database)} NEW "
-        f"--through {rows[0] - 1}` (docs/incident.md)",
+        f"{len(rows)} rows affected: seq {named}{more}{consequence}",
+        f"  what now      keep the evidence (copy the file and the reports); `compute-budget show` each row; to go "
+        f"on from the rows before seq {rows[0]}, salvage them into a new log with `compute-budget copy "
+        f"{escaped(report.database)} NEW --through {rows[0] - 1}` (docs/incident.md)",
     ]
 
 
@@ -118,8 +120,8 @@ def _not_run(report: AuditReport) -> dict[FindingKind, str]:
 
 def render_junit(report: AuditReport) -> str:
     """JUnit XML: one test case per kind of check, failing with every finding of that kind, skipped when the
-    check did not run; then one failing test case per affected row (`compute_budget.audit.rows`, named by its seq),
-    so a CI page names the rows themselves."""
+    check did not run; before them, one failing test case per affected row (`compute_budget.audit.rows`, named
+    `row <seq>`; the first 100, then one counting the rest), so a CI page names the rows themselves first."""
     skipped = _not_run(report)
     rows = report.affected_rows
     row_cases = min(len(rows), MAX_ROW_CASES) + (len(rows) > MAX_ROW_CASES)
@@ -151,21 +153,8 @@ def render_junit(report: AuditReport) -> str:
             ("tool", f"{TOOL_NAME} {report.tool_version}"),
         ],
     )
-    for kind in FindingKind:
-        case = ElementTree.SubElement(suite, "testcase", classname="compute_budget.audit", name=kind.value)
-        found = [finding for finding in report.findings if finding.kind is kind]
-        if kind in skipped and not found:
-            ElementTree.SubElement(case, "skipped", message=skipped[kind])
-        elif found:
-            failure = ElementTree.SubElement(
-                case,
-                "failure",
-                type=kind.value,
-                message=f"{len(found)} finding(s): {_where(found[0])}: {escaped(found[0].detail)}",
-            )
-            failure.text = "\n".join(f"{_where(finding)}: {escaped(finding.detail)}" for finding in found)
     for seq in rows[:MAX_ROW_CASES]:
-        case = ElementTree.SubElement(suite, "testcase", classname="compute_budget.audit.rows", name=f"seq {seq}")
+        case = ElementTree.SubElement(suite, "testcase", classname="compute_budget.audit.rows", name=f"row {seq}")
         found = [finding for finding in report.findings if finding.seq == seq and finding.kind in ROW_KINDS]
         said = [f"{finding.kind.value}: {escaped(finding.detail)}" for finding in found]
         failure = ElementTree.SubElement(
@@ -178,6 +167,20 @@ def render_junit(report: AuditReport) -> str:
         )
         ElementTree.SubElement(case, "failure", type="affected_rows",
                                message=f"rows from seq {rows[MAX_ROW_CASES]} on (use --format json for all)")
+    for kind in FindingKind:
+        case = ElementTree.SubElement(suite, "testcase", classname="compute_budget.audit", name=kind.value)
+        found = [finding for finding in report.findings if finding.kind is kind]
+        if kind in skipped and not found:
+            ElementTree.SubElement(case, "skipped", message=skipped[kind])
+        elif found:
+            failure = ElementTree.SubElement(
+                case,
+                "failure",
+                type=kind.value,
+                message=f"{len(found)} finding(s); what to do: {ACTIONS[kind]}; first: {_where(found[0])}: "
+                f"{escaped(found[0].detail)}",
+            )
+            failure.text = "\n".join(f"{_where(finding)}: {escaped(finding.detail)}" for finding in found)
     return _document(suite)
 
 
