@@ -161,9 +161,11 @@ def test_an_auditor_holding_exactly_the_printed_grants_audits_and_a_missing_one_
         from compute_budget.web.app import create_app
 
         with TestClient(create_app(auditor)) as workbench:  # serve: the Workbench reads as the auditor
-            for page in ("/", f"/decisions/{budget_id}", "/checkpoints", "/audit/run"):
+            for page in ("/", f"/decisions/{budget_id}", "/checkpoints"):
                 response = workbench.get(page, follow_redirects=True)
                 assert response.status_code == 200, (page, response.text[:300])
+            response = workbench.post("/audit/run", headers={"Sec-Fetch-Site": "same-origin"}, follow_redirects=True)
+            assert response.status_code == 200, response.text[:300]
         tamper(pg_url, "UPDATE compute_budget_decisions SET max_steps = 99 WHERE seq = 3")
         status, out, err = run_cli("audit", "--db", auditor)
         assert status == 1, err

@@ -417,11 +417,14 @@ def test_an_unreadable_row_is_shown_as_stored(client: TestClient, sqlite_store: 
     assert body["rederived"]["holds"] is False
 
 
+SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin"}
+
+
 # -- the audit -----------------------------------------------------------------------------------------------
 
 
 def run_audit(client: TestClient, **params: Any) -> dict[str, Any]:
-    response = client.get("/audit/run", params=params, follow_redirects=False)
+    response = client.post("/audit/run", data=params, headers=SAME_ORIGIN, follow_redirects=False)
     assert response.status_code == 303, response.text
     assert response.headers["location"] == "/audit"
     bench(client).audits.wait()
@@ -432,7 +435,7 @@ def test_an_audit_runs_on_demand_and_reports_clean(client: TestClient) -> None:
     """/audit/run starts the replay audit of the whole store; /audit shows it clean."""
     assert client.get("/api/audit").json() == {"audit": None}
     first = client.get("/audit").text
-    assert '<form class="filters" method="get" action="/audit/run"' in first
+    assert '<form class="filters" method="post" action="/audit/run"' in first
     audit = run_audit(client)
     assert audit["running"] is False
     assert audit["report"]["clean"] is True
@@ -480,7 +483,7 @@ def test_a_second_audit_while_one_runs_is_409(client: TestClient, monkeypatch: p
         return real_audit(*args, **kwargs)
 
     monkeypatch.setattr(audit_runner, "audit", slow_audit)
-    assert client.get("/audit/run", follow_redirects=False).status_code == 303
+    assert client.post("/audit/run", headers=SAME_ORIGIN, follow_redirects=False).status_code == 303
     assert started.wait(10)
     try:
         page = client.get("/audit")
@@ -488,10 +491,10 @@ def test_a_second_audit_while_one_runs_is_409(client: TestClient, monkeypatch: p
         assert '<progress max="100" value="30">' in page.text
         assert "3 of 10 rows (30%)" in page.text
         assert 'action="/audit/run"' not in page.text
-        second = client.get("/audit/run", follow_redirects=False)
+        second = client.post("/audit/run", headers=SAME_ORIGIN, follow_redirects=False)
         assert second.status_code == 409
         assert "an audit is already running" in second.text
-        api = client.get("/api/audit/run")
+        api = client.post("/api/audit/run", headers=SAME_ORIGIN)
         assert api.status_code == 409
         assert "an audit is already running" in api.json()["error"]
         assert client.get("/api/audit").json()["audit"]["running"] is True
@@ -499,7 +502,7 @@ def test_a_second_audit_while_one_runs_is_409(client: TestClient, monkeypatch: p
         release.set()
     bench(client).audits.wait()
     assert client.get("/api/audit").json()["audit"]["report"]["clean"] is True
-    assert client.get("/api/audit/run").status_code == 202
+    assert client.post("/api/audit/run", headers=SAME_ORIGIN).status_code == 202
 
 
 @pytest.mark.parametrize(
@@ -511,7 +514,7 @@ def test_a_second_audit_while_one_runs_is_409(client: TestClient, monkeypatch: p
     ],
 )
 def test_a_bad_audit_range_is_a_clear_400(client: TestClient, params: dict[str, Any], message: str) -> None:
-    response = client.get("/audit/run", params=params, follow_redirects=False)
+    response = client.post("/audit/run", data=params, headers=SAME_ORIGIN, follow_redirects=False)
     assert response.status_code == 400
     assert message in response.text
     assert client.get("/api/audit").json() == {"audit": None}
@@ -572,7 +575,7 @@ def test_the_checkpoints_page_without_keys_says_how_to_give_them(client: TestCli
 # -- read-only and safety -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", [*ROUTES, "/audit/run", "/api/audit/run", "/no/such/page"])
+@pytest.mark.parametrize("path", [*ROUTES, "/no/such/page"])
 def test_every_method_but_get_is_405(client: TestClient, path: str) -> None:
     """Nothing but GET (and HEAD) is answered, on every route, static files and unknown paths included."""
     url = path.format(budget_id=first_budget_id(client))
@@ -582,6 +585,24 @@ def test_every_method_but_get_is_405(client: TestClient, path: str) -> None:
         assert response.headers["allow"] == "GET, HEAD"
         assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
     assert client.get("/api/audit").json() == {"audit": None}  # /audit/run with POST started nothing
+
+
+@pytest.mark.parametrize("path", ["/audit/run", "/api/audit/run"])
+def test_starting_an_audit_is_a_same_origin_post_only(client: TestClient, path: str) -> None:
+    """Issue 22: the one POST the workbench answers. GET there is 405; a POST without `Sec-Fetch-Site:
+    same-origin` and without the served Origin is 403; any other method is 405; none starts an audit."""
+    response = client.get(path)
+    assert response.status_code == 405
+    assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    assert client.post(path).status_code == 403
+    assert client.post(path, headers={"Sec-Fetch-Site": "cross-site"}).status_code == 403
+    assert client.post(path, headers={"Origin": "http://evil.example"}).status_code == 403
+    for method in ("PUT", "PATCH", "DELETE"):
+        assert client.request(method, path).status_code == 405
+    assert client.get("/api/audit").json() == {"audit": None}
+    assert client.post(path, headers={"Origin": "http://testserver"}, follow_redirects=False).status_code in (
+        202, 303
+    )
 
 
 def test_head_is_answered_like_get(client: TestClient) -> None:
@@ -792,6 +813,11 @@ def test_serve_warns_when_not_on_localhost(run_cli: Callable[..., tuple[int, str
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(server, "serve", lambda db, **kwargs: calls.append({"db": db, **kwargs}))
     status, _, err = run_cli("serve", "--db", sqlite_store, "--host", "192.0.2.10", "--trusted-key", VERIFIER_KEY)
+    assert status == 2  # issue 22: a non-loopback bind names the Host it answers to
+    assert "--allow-host" in err
+    assert calls == []
+    status, _, err = run_cli("serve", "--db", sqlite_store, "--host", "192.0.2.10", "--trusted-key", VERIFIER_KEY,
+                             "--allow-host", "budgets.internal")
     assert status == 0
     assert "warning: serving on 192.0.2.10, not localhost: the workbench has no authentication" in err
     assert calls[0]["host"] == "192.0.2.10"

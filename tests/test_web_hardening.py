@@ -49,9 +49,11 @@ def store_db(tmp_path: Path) -> str:
     return db
 
 
-def _get(host: str, port: int, path: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+def _get(
+    host: str, port: int, path: str, headers: dict[str, str] | None = None, method: str = "GET"
+) -> tuple[int, str]:
     connection = http.client.HTTPConnection(host.strip("[]"), port, timeout=10)
-    connection.request("GET", path, headers=headers or {})
+    connection.request(method, path, headers=headers or {})
     response = connection.getresponse()
     answer = (response.status, response.read().decode())
     connection.close()
@@ -96,14 +98,16 @@ def test_silent_and_slow_connections_are_closed(store_db: str) -> None:
 
 
 def test_an_audit_is_not_started_from_another_site(store_db: str) -> None:
-    """A cross-site GET of /audit/run (an <img> on another page) is refused with 403 and starts nothing."""
+    """Starting an audit is a POST from the workbench's own page: a GET (an <img> on another page) is 405, a
+    cross-site POST (a form elsewhere) 403, and neither starts anything."""
     for port in _serve(store_db, "127.0.0.1"):
-        status, _ = _get("127.0.0.1", port, "/api/audit/run", {"Sec-Fetch-Site": "cross-site"})
+        assert _get("127.0.0.1", port, "/audit/run")[0] == 405
+        status, _ = _get("127.0.0.1", port, "/api/audit/run", {"Sec-Fetch-Site": "cross-site"}, "POST")
         assert status == 403
-        status, _ = _get("127.0.0.1", port, "/audit/run", {"Origin": "http://evil.example"})
+        status, _ = _get("127.0.0.1", port, "/audit/run", {"Origin": "http://evil.example"}, "POST")
         assert status == 403
         assert json.loads(_get("127.0.0.1", port, "/api/audit")[1])["audit"] is None
-        assert _get("127.0.0.1", port, "/api/audit/run", {"Sec-Fetch-Site": "same-origin"})[0] == 202
+        assert _get("127.0.0.1", port, "/api/audit/run", {"Sec-Fetch-Site": "same-origin"}, "POST")[0] == 202
 
 
 def test_hostile_rows_give_pages_not_500s(tmp_path: Path) -> None:
@@ -130,7 +134,9 @@ def test_hostile_rows_give_pages_not_500s(tmp_path: Path) -> None:
         listed = json.loads(_get("127.0.0.1", port, "/api/decisions")[1])
         assert listed["head_seq"] == 5
         assert sorted(str(row["seq"]) for row in listed["decisions"]) == ["1", "3", "4", "5", "two"]
-        assert _get("127.0.0.1", port, "/api/audit/run")[0] == 202
+        holds = {str(row["seq"]): row["holds"] for row in listed["decisions"]}
+        assert holds == {"1": True, "3": False, "4": True, "5": True, "two": False}  # 3 no longer links to 2
+        assert _get("127.0.0.1", port, "/api/audit/run", {"Sec-Fetch-Site": "same-origin"}, "POST")[0] == 202
         deadline = time.monotonic() + 20
         run = None
         while time.monotonic() < deadline:
@@ -212,7 +218,7 @@ def test_the_web_audit_names_the_affected_rows_first(tmp_path: Path) -> None:
         connection.execute("DROP TRIGGER compute_budget_decisions_no_update")
         connection.execute("UPDATE compute_budget_decisions SET max_steps = max_steps + 1 WHERE seq = 4")
     with TestClient(create_app(db, allowed_hosts=("testserver",))) as client:
-        assert client.get("/api/audit/run").status_code == 202
+        assert client.post("/api/audit/run", headers={"Sec-Fetch-Site": "same-origin"}).status_code == 202
         deadline = time.monotonic() + 20
         while json.loads(client.get("/api/audit").text)["audit"]["running"] and time.monotonic() < deadline:
             time.sleep(0.05)

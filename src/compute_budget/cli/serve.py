@@ -74,6 +74,12 @@ def serve_command(
 
     for item in trusted_keys:  # as the audit does: a FIFO, a device or garbage is one line now, not a page later
         verifier_key(item)
+    if not is_loopback(host) and not allow_hosts:
+        raise click.BadParameter(
+            f"serving on {host}, not a loopback address: name the Host the browsers use with --allow-host NAME "
+            "(the workbench answers no other)",
+            param_hint="--host",
+        )
     if not is_loopback(host):
         _say(
             f"warning: serving on {host}, not localhost: the workbench has no authentication, so anyone who can "

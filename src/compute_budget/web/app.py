@@ -10,13 +10,15 @@ gate data safe.
 from __future__ import annotations
 
 import contextlib
+import urllib.parse
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -50,6 +52,10 @@ SECURITY_HEADERS = {
 }
 
 
+# Starting an audit changes what the audit page shows: it is the one POST the workbench answers (issue 22).
+AUDIT_START_PATHS = ("/audit/run", "/api/audit/run")
+
+
 class Guard:
     """The outermost ASGI layer: GET and HEAD only, the Host check, and the security headers on everything."""
 
@@ -72,7 +78,8 @@ class Guard:
                     headers["cache-control"] = "no-store"
             await send(message)
 
-        if scope["method"] not in ("GET", "HEAD"):
+        starts_audit = scope["method"] == "POST" and scope.get("path") in AUDIT_START_PATHS
+        if scope["method"] not in ("GET", "HEAD") and not starts_audit:
             response: Response = PlainTextResponse(
                 "405 Method Not Allowed: the workbench is read-only and answers GET only\n",
                 status_code=405,
@@ -194,7 +201,7 @@ class Workbench:
             by_reason[reason] = by_reason.get(reason, 0) + count
         return JSONResponse(
             {
-                "decisions": [model.row_dict(raw) for raw in page.rows],
+                "decisions": _with_holds(page.rows, self.store),
                 "next_before_seq": page.next_before_seq,
                 "head_seq": head_seq,
                 "counts": {"status": by_status, "reason": by_reason},
@@ -206,7 +213,7 @@ class Workbench:
         rows, following = self.store.forward_page(query.where, limit=query.limit)
         return JSONResponse(
             {
-                "decisions": [model.row_dict(raw) for raw in rows],
+                "decisions": _with_holds(rows, self.store),
                 "next_after_seq": following,
                 "head_seq": self.store.head_seq(),
             }
@@ -262,12 +269,11 @@ class Workbench:
         run = self.audits.latest()
         return JSONResponse({"audit": None if run is None else run.to_dict()})
 
-    def _start_audit(self, request: Request) -> tuple[int, str | None]:
-        """Start an audit from the query's range: (HTTP status, message or None)."""
+    def _start_audit(self, request: Request, params: Mapping[str, str]) -> tuple[int, str | None]:
+        """Start an audit of the range in `params` (the form's fields): (HTTP status, message or None)."""
         refused = _cross_site(request)
         if refused is not None:
             return 403, refused
-        params = request.query_params
         head_seq = self.store.head_seq()
         try:
             after = model.int_param(params, "after_seq", low=0, high=2**63 - 1) or 0
@@ -287,15 +293,17 @@ class Workbench:
             return 409, "an audit is already running: wait for it to finish (its progress is on the audit page)"
         return 202, None
 
-    def audit_run(self, request: Request) -> Response:
-        status, message = self._start_audit(request)
+    async def audit_run(self, request: Request) -> Response:
+        """POST /audit/run: start an audit from the audit page's form, then show the audit page."""
+        status, message = await run_in_threadpool(self._start_audit, request, await _fields(request))
         if message is None:
             return RedirectResponse("/audit", status_code=303)
         title = "An audit is already running" if status == 409 else "Bad request"
         return self.render("error.html", status, nav="audit", title=title, message=message, back="/audit")
 
-    def api_audit_run(self, request: Request) -> Response:
-        status, message = self._start_audit(request)
+    async def api_audit_run(self, request: Request) -> Response:
+        """POST /api/audit/run: start an audit (fields in the query or a form body)."""
+        status, message = await run_in_threadpool(self._start_audit, request, await _fields(request))
         if message is not None:
             return JSONResponse({"error": message}, status_code=status)
         run = self.audits.latest()
@@ -328,19 +336,51 @@ class Workbench:
         return self.render("error.html", 404, nav=None, title="Not found", message=message)
 
 
+def _with_holds(rows: list[tuple[Any, ...]], store: BudgetStore) -> list[dict[str, Any]]:
+    """Rows as JSON, each with `holds` (the audit's check of it, live) and, when it does not, its `problems`."""
+    items = []
+    for raw, problems in zip(rows, model.row_problems(rows, store), strict=True):
+        item = model.row_dict(raw)
+        item["holds"] = not problems
+        if problems:
+            item["problems"] = list(problems)
+        items.append(item)
+    return items
+
+
+async def _fields(request: Request) -> dict[str, str]:
+    """The query's parameters and, for a form post, its fields (the form's win)."""
+    fields = dict(request.query_params)
+    if request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        body = bytearray()
+        async for chunk in request.stream():  # two numbers: a form larger than this is not the audit page's
+            body += chunk
+            if len(body) > MAX_FORM_BYTES:
+                return {"after_seq": "too long"}
+        try:
+            parsed = urllib.parse.parse_qsl(body.decode("utf-8", "replace"), max_num_fields=20)
+        except ValueError:
+            return {"after_seq": "too many fields"}
+        fields.update(dict(parsed))
+    return fields
+
+
+MAX_FORM_BYTES = 4096
+
+
 def _cross_site(request: Request) -> str | None:
-    """Why a request that starts an audit comes from another site, or None. Starting an audit replaces the verdict
-    shown, so a page elsewhere must not do it through the browser (an <img> pointing here, say): browsers say where
-    a request comes from in Sec-Fetch-Site, and in Origin for most others."""
+    """Why a request that starts an audit is refused as cross-site, or None. Starting an audit replaces the verdict
+    shown, so only the workbench's own page may do it: a browser's `Sec-Fetch-Site: same-origin`, or, without that
+    header (a script, curl), an `Origin` that is this workbench's own."""
     site = request.headers.get("sec-fetch-site")
-    if site is not None and site not in ("same-origin", "none"):
-        return f"refusing to start an audit from another site (Sec-Fetch-Site: {site[:20]}): open the audit page here"
-    origin = request.headers.get("origin")
-    if origin is not None and origin != "null":
-        host = origin.split("://", 1)[-1].lower()
-        if host != request.headers.get("host", "").lower():
-            return "refusing to start an audit from another site (its Origin is not this workbench)"
-    return None
+    if site is not None:
+        if site == "same-origin":
+            return None
+        return f"refusing to start an audit from another site (Sec-Fetch-Site: {site[:20]}): use the audit page here"
+    served = f"{request.url.scheme}://{request.headers.get('host', '')}".lower()
+    if request.headers.get("origin", "").lower() == served:
+        return None
+    return f"refusing to start an audit without Sec-Fetch-Site: same-origin or Origin: {served}"
 
 
 def _only_status_reason(where: DecisionFilter) -> DecisionFilter:
@@ -396,13 +436,13 @@ def create_app(
         get("/", bench.decisions, "decisions"),
         get("/decisions/{budget_id}", bench.decision, "decision"),
         get("/audit", bench.audit, "audit"),
-        get("/audit/run", bench.audit_run, "audit_run"),
+        Route("/audit/run", bench.audit_run, methods=["POST"], name="audit_run"),
         get("/checkpoints", bench.checkpoints, "checkpoints"),
         get("/api/decisions", bench.api_decisions, "api_decisions"),
         get("/charts/{which}.svg", bench.chart, "chart"),
         get("/api/decisions/{budget_id}", bench.api_decision, "api_decision"),
         get("/api/audit", bench.api_audit, "api_audit"),
-        get("/api/audit/run", bench.api_audit_run, "api_audit_run"),
+        Route("/api/audit/run", bench.api_audit_run, methods=["POST"], name="api_audit_run"),
         get("/api/checkpoints", bench.api_checkpoints, "api_checkpoints"),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]

@@ -180,25 +180,32 @@ class ListedRow:
 
 
 def checked(rows: list[tuple[Any, ...]], store: BudgetStore, query: Query) -> list[ListedRow]:
-    """The rows of a page as the table shows them, each checked as the audit does (re-derived, re-hashed and
-    linked to the row stored before it), so a changed row is marked where it is listed."""
+    """The rows of a page as the table shows them, each checked as the audit does (see `row_problems`), so a
+    changed row is marked where it is listed."""
+    return [
+        dataclasses.replace(listed(raw, query), problems=problems) if problems else listed(raw, query)
+        for raw, problems in zip(rows, row_problems(rows, store), strict=True)
+    ]
+
+
+def row_problems(rows: list[tuple[Any, ...]], store: BudgetStore) -> list[tuple[str, ...]]:
+    """For each raw row, the kinds of finding the audit's check finds in it (re-derived, re-hashed and linked to
+    the row stored before it): empty when it holds."""
     chain_by_seq = {raw[0]: raw[-1] for raw in rows if type(raw[0]) is int}
-    shown = []
+    found: list[tuple[str, ...]] = []
     for raw in rows:
-        row = listed(raw, query)
         seq = raw[0]
-        if type(seq) is int:
-            previous_chain = chain_by_seq.get(seq - 1)
-            if previous_chain is None and seq > 1:
-                link = store.link_at_seq(seq - 1)
-                previous_chain = link.chain_hash if link is not None else None
-            result = RangeResult()
-            check_row(raw, seq - 1, previous_chain if isinstance(previous_chain, str) else GENESIS_CHAIN_HASH, result)
-            kinds = tuple(dict.fromkeys(finding.kind.value for finding in result.findings))
-            if kinds:
-                row = dataclasses.replace(row, problems=kinds)
-        shown.append(row)
-    return shown
+        if type(seq) is not int:
+            found.append(("malformed_row",))
+            continue
+        previous_chain = chain_by_seq.get(seq - 1)
+        if previous_chain is None and seq > 1:
+            link = store.link_at_seq(seq - 1)
+            previous_chain = link.chain_hash if link is not None else None
+        result = RangeResult()
+        check_row(raw, seq - 1, previous_chain if isinstance(previous_chain, str) else GENESIS_CHAIN_HASH, result)
+        found.append(tuple(dict.fromkeys(finding.kind.value for finding in result.findings)))
+    return found
 
 
 def listed(raw: tuple[Any, ...], query: Query) -> ListedRow:
