@@ -105,9 +105,10 @@ def test_skip_conflicts_records_every_other_gate(store_target: str) -> None:
         text = ("\n".join(lines) + "\n").encode()
         batch = store.record_many(read_gates(text.splitlines(keepends=True)), on_conflict="skip", results=True)
         assert batch.conflicts == (
-            SkippedConflict(2, decide(make_gate()).budget_id, 3, ("residual_ids",)),
-            SkippedConflict(4, decide(make_gate(decision_id="twice")).budget_id, 5, ("candidate_organ",)),
-        )
+            SkippedConflict(2, decide(make_gate()).budget_id, 3, ("residual_ids",), changed),
+            SkippedConflict(4, decide(make_gate(decision_id="twice")).budget_id, 5, ("candidate_organ",),
+                            twice_changed),
+        )  # each with the gate as given (what `record --rejects FILE` writes)
         assert (batch.new, batch.present) == (4, 0)
         assert [result.index for result in batch.results] == [0, 1, 3, 5]
         assert store.count() == 5
