@@ -284,3 +284,27 @@ def test_record_rejects_file_keeps_the_skipped_gates(run_cli: Run, tmp_path: Pat
     assert [json.loads(line) for line in rejects.read_text().splitlines()] == [json.loads(other_malformed)]
     assert run_cli("record", str(second), "--db", str(db), "--rejects", str(rejects))[0] == 2
     assert run_cli("record", str(second), "--db", str(db), "--on-conflict", "skip", "--rejects", str(second))[0] == 2
+
+
+def test_a_consistent_rewrite_is_bounded_by_the_checkpoints_it_no_longer_matches(run_cli: Run, tmp_path: Path) -> None:
+    """Issue 22: when every row re-derives and links (row 7 replaced, every later chain hash recomputed), no row
+    can be named; the report says between which stored checkpoints the rewrite lies, and what to do."""
+    from compute_budget import BudgetStore, audit
+    from compute_budget.core.log.note import SignerKey
+    from tests.sealing import rewrite_consistently
+
+    db = tmp_path / "store.db"
+    key = SignerKey.from_seed("writer", bytes(32))
+    with BudgetStore.open(str(db), signing_key=key, writer_state=str(tmp_path / "state")) as store:
+        for night in range(4):  # signed checkpoints at 4, 8, 12 and 16
+            store.record_many(gate_lines(4, prefix=f"night{night}"))
+    rewrite_consistently(db, 7)
+    report = audit(str(db))
+    assert report.affected_rows == ()
+    assert report.rewritten_between == (5, 8)
+    assert report.to_dict()["rewritten_between"] == [5, 8]
+    status, out, _ = run_cli("audit", "--db", str(db))
+    assert status == 1
+    assert out.splitlines()[1].startswith("0 rows affected: every row re-derives and links")
+    assert "seq 5..8" in out.splitlines()[1]
+    assert "--through 4" in out.splitlines()[2]

@@ -91,6 +91,8 @@ class AuditReport:
     witnessed_size: int | None = None  # rows covered by the newest checkpoint K witnesses cosigned (witness keys given)
     witness_keys: tuple[str, ...] = ()  # the witness verifier keys given
     escalated: bool = False  # the --since checkpoint did not hold, so every row was checked
+    # With no row to name, the seqs (first, last) a consistent rewrite lies in, bounded by stored checkpoints.
+    rewritten_between: tuple[int, int] | None = None
 
     @property
     def affected_rows(self) -> tuple[int, ...]:
@@ -136,6 +138,7 @@ class AuditReport:
             "clean": self.clean,
             "rows_checked": self.rows_checked,
             "summary": {"rows_affected": list(rows[:MAX_SUMMARY_ROWS]), "rows_affected_count": len(rows)},
+            "rewritten_between": list(self.rewritten_between) if self.rewritten_between else None,
             "findings": [
                 {**finding.to_dict(), "action": ACTIONS[finding.kind], "cause_seq": self.cause_seq(finding)}
                 for finding in self.findings

@@ -42,6 +42,7 @@ from compute_budget.core.verify import Finding, FindingKind, RangeResult, check_
 from compute_budget.errors import (
     ArgumentTypeError,
     CheckpointError,
+    ComputeBudgetError,
     MerkleError,
     NoHistory,
     NoteError,
@@ -116,7 +117,7 @@ process gets at least `AUTO_ROWS_PER_JOB` rows to check, else one. The report's 
         witness_quorum=witness_quorum, max_witness_age=max_witness_age, witnessed_checkpoints=witnessed_checkpoints,
     )
     if report.since is None or through is not None or not _since_broken(report):
-        return report
+        return _with_rewritten_range(target, report)
     # The rows before --since were trusted, and the checkpoint says they changed: check every row, so the report
     # names the rows themselves, not only the checkpoint they no longer match.
     given = [report.checkpoint] if report.checkpoint is not None else []
@@ -126,10 +127,32 @@ process gets at least `AUTO_ROWS_PER_JOB` rows to check, else one. The report's 
         witness_quorum=witness_quorum, max_witness_age=max_witness_age,
         witnessed_checkpoints=[*given, *witnessed_checkpoints],
     )
-    return dataclasses.replace(
+    return _with_rewritten_range(target, dataclasses.replace(
         full, checkpoint=report.checkpoint, since=report.since, escalated=True,
         elapsed_seconds=report.elapsed_seconds + full.elapsed_seconds, started_at=report.started_at,
-    )
+    ))
+
+
+def _with_rewritten_range(target: str | os.PathLike[str] | None, report: AuditReport) -> AuditReport:
+    """A history rewritten consistently (every row re-derives and links) cannot be named by rows; the checkpoints
+    it no longer matches can bound it: the first rewritten row lies after the newest stored checkpoint below the
+    smallest mismatched size, and at or before that size."""
+    if report.affected_rows:
+        return report
+    mismatched = [
+        finding.seq for finding in report.findings
+        if finding.kind is FindingKind.CHECKPOINT_MISMATCH and finding.seq is not None and finding.seq > 0
+    ]
+    if not mismatched:
+        return report
+    upper = min(mismatched)
+    try:
+        with BudgetStore.open(target, readonly=True) as store, store.snapshot() as snapshot:
+            below = snapshot.newest_covering(1, upper - 1) if upper > 1 else None
+    except ComputeBudgetError:
+        return report
+    lower = below.tree_size if below is not None else 0
+    return dataclasses.replace(report, rewritten_between=(lower + 1, upper))
 
 
 def _since_broken(report: AuditReport) -> bool:

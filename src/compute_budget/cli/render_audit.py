@@ -86,6 +86,16 @@ def _first_screen(report: AuditReport) -> list[str]:
     if report.clean:
         return []
     rows = report.affected_rows
+    if not rows and report.rewritten_between is not None:
+        first, last = report.rewritten_between
+        return [
+            f"0 rows affected: every row re-derives and links, so no row can be named; history was rewritten "
+            f"consistently from a row in seq {first}..{last} on (the stored checkpoints below seq {first} still "
+            f"hold, the one at {last} does not)",
+            f"  what now      keep the evidence; compare the rows {first}..{last} with a backup or a kept copy; "
+            f"salvage the rows before seq {first} (`compute-budget copy {escaped(report.database)} NEW --through "
+            f"{first - 1}`; docs/incident.md)",
+        ]
     if not rows:
         kinds = ", ".join(report.findings_by_kind())
         return [
