@@ -226,3 +226,31 @@ def test_the_web_audit_names_the_affected_rows_first(tmp_path: Path) -> None:
         assert "Rows affected: 1\\n    (seq 4)" in page or "Rows affected: 1" in page
         assert page.index("Rows affected") < page.index("rederive_mismatch")
         assert "--through 3" in page
+
+
+def test_the_checkpoints_page_checks_roots_once_the_server_audited(tmp_path: Path) -> None:
+    """Without an audit report: each stored checkpoint's root is 'not checked since the server started' until the
+    server's own audit from seq 0 ran; then it says yes, or NO for a root the rows no longer give."""
+    from starlette.testclient import TestClient
+
+    from compute_budget.core.log.note import SignerKey
+
+    db = str(tmp_path / "roots.db")
+    key = SignerKey.from_seed("writer", bytes(32))
+    with BudgetStore.open(db, signing_key=key, writer_state=str(tmp_path / "state")) as store:
+        store.record_many(gate_lines(2))
+        store.record_many(gate_lines(2, prefix="later"))
+    with sqlite3.connect(db) as connection:
+        connection.execute("DROP TRIGGER compute_budget_decisions_no_update")
+        connection.execute("UPDATE compute_budget_decisions SET max_steps = max_steps + 1 WHERE seq = 3")
+    with TestClient(create_app(db, trusted_keys=[key.verifier().format()], allowed_hosts=("testserver",))) as client:
+        before = client.get("/api/checkpoints").json()["signed_checkpoints"]["items"]
+        assert {item["root_check"].split(":")[0] for item in before} == {"not checked since the server started"}
+        assert client.post("/api/audit/run", headers={"Sec-Fetch-Site": "same-origin"}).status_code == 202
+        deadline = time.monotonic() + 20
+        while client.get("/api/audit").json()["audit"]["running"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        after = {item["tree_size"]: item["root_check"] for item in
+                 client.get("/api/checkpoints").json()["signed_checkpoints"]["items"]}
+        assert after[2].startswith("yes (audit #1")
+        assert after[4].startswith("NO (audit #1")

@@ -312,11 +312,22 @@ class Workbench:
     # -- checkpoints ---------------------------------------------------------------------------------------
 
     def checkpoints(self, request: Request) -> Response:
-        found = model.checkpoints(self.store, self.trusted_keys, self.audit_report)
+        found = model.checkpoints(self.store, self.trusted_keys, self.audit_report, self._checked())
         return self.render("checkpoints.html", nav="checkpoints", c=found)
 
+    def _checked(self) -> tuple[int, frozenset[int], str] | None:
+        """What the last finished audit of this server from seq 0 says about the stored checkpoints it covered."""
+        run = self.audits.latest()
+        if run is None or not run.finished or run.report is None or run.after_seq != 0:
+            return None
+        bad = frozenset(
+            finding.seq for finding in run.report.findings
+            if finding.kind.value == "checkpoint_mismatch" and finding.seq is not None
+        )
+        return run.through_seq, bad, f"audit #{run.number} of seq 1..{run.through_seq}"
+
     def api_checkpoints(self, request: Request) -> Response:
-        found = model.checkpoints(self.store, self.trusted_keys, self.audit_report)
+        found = model.checkpoints(self.store, self.trusted_keys, self.audit_report, self._checked())
         return JSONResponse(
             {
                 "head": found.head.to_dict() if found.head is not None else None,

@@ -587,10 +587,16 @@ class Checkpoints:
     head_problem: str | None = None
 
 
-def checkpoints(store: BudgetStore, keys: Sequence[str], audit_report: str | None = None) -> Checkpoints:
+def checkpoints(
+    store: BudgetStore,
+    keys: Sequence[str],
+    audit_report: str | None = None,
+    checked: tuple[int, frozenset[int], str] | None = None,
+) -> Checkpoints:
     """The checkpoints page's content (a head that cannot be read is said, not a failed page). With the last
     audit's report, a checkpoint whose size it found mismatched says so beside its signature: a valid signature
-    says who signed, not that the rows still match."""
+    says who signed, not that the rows still match. `checked`: (through seq, mismatched sizes, which audit) of the
+    last audit this server ran from seq 0, which says for each checkpoint it covered whether its root matches."""
     mismatched = _mismatched_sizes(audit_report)
     from compute_budget.errors import StoreDamaged
 
@@ -599,7 +605,7 @@ def checkpoints(store: BudgetStore, keys: Sequence[str], audit_report: str | Non
     except StoreDamaged as error:
         return Checkpoints(
             None, None, "", [trusted_key(key) for key in keys],
-            SignedCheckpoints(store.signed_checkpoint_table(), _signed_items(store, keys, mismatched)),
+            SignedCheckpoints(store.signed_checkpoint_table(), _signed_items(store, keys, mismatched, checked)),
             head_problem=str(error),
         )
     return Checkpoints(
@@ -607,7 +613,7 @@ def checkpoints(store: BudgetStore, keys: Sequence[str], audit_report: str | Non
         head_href=detail_href(head.budget_id) if head.budget_id else None,
         document=json.dumps(head.to_dict(), indent=2),
         trusted_keys=[trusted_key(key) for key in keys],
-        signed=SignedCheckpoints(store.signed_checkpoint_table(), _signed_items(store, keys, mismatched)),
+        signed=SignedCheckpoints(store.signed_checkpoint_table(), _signed_items(store, keys, mismatched, checked)),
     )
 
 
@@ -627,8 +633,19 @@ def _mismatched_sizes(audit_report: str | None) -> frozenset[int]:
     )
 
 
+def _root_check(tree_size: int, checked: tuple[int, frozenset[int], str] | None) -> str:
+    """Whether a stored checkpoint's root matches the rows, as far as an audit this server ran knows."""
+    if checked is None or tree_size > checked[0]:
+        return "not checked since the server started: run the audit (from seq 0) to check it"
+    _, bad, which = checked
+    return f"NO ({which}): the rows no longer give this root" if tree_size in bad else f"yes ({which})"
+
+
 def _signed_items(
-    store: BudgetStore, keys: Sequence[str], mismatched: frozenset[int] = frozenset()
+    store: BudgetStore,
+    keys: Sequence[str],
+    mismatched: frozenset[int] = frozenset(),
+    checked: tuple[int, frozenset[int], str] | None = None,
 ) -> list[dict[str, Any]]:
     """The newest signed checkpoints, each with its root, its signers, and whether a trusted key verifies it."""
     from compute_budget.core.log.note import VerifierKey, parse_note, verify_note
@@ -645,7 +662,7 @@ def _signed_items(
     items: list[dict[str, Any]] = []
     for _, tree_size, note in store.newest_signed_checkpoints():
         if tree_size is None or note is None:
-            items.append({"tree_size": "?", "root": "", "signers": [],
+            items.append({"tree_size": "?", "root": "", "signers": [], "root_check": "unreadable",
                           "trusted": "unreadable: a value is not of its column's type (run `compute-budget audit`)"})
             continue
         try:
@@ -653,7 +670,8 @@ def _signed_items(
             _, signatures = parse_note(note)
             outcome = verify_note(note, verifiers) if verifiers else None
         except (NoteError, ValueError) as error:
-            items.append({"tree_size": tree_size, "root": "", "signers": [], "trusted": f"unreadable: {error}"})
+            items.append({"tree_size": tree_size, "root": "", "signers": [], "trusted": f"unreadable: {error}",
+                          "root_check": "unreadable"})
             continue
         if outcome is None:
             trusted = "no key given"
@@ -672,6 +690,7 @@ def _signed_items(
                 "root": root,
                 "signers": [f"{signature.name}+{signature.key_hash:08x}" for signature in signatures],
                 "trusted": trusted,
+                "root_check": _root_check(tree_size, checked),
             }
         )
     return items
