@@ -42,7 +42,8 @@ def test_three_nights_with_seq_50_edited_between_them(run_cli: Run, tmp_path: Pa
                              "--report", f"junit:{junit}", "--report", f"json:{tmp_path / 'night3.json'}")
     assert status == 1
     lines = out.splitlines()
-    assert lines[1].startswith("1 rows affected: seq 50;")  # the first line after the verdict
+    assert lines[1].startswith("1 rows affected: seq 50;")  # the first line after the verdict: which rows,
+    assert "changed since the --since checkpoint (seq 150) was taken" in lines[1]  # since when,
     assert lines[2].startswith("  what now ")
     assert "--through 49" in lines[2]
     assert "did not hold, so every row was checked" in out

@@ -106,8 +106,11 @@ def _first_screen(report: AuditReport) -> list[str]:
     more = ", …" if len(rows) > MAX_ROWS_NAMED else ""
     follows = len(report.findings) - sum(finding.kind in ROW_KINDS for finding in report.findings)
     consequence = f"; {follows} other finding(s) follow from them or stand beside them" if follows else ""
+    since = ""
+    if report.escalated and report.since is not None:
+        since = f"; changed since the --since checkpoint (seq {report.since.seq}) was taken, which no longer holds"
     return [
-        f"{len(rows)} rows affected: seq {named}{more}{consequence}",
+        f"{len(rows)} rows affected: seq {named}{more}{since}{consequence}",
         f"  what now      keep the evidence (copy the file and the reports); `compute-budget show` each row; to go "
         f"on from the rows before seq {rows[0]}, salvage them into a new log with `compute-budget copy "
         f"{escaped(report.database)} NEW --through {rows[0] - 1}` (docs/incident.md)",
