@@ -12,6 +12,10 @@ In one run, SQLite, a store of a few hundred rows, after a warm-up:
 Prints both, and the ratios of the medians. Goals: one `record()` within 6x of the floor, a signed one within 10x.
 With ``--pg URL`` the same against a PostgreSQL database (its floor: the same one-row transaction through psycopg).
 
+Part 2: the command line's start. `compute-budget --version`, `--help` and `decide` of one gate, each run as a
+fresh process `--starts` times, against a bare interpreter (`python -c pass`): medians and ratios. Goal: within
+8x of the bare interpreter.
+
 Run: ``python benchmarks/bench_pace.py`` (500 records each way), ``--count 100`` for a smoke run.
 """
 
@@ -21,6 +25,8 @@ import argparse
 import shutil
 import sqlite3
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -88,6 +94,19 @@ def run_floor(folder: Path, rows: list[tuple[Any, ...]]) -> list[float]:
     return times
 
 
+def start_times(argv: list[str], stdin: bytes, starts: int) -> list[float]:
+    """Seconds for each of `starts` fresh processes of `argv` to run to their exit."""
+    times = []
+    for _ in range(starts):
+        began = time.perf_counter()
+        subprocess.run(argv, input=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        times.append(time.perf_counter() - began)
+    return times
+
+
+GOAL_START = 8.0
+
+
 def summary(times: list[float]) -> tuple[float, float]:
     """(median, p99) in milliseconds."""
     ordered = sorted(times)
@@ -97,6 +116,7 @@ def summary(times: list[float]) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--count", type=int, default=500, help="records measured each way (default 500)")
+    parser.add_argument("--starts", type=int, default=30, help="process starts per command (default 30)")
     arguments = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-pace-"))
     try:
@@ -115,6 +135,18 @@ def main() -> None:
         ratio = median / floor_median
         print(f"{label:28} {median:10.3f} {p99:10.3f} {ratio:8.1f}  goal <= {goal:.0f}x: "
               f"{'met' if ratio <= goal else 'NOT met'}")
+    one_gate = b'{"decision_id": "a", "status": "eligible"}\n'
+    bare = statistics.median(start_times([sys.executable, "-c", "pass"], b"", arguments.starts)) * 1000
+    print(f"\ncommand line start, {arguments.starts} fresh processes each (medians)")
+    print(f"{'python -c pass':28} {bare:10.1f} ms")
+    for label, extra, stdin in (("compute-budget --version", ["--version"], b""),
+                                ("compute-budget --help", ["--help"], b""),
+                                ("compute-budget decide (1)", ["decide"], one_gate)):
+        median = statistics.median(start_times([sys.executable, "-m", "compute_budget", *extra], stdin,
+                                               arguments.starts)) * 1000
+        ratio = median / bare
+        print(f"{label:28} {median:10.1f} ms {ratio:6.1f}x  goal <= {GOAL_START:.0f}x: "
+              f"{'met' if ratio <= GOAL_START else 'NOT met'}")
 
 
 if __name__ == "__main__":

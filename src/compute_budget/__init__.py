@@ -1,32 +1,13 @@
 """compute-budget: deterministic compute-budget decisions and their append-only, hash-chained audit store.
 
 The core (`decide`, `compute_budget_id`, `admit`) is pure: no I/O, clock, randomness or environment.
-The store and the auditor are imported lazily, so importing the core never loads SQLAlchemy.
+Every public name loads its module on first use, so importing the package loads only the error types.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from compute_budget.core.canonical import canonical_json
-from compute_budget.core.policy.admission import admit
-from compute_budget.core.policy.hashing import budget_payload, compute_budget_id
-from compute_budget.core.policy.parse import decide_json, parse_gate_json
-from compute_budget.core.policy.rules import (
-    COMPUTE_BUDGET_POLICY_VERSION,
-    POLICIES,
-    BudgetPolicy,
-    Limits,
-    decide,
-    policy_for,
-)
-from compute_budget.core.policy.types import (
-    ComputeBudgetDecision,
-    ComputeBudgetStatus,
-    SearchGateDecision,
-    SearchGateStatus,
-    SourceSpan,
-)
 from compute_budget.errors import (
     AuditError,
     BudgetRefused,
@@ -59,9 +40,28 @@ if TYPE_CHECKING:  # what the lazy names below really are, for a client's type c
     from compute_budget.auditor.proofs import prove, prove_consistency
     from compute_budget.auditor.report import AuditReport
     from compute_budget.auditor.scan import audit
+    from compute_budget.core.canonical import canonical_json
     from compute_budget.core.log.checkpoint import Checkpoint
     from compute_budget.core.log.head import ChainHead
     from compute_budget.core.log.note import SignerKey, VerifierKey
+    from compute_budget.core.policy.admission import admit
+    from compute_budget.core.policy.hashing import budget_payload, compute_budget_id
+    from compute_budget.core.policy.parse import decide_json, parse_gate_json
+    from compute_budget.core.policy.rules import (
+        COMPUTE_BUDGET_POLICY_VERSION,
+        POLICIES,
+        BudgetPolicy,
+        Limits,
+        decide,
+        policy_for,
+    )
+    from compute_budget.core.policy.types import (
+        ComputeBudgetDecision,
+        ComputeBudgetStatus,
+        SearchGateDecision,
+        SearchGateStatus,
+        SourceSpan,
+    )
     from compute_budget.core.proof import (
         ConsistencyProof,
         ProofBundle,
@@ -148,6 +148,24 @@ __all__ = [
 ]
 
 _LAZY = {
+    # The policy loads on first use too: `compute-budget --help` and `--version` need none of it (issue 23).
+    "canonical_json": "compute_budget.core.canonical",
+    "admit": "compute_budget.core.policy.admission",
+    "budget_payload": "compute_budget.core.policy.hashing",
+    "compute_budget_id": "compute_budget.core.policy.hashing",
+    "decide_json": "compute_budget.core.policy.parse",
+    "parse_gate_json": "compute_budget.core.policy.parse",
+    "COMPUTE_BUDGET_POLICY_VERSION": "compute_budget.core.policy.rules",
+    "POLICIES": "compute_budget.core.policy.rules",
+    "BudgetPolicy": "compute_budget.core.policy.rules",
+    "Limits": "compute_budget.core.policy.rules",
+    "decide": "compute_budget.core.policy.rules",
+    "policy_for": "compute_budget.core.policy.rules",
+    "ComputeBudgetDecision": "compute_budget.core.policy.types",
+    "ComputeBudgetStatus": "compute_budget.core.policy.types",
+    "SearchGateDecision": "compute_budget.core.policy.types",
+    "SearchGateStatus": "compute_budget.core.policy.types",
+    "SourceSpan": "compute_budget.core.policy.types",
     "BudgetStore": "compute_budget.store",
     "RecordResult": "compute_budget.store",
     "BatchResult": "compute_budget.store",
@@ -175,7 +193,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    """Load the store and auditor on first use, keeping `import compute_budget` free of SQLAlchemy."""
+    """Load a public name's module on first use: `import compute_budget` loads only the errors."""
     module_name = _LAZY.get(name)
     if module_name is None:
         raise AttributeError(f"module 'compute_budget' has no attribute {name!r}")
