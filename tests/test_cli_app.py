@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,15 @@ def test_the_status_choices_are_the_policy_statuses() -> None:
     from compute_budget.core.policy.types import ComputeBudgetStatus
 
     assert tuple(status.value for status in ComputeBudgetStatus) == STATUSES
+
+
+def test_the_version_printed_is_the_installed_packages(run_cli: Callable[..., tuple[int, str, str]]) -> None:
+    """`--version` prints `_version.__version__` without reading package metadata (issue 23), and that is the
+    version the installed package's metadata names (pyproject.toml reads it from the same file)."""
+    import importlib.metadata
+
+    from compute_budget._version import __version__
+
+    assert importlib.metadata.version("compute-budget") == __version__
+    status, out, _ = run_cli("--version")
+    assert (status, out) == (0, f"compute-budget, version {__version__}\n")
