@@ -110,11 +110,19 @@ def test_the_store_facade_stays_thin() -> None:
     assert long_methods == []
 
 
+LAZY_COMMAND_MODULES = ("compute_budget.cli.seal", "compute_budget.cli.serve", "compute_budget.cli.witness")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["decide"]])
-def test_the_quick_commands_load_no_database_code(argv: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("argv", "lazy"),
+    [(["--version"], True), (["--help"], False), (["decide"], True)],
+)
+def test_the_quick_commands_load_no_database_code(argv: list[str], lazy: bool) -> None:
     """Issue 23: `--version`, `--help` and `decide` import neither SQLAlchemy, Alembic, Rich nor the store, the
-    auditor or the log's crypto: other commands import what they use when they use it."""
+    auditor or the log's crypto: other commands import what they use when they use it. `--version` and `decide`
+    do not even load the modules of the seal's, the Workbench's and the witness's commands (`--help` lists
+    them)."""
     code = (
         "import runpy, sys\n"
         f"sys.argv = ['compute-budget', *{argv!r}]\n"
@@ -124,6 +132,7 @@ def test_the_quick_commands_load_no_database_code(argv: list[str]) -> None:
         "    pass\n"
         "heavy = ('sqlalchemy', 'alembic', 'rich', 'psycopg', 'cryptography', 'compute_budget.store',\n"
         "         'compute_budget.auditor', 'compute_budget.web', 'compute_budget.witness')\n"
+        f"heavy += {LAZY_COMMAND_MODULES if lazy else ()!r}\n"
         "loaded = sorted({name for name in sys.modules for prefix in heavy\n"
         "                 if name == prefix or name.startswith(prefix + '.')})\n"
         "print(loaded, file=sys.stderr)\n"

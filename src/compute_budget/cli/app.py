@@ -52,8 +52,34 @@ class CannotRun(click.ClickException):
         say(f"error: {self.format_message()}")
 
 
+# Subcommands that live in modules of their own, loaded when asked for: `decide` and `record` start without them
+# (issue 23). Each module registers its commands on the group as it loads.
+LAZY_COMMANDS = {
+    "keygen": "compute_budget.cli.seal",
+    "verifier-key": "compute_budget.cli.seal",
+    "prove": "compute_budget.cli.seal",
+    "verify-proof": "compute_budget.cli.seal",
+    "consistency": "compute_budget.cli.seal",
+    "serve": "compute_budget.cli.serve",
+    "witness": "compute_budget.cli.witness",
+}
+
+
 class BudgetGroup(click.Group):
-    """A group whose commands fail with one line and a documented exit status, never a traceback."""
+    """A group whose commands fail with one line and a documented exit status, never a traceback; the commands of
+    `LAZY_COMMANDS` load when named (or listed by --help)."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command `cmd_name`, loading its module first when it is one of `LAZY_COMMANDS`."""
+        if cmd_name not in self.commands and cmd_name in LAZY_COMMANDS:
+            import importlib
+
+            importlib.import_module(LAZY_COMMANDS[cmd_name])
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command's name, the lazy ones included, sorted."""
+        return sorted({*self.commands, *LAZY_COMMANDS})
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; turn our errors and I/O trouble into `CannotRun`, a closed pipe into exit 0."""

@@ -984,11 +984,3 @@ def main() -> None:
     """Console-script entry point."""
     cli.main(prog_name=PROG)
 
-
-from compute_budget.cli.serve import serve_command  # noqa: E402  (the workbench command lives in its own module)
-
-cli.add_command(serve_command)
-
-from compute_budget.cli.witness import witness_group  # noqa: E402  (the witness commands live in their own module)
-
-cli.add_command(witness_group)

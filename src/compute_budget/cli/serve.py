@@ -90,3 +90,12 @@ def serve_command(
               say=_say)
     _say("workbench stopped")
     return 0
+
+
+def _register() -> None:
+    from compute_budget.cli.commands import cli  # loaded first: this module is one of the group's lazy commands
+
+    cli.add_command(serve_command)
+
+
+_register()

@@ -139,3 +139,12 @@ def witness_submit_command(db: str | None, witnesses: tuple[str, ...], witness_t
             _say(item.warning)
     if any(item.warning is not None for item in submitted):
         click.get_current_context().exit(1)
+
+
+def _register() -> None:
+    from compute_budget.cli.commands import cli  # loaded first: this module is one of the group's lazy commands
+
+    cli.add_command(witness_group)
+
+
+_register()
