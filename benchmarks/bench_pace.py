@@ -107,6 +107,63 @@ def start_times(argv: list[str], stdin: bytes, starts: int) -> list[float]:
 GOAL_START = 8.0
 
 
+def run_project_pg(url: str, count: int) -> tuple[list[float], list[tuple[Any, ...]]]:
+    """`record()` one gate at a time into the PostgreSQL database at `url` (emptied of this release's tables
+    first), and the rows stored."""
+    _drop_tables(url)
+    times = []
+    with BudgetStore.open(url) as store:
+        for index in range(WARM_UP + count):
+            began = time.perf_counter()
+            store.record(gate(index))
+            if index >= WARM_UP:
+                times.append(time.perf_counter() - began)
+        rows = list(store.iter_raw_rows())
+    return times, rows
+
+
+def run_floor_pg(url: str, rows: list[tuple[Any, ...]]) -> list[float]:
+    """The same rows through psycopg, one transaction each (the append lock, the head, the INSERT, COMMIT), into
+    the same table with the same triggers (a fresh store of this release)."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    from compute_budget.store.statements import APPEND_LOCK_KEY
+
+    _drop_tables(url)
+    with BudgetStore.open(url):
+        pass  # the schema and the guard, as this release creates them
+    parts = make_url(url)
+    dsn = f"host={parts.host} port={parts.port} user={parts.username} password={parts.password} dbname={parts.database}"
+    insert = (f"INSERT INTO compute_budget_decisions ({', '.join(ROW_COLUMNS)}) "
+              f"VALUES ({', '.join('%s' for _ in ROW_COLUMNS)})")
+    head = "SELECT seq, chain_hash, budget_id FROM compute_budget_decisions ORDER BY seq DESC LIMIT 1"
+    times = []
+    with psycopg.connect(dsn) as connection:
+        for index, row in enumerate(rows):
+            began = time.perf_counter()
+            with connection.transaction():
+                connection.execute(f"SELECT pg_advisory_xact_lock({APPEND_LOCK_KEY})")
+                connection.execute(head).fetchone()
+                connection.execute(insert, row)
+            if index >= WARM_UP:
+                times.append(time.perf_counter() - began)
+    _drop_tables(url)
+    return times
+
+
+def _drop_tables(url: str) -> None:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        for table in ("compute_budget_cosignatures", "compute_budget_witness_sizes", "compute_budget_provenance",
+                      "compute_budget_checkpoints", "compute_budget_tree_nodes", "compute_budget_origin",
+                      "compute_budget_decisions", "alembic_version"):
+            connection.execute(text(f"DROP TABLE IF EXISTS {table} CASCADE"))
+    engine.dispose()
+
+
 def summary(times: list[float]) -> tuple[float, float]:
     """(median, p99) in milliseconds."""
     ordered = sorted(times)
@@ -117,6 +174,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--count", type=int, default=500, help="records measured each way (default 500)")
     parser.add_argument("--starts", type=int, default=30, help="process starts per command (default 30)")
+    parser.add_argument("--pg", metavar="URL", help="also measure a PostgreSQL database (its tables are dropped!)")
     arguments = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-pace-"))
     try:
@@ -135,6 +193,13 @@ def main() -> None:
         ratio = median / floor_median
         print(f"{label:28} {median:10.3f} {p99:10.3f} {ratio:8.1f}  goal <= {goal:.0f}x: "
               f"{'met' if ratio <= goal else 'NOT met'}")
+    if arguments.pg:
+        pg_times, pg_rows = run_project_pg(arguments.pg, arguments.count)
+        pg_floor_median, pg_floor_p99 = summary(run_floor_pg(arguments.pg, pg_rows))
+        median, p99 = summary(pg_times)
+        print(f"\nPostgreSQL, {arguments.count} single appends each")
+        print(f"{'floor (psycopg)':28} {pg_floor_median:10.3f} {pg_floor_p99:10.3f}")
+        print(f"{'record(), unsigned':28} {median:10.3f} {p99:10.3f} {median / pg_floor_median:8.1f}")
     one_gate = b'{"decision_id": "a", "status": "eligible"}\n'
     bare = statistics.median(start_times([sys.executable, "-c", "pass"], b"", arguments.starts)) * 1000
     print(f"\ncommand line start, {arguments.starts} fresh processes each (medians)")
