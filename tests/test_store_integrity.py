@@ -208,3 +208,23 @@ def test_a_writer_that_stays_open_sees_the_guard_changed_between_its_appends(tmp
         other.commit()
         with pytest.raises(StoreDamaged, match="refusing to append"):
             opened.record(gate_lines(1, prefix="fifth")[0])
+
+
+def test_the_writer_shortcut_sees_a_guard_change_on_both_backends(store: str) -> None:
+    """The guard check is skipped only while nothing changed (SQLite's data_version, PostgreSQL's catalog
+    fingerprint): a trigger disabled from another connection between two appends of one open store stops the
+    next one, on each backend."""
+    from tests.backends import execute, is_postgres
+
+    disable = (
+        "ALTER TABLE compute_budget_decisions DISABLE TRIGGER compute_budget_decisions_no_update_delete"
+        if is_postgres(store)
+        else "DROP TRIGGER compute_budget_decisions_no_update"
+    )
+    with BudgetStore.open(store) as opened:
+        opened.record(gate_lines(1, prefix="first")[0])
+        opened.record(gate_lines(1, prefix="second")[0])  # the shortcut taken: nothing changed
+        execute(store, disable)
+        with pytest.raises(StoreDamaged, match="refusing to append"):
+            opened.record(gate_lines(1, prefix="third")[0])
+    assert len(rows(store)) == 12

@@ -324,6 +324,18 @@ class Appender:
 
 
 _GUARD_SEEN = "compute_budget.guard_data_version"
+# Everything the guard check compares, as one text: a change to any of it changes the digest.
+_POSTGRESQL_FINGERPRINT = (
+    "SELECT md5(concat_ws('|', "
+    "(SELECT string_agg(c.relname || '.' || t.tgname || ':' || t.tgenabled::text || ':' || pg_get_triggerdef(t.oid), ',' "
+    "ORDER BY c.relname, t.tgname) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND NOT t.tgisinternal), "
+    "(SELECT string_agg(p.proname || ':' || md5(p.prosrc), ',' ORDER BY p.proname) FROM pg_proc p "
+    "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = current_schema()), "
+    "(SELECT string_agg(table_name || '.' || column_name || ':' || data_type || ':' || is_nullable, ',' "
+    "ORDER BY table_name, ordinal_position) FROM information_schema.columns WHERE table_schema = current_schema()), "
+    "(SELECT string_agg(version_num, ',') FROM alembic_version)))"
+)
 
 
 def require_guard_once(connection: Connection, location: Location) -> None:
@@ -333,11 +345,17 @@ def require_guard_once(connection: Connection, location: Location) -> None:
     Sound because changing the guard (a trigger dropped, altered or added, a column changed, `alembic_version`
     edited) is a write another connection must commit, and any such commit changes this connection's
     `data_version`; this connection itself runs only this release's statements. Not `schema_version`, which any
-    client can set. PostgreSQL keeps the full check on every append; the audit always runs it in full."""
-    if connection.dialect.name != "sqlite":
+    client can set. On PostgreSQL the sign is a fingerprint of the catalog state the full check compares (every
+    trigger's definition and enabled state on this schema's tables, the guard functions' source, the columns, the
+    recorded revision), read in one round trip: unchanged since a full check that held, the guard still holds.
+    The audit always runs the full check."""
+    if connection.dialect.name == "postgresql":
+        version = connection.exec_driver_sql(_POSTGRESQL_FINGERPRINT).scalar()
+    elif connection.dialect.name == "sqlite":
+        version = connection.exec_driver_sql("PRAGMA data_version").scalar()
+    else:  # pragma: no cover  (no other backend is supported)
         require_guard(connection, location)
         return
-    version = connection.exec_driver_sql("PRAGMA data_version").scalar()
     remembered = connection.connection.info  # lives as long as the DBAPI connection itself
     if remembered.get(_GUARD_SEEN) == version:
         return
