@@ -327,8 +327,9 @@ _GUARD_SEEN = "compute_budget.guard_data_version"
 # Everything the guard check compares, as one text: a change to any of it changes the digest.
 _POSTGRESQL_FINGERPRINT = (
     "SELECT md5(concat_ws('|', "
-    "(SELECT string_agg(c.relname || '.' || t.tgname || ':' || t.tgenabled::text || ':' || pg_get_triggerdef(t.oid), ',' "
-    "ORDER BY c.relname, t.tgname) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+    "(SELECT string_agg(c.relname || '.' || t.tgname || ':' || t.tgenabled::text || ':' "
+    "|| pg_get_triggerdef(t.oid), ',' ORDER BY c.relname, t.tgname) "
+    "FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
     "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND NOT t.tgisinternal), "
     "(SELECT string_agg(p.proname || ':' || md5(p.prosrc), ',' ORDER BY p.proname) FROM pg_proc p "
     "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = current_schema()), "
