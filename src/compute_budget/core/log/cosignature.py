@@ -20,15 +20,17 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from compute_budget.core.log.note import (
     ALGORITHM_COSIGNATURE_V1,
-    ED25519_KEY_SIZE,
     ED25519_SIGNATURE_SIZE,
-    KEY_NAME_RULE,
     SIGNER_KEY_PREFIX,
     Signature,
+    check_key_fields,
+    check_key_text,
     key_hash,
-    key_name_problem,
+    key_mismatch,
     parse_key_fields,
     parse_note,
+    private_key,
+    public_key_of,
 )
 from compute_budget.errors import NoteError
 
@@ -42,14 +44,6 @@ def cosigned_message(checkpoint_text: str, timestamp: int) -> bytes:
     return f"cosignature/v1\ntime {timestamp}\n{checkpoint_text}".encode()
 
 
-def _checked_key_text(kind: str, text: object) -> str:
-    if not isinstance(text, str):
-        raise NoteError(f"not a {kind}: expected text, got {type(text).__name__}")
-    if text != text.strip():
-        raise NoteError(f"not a {kind}: it has leading or trailing white space")
-    return text
-
-
 @dataclass(frozen=True, slots=True)
 class WitnessKey:
     """A witness's verifier key (type 0x04): its `name`, `key_id` (uint32) and 32-byte `public_key`."""
@@ -59,22 +53,16 @@ class WitnessKey:
     public_key: bytes
 
     def __post_init__(self) -> None:
-        """Check the sizes and that `key_id` belongs to this name and key."""
-        if not (isinstance(self.public_key, bytes) and len(self.public_key) == ED25519_KEY_SIZE):
-            raise NoteError("not a witness key: an Ed25519 key must be 32 bytes")
-        problem = key_name_problem(self.name) if isinstance(self.name, str) else "it is not text"
-        if problem is not None:
-            raise NoteError(f"not a witness key: invalid key name: {problem} ({KEY_NAME_RULE})")
+        """Check the name, the sizes and that `key_id` belongs to this name and key (as a note key is checked)."""
+        check_key_fields("witness key", self.name, self.key_id, self.public_key)
         expected = key_hash(self.name, self.public_key, ALGORITHM_COSIGNATURE_V1)
         if self.key_id != expected:
-            raise NoteError(
-                f"not a witness key: key ID {self.key_id:08x} does not match the name and key (expected {expected:08x})"
-            )
+            raise key_mismatch("witness key", self.key_id, expected)
 
     @classmethod
     def parse(cls, text: str) -> WitnessKey:
         """Read ``<name>+<8 hex key ID>+<base64(0x04 || public key)>``; `NoteError` says what is wrong."""
-        text = _checked_key_text("witness key", text)
+        text = check_key_text("witness key", text)
         if text.startswith(SIGNER_KEY_PREFIX):
             raise NoteError("not a witness key: this is a private signer key; give its verifier key instead")
         name, key_id, public_key = parse_key_fields("witness key", text, repr(text[:60]), ALGORITHM_COSIGNATURE_V1)
@@ -115,16 +103,14 @@ class WitnessSigner:
     @classmethod
     def from_seed(cls, name: str, seed: bytes) -> WitnessSigner:
         """The witness signer of `name` and a 32-byte Ed25519 seed, its key ID computed."""
-        if not (isinstance(seed, bytes) and len(seed) == ED25519_KEY_SIZE):
-            raise NoteError("not a witness signer key: an Ed25519 seed must be 32 bytes")
-        public_key = Ed25519PrivateKey.from_private_bytes(seed).public_key().public_bytes_raw()
-        WitnessKey(name, key_hash(name, public_key, ALGORITHM_COSIGNATURE_V1), public_key)  # checks the name
+        check_key_fields("witness signer key", name, 0, seed)
+        public_key = public_key_of(seed)
         return cls(name, key_hash(name, public_key, ALGORITHM_COSIGNATURE_V1), seed)
 
     @classmethod
     def parse(cls, text: str) -> WitnessSigner:
         """Read ``PRIVATE+KEY+<name>+<8 hex key ID>+<base64(0x04 || seed)>``; errors never echo the secret."""
-        text = _checked_key_text("witness signer key", text)
+        text = check_key_text("witness signer key", text)
         if not text.startswith(SIGNER_KEY_PREFIX):
             raise NoteError("not a witness signer key: it must start with PRIVATE+KEY+")
         name, key_id, seed = parse_key_fields(
@@ -143,14 +129,13 @@ class WitnessSigner:
 
     def verifier(self) -> WitnessKey:
         """The matching witness verifier key."""
-        public_key = Ed25519PrivateKey.from_private_bytes(self.seed).public_key().public_bytes_raw()
-        return WitnessKey(self.name, self.key_id, public_key)
+        return WitnessKey(self.name, self.key_id, public_key_of(self.seed))
 
     def cosign(self, checkpoint_text: str, timestamp: int) -> Signature:
         """The cosignature of `checkpoint_text` at `timestamp` (seconds since the epoch), as a note signature."""
         if not 0 <= timestamp <= MAX_TIMESTAMP:
             raise NoteError(f"cannot cosign: timestamp {timestamp} is outside 0..2^63-1")
-        raw = Ed25519PrivateKey.from_private_bytes(self.seed).sign(cosigned_message(checkpoint_text, timestamp))
+        raw = private_key(self.seed).sign(cosigned_message(checkpoint_text, timestamp))
         return Signature(self.name, self.key_id, timestamp.to_bytes(8, "big") + raw)
 
 

@@ -104,7 +104,7 @@ def _strict_b64decode(text: str) -> bytes | None:
     return raw if base64.b64encode(raw).decode("ascii") == text else None
 
 
-def _check_key(kind: str, name: object, hash_value: object, key: object) -> None:
+def check_key_fields(kind: str, name: object, hash_value: object, key: object) -> None:
     """Raise `NoteError` unless `name` is a valid key name and `hash_value`/`key` an int and 32 bytes."""
     if not valid_key_name(name):
         shown = _shown(name) if isinstance(name, str) else type(name).__name__
@@ -141,12 +141,12 @@ def parse_key_fields(
     return name, int(hash_text, 16), raw[1:]
 
 
-def _mismatch(kind: str, found: int, expected: int) -> NoteError:
+def key_mismatch(kind: str, found: int, expected: int) -> NoteError:
     """The error for a key hash that does not match the name and key."""
     return NoteError(f"not a {kind}: key hash {found:08x} does not match the name and key (expected {expected:08x})")
 
 
-def _check_key_text(kind: str, text: object) -> str:
+def check_key_text(kind: str, text: object) -> str:
     """`text` if it is a string without surrounding white space, else raise `NoteError`."""
     if not isinstance(text, str):
         raise NoteError(f"not a {kind}: expected text, got {type(text).__name__}")
@@ -165,15 +165,15 @@ class VerifierKey:
 
     def __post_init__(self) -> None:
         """Check the name, the sizes and that `key_hash` belongs to this name and key."""
-        _check_key("verifier key", self.name, self.key_hash, self.public_key)
+        check_key_fields("verifier key", self.name, self.key_hash, self.public_key)
         expected = key_hash(self.name, self.public_key)
         if self.key_hash != expected:
-            raise _mismatch("verifier key", self.key_hash, expected)
+            raise key_mismatch("verifier key", self.key_hash, expected)
 
     @classmethod
     def parse(cls, text: str) -> VerifierKey:
         """Read ``<name>+<8 hex key hash>+<base64(0x01 || public key)>``; `NoteError` says what is wrong."""
-        text = _check_key_text("verifier key", text)
+        text = check_key_text("verifier key", text)
         if text.startswith(SIGNER_KEY_PREFIX):
             raise NoteError("not a verifier key: this is a private signer key; give its verifier key instead")
         name, hash_value, public_key = parse_key_fields("verifier key", text, _shown(text))
@@ -205,22 +205,22 @@ class SignerKey:
 
     def __post_init__(self) -> None:
         """Check the name, the sizes and that `key_hash` belongs to this name and the seed's public key."""
-        _check_key("signer key", self.name, self.key_hash, self.seed)
+        check_key_fields("signer key", self.name, self.key_hash, self.seed)
         expected = key_hash(self.name, self.public_key)
         if self.key_hash != expected:
-            raise _mismatch("signer key", self.key_hash, expected)
+            raise key_mismatch("signer key", self.key_hash, expected)
 
     @classmethod
     def from_seed(cls, name: str, seed: bytes) -> SignerKey:
         """The signer key of `name` and a 32-byte Ed25519 seed, its key hash computed."""
-        _check_key("signer key", name, 0, seed)
+        check_key_fields("signer key", name, 0, seed)
         public_key = Ed25519PrivateKey.from_private_bytes(seed).public_key().public_bytes_raw()
         return cls(name, key_hash(name, public_key), seed)
 
     @classmethod
     def parse(cls, text: str) -> SignerKey:
         """Read ``PRIVATE+KEY+<name>+<8 hex key hash>+<base64(0x01 || seed)>``; errors never echo the secret."""
-        text = _check_key_text("signer key", text)
+        text = check_key_text("signer key", text)
         if not text.startswith(SIGNER_KEY_PREFIX):
             raise NoteError("not a signer key: it must start with PRIVATE+KEY+ (is this a verifier key?)")
         rest = text[len(SIGNER_KEY_PREFIX) :]
@@ -230,7 +230,7 @@ class SignerKey:
     @property
     def public_key(self) -> bytes:
         """The 32-byte Ed25519 public key of the seed."""
-        return _public_key(self.seed)
+        return public_key_of(self.seed)
 
     def format(self) -> str:
         """The key as text, ``PRIVATE+KEY+<name>+<8 hex key hash>+<base64(0x01 || seed)>`` (a secret)."""
@@ -243,19 +243,19 @@ class SignerKey:
 
     def sign(self, message: bytes) -> bytes:
         """The 64-byte Ed25519 signature of `message` (deterministic)."""
-        return _private_key(self.seed).sign(message)
+        return private_key(self.seed).sign(message)
 
 
 @functools.lru_cache(maxsize=8)
-def _private_key(seed: bytes) -> Ed25519PrivateKey:
+def private_key(seed: bytes) -> Ed25519PrivateKey:
     """The Ed25519 key of a seed, loaded once per process (a writer signs every append transaction)."""
     return Ed25519PrivateKey.from_private_bytes(seed)
 
 
 @functools.lru_cache(maxsize=8)
-def _public_key(seed: bytes) -> bytes:
+def public_key_of(seed: bytes) -> bytes:
     """The 32-byte public key of a seed, derived once per process."""
-    return _private_key(seed).public_key().public_bytes_raw()
+    return private_key(seed).public_key().public_bytes_raw()
 
 
 def generate_signer(name: str) -> SignerKey:
