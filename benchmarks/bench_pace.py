@@ -58,8 +58,13 @@ def run_project(folder: Path, count: int, *, signed: bool) -> tuple[list[float],
     key = SignerKey.from_seed("pace", bytes(32)) if signed else None
     name = "signed" if signed else "unsigned"
     options: dict[str, Any] = {"signing_key": key, "writer_state": str(folder / f"{name}.state")} if signed else {}
+    return timed_records(str(folder / f"{name}.db"), count, options)
+
+
+def timed_records(target: str, count: int, options: dict[str, Any]) -> tuple[list[float], list[tuple[Any, ...]]]:
+    """Seconds of each single `record()` into the store at `target` after `WARM_UP` ones, and its stored rows."""
     times = []
-    with BudgetStore.open(str(folder / f"{name}.db"), **options) as store:
+    with BudgetStore.open(target, **options) as store:
         for index in range(WARM_UP + count):
             began = time.perf_counter()
             store.record(gate(index))
@@ -111,15 +116,7 @@ def run_project_pg(url: str, count: int) -> tuple[list[float], list[tuple[Any, .
     """`record()` one gate at a time into the PostgreSQL database at `url` (emptied of this release's tables
     first), and the rows stored."""
     _drop_tables(url)
-    times = []
-    with BudgetStore.open(url) as store:
-        for index in range(WARM_UP + count):
-            began = time.perf_counter()
-            store.record(gate(index))
-            if index >= WARM_UP:
-                times.append(time.perf_counter() - began)
-        rows = list(store.iter_raw_rows())
-    return times, rows
+    return timed_records(url, count, {})
 
 
 def run_floor_pg(url: str, rows: list[tuple[Any, ...]]) -> list[float]:
