@@ -93,14 +93,19 @@ class AuditReport:
     escalated: bool = False  # the --since checkpoint did not hold, so every row was checked
     # With no row to name, the seqs (first, last) a consistent rewrite lies in, bounded by stored checkpoints.
     rewritten_between: tuple[int, int] | None = None
+    # Derived from `findings` once (every rendering reads it, and per finding for `cause_seq`): see `affected_rows`.
+    _affected: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_affected", tuple(sorted({
+            finding.seq for finding in self.findings if finding.kind in ROW_KINDS and finding.seq is not None
+        })))
 
     @property
     def affected_rows(self) -> tuple[int, ...]:
         """The seqs of the rows a finding is about (re-derivation, budget_id, chain, policy, malformed): the causes;
         checkpoint, tree, signature and schema findings follow from them or stand alone."""
-        return tuple(sorted({
-            finding.seq for finding in self.findings if finding.kind in ROW_KINDS and finding.seq is not None
-        }))
+        return self._affected
 
     @property
     def clean(self) -> bool:
@@ -168,9 +173,9 @@ class AuditReport:
             "mode": "incremental" if self.since and not self.escalated else "full",
             "escalated": self.escalated,
             "affected_rows": {
-                "count": len(self.affected_rows),
-                "first": self.affected_rows[0] if self.affected_rows else None,
-                "seqs": list(self.affected_rows[:MAX_LISTED_ROWS]),
+                "count": len(rows),
+                "first": rows[0] if rows else None,
+                "seqs": list(rows[:MAX_LISTED_ROWS]),
             },
             "jobs": self.jobs,
             "warnings": list(self.warnings),
