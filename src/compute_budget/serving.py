@@ -7,7 +7,7 @@ import asyncio
 import errno
 import ipaddress
 import socket
-from collections.abc import Iterable, MutableMapping
+from collections.abc import AsyncIterator, Iterable, MutableMapping
 from typing import Any
 
 from compute_budget.errors import ComputeBudgetError
@@ -71,6 +71,16 @@ def host_of(scope: MutableMapping[str, Any]) -> str:
     if host.startswith("["):
         return host.split("]", 1)[0] + "]"
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+async def read_body(receive_stream: AsyncIterator[bytes], limit: int) -> bytes | None:
+    """A request body read as it streams in, or None as soon as it is over `limit` bytes (nothing more is read)."""
+    body = bytearray()
+    async for chunk in receive_stream:
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)
 
 
 HEADER_TIMEOUT_SECONDS = 10.0

@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.policy.types import ComputeBudgetStatus
 from compute_budget.errors import ComputeBudgetError
-from compute_budget.serving import allowed_hosts, host_of
+from compute_budget.serving import allowed_hosts, host_of, read_body
 from compute_budget.store import BudgetStore
 from compute_budget.store.browse import DecisionFilter, Page
 from compute_budget.web import model
@@ -363,11 +363,9 @@ async def _fields(request: Request) -> dict[str, str]:
     """The query's parameters and, for a form post, its fields (the form's win)."""
     fields = dict(request.query_params)
     if request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
-        body = bytearray()
-        async for chunk in request.stream():  # two numbers: a form larger than this is not the audit page's
-            body += chunk
-            if len(body) > MAX_FORM_BYTES:
-                return {"after_seq": "too long"}
+        body = await read_body(request.stream(), MAX_FORM_BYTES)  # two numbers: larger is not the audit page's
+        if body is None:
+            return {"after_seq": "too long"}
         try:
             parsed = urllib.parse.parse_qsl(body.decode("utf-8", "replace"), max_num_fields=20)
         except ValueError:
