@@ -8,13 +8,13 @@ that names another root is a witness's record of a fork, reported as `checkpoint
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey, valid_cosignatures
 from compute_budget.core.log.merkle import root_from_reader
-from compute_budget.core.log.note import CheckpointBody, parse_checkpoint, parse_note
+from compute_budget.core.log.note import CheckpointBody, VerifierKey, parse_checkpoint, parse_note
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import MerkleError, NoteError, StoreDamaged
 from compute_budget.store.snapshot import Snapshot
@@ -156,9 +156,19 @@ def _unwitnessed(snapshot: Snapshot, policy: WitnessPolicy, size: int, kth: int 
     )
 
 
-def witnessed_note(snapshot: Snapshot, policy: WitnessPolicy, size: int, given: Iterable[Checkpoint]) -> str | None:
-    """The note of this store's checkpoint at `size` that K witnesses cosigned, with every stored signature and
-    cosignature of it (for `--save-checkpoint`), or None when no such checkpoint is at hand."""
+def witnessed_note(
+    snapshot: Snapshot,
+    policy: WitnessPolicy,
+    size: int,
+    given: Iterable[Checkpoint],
+    writers: Sequence[VerifierKey] = (),
+) -> str | None:
+    """The note of this store's checkpoint at `size` that K witnesses cosigned, with the signatures and
+    cosignatures of it that verify (for `--save-checkpoint`), or None when no such checkpoint is at hand.
+
+    What the auditor keeps is only what it checked: a line claiming a witness key counts only when it verifies, and
+    with `writers` given, a line claiming one of them only when it verifies (a line planted in the store would
+    otherwise travel into the kept note and fail the next night's check of it)."""
     texts: dict[str, list[str]] = {}
     for stored in snapshot.checkpoints_at(size):
         try:
@@ -174,8 +184,24 @@ def witnessed_note(snapshot: Snapshot, policy: WitnessPolicy, size: int, given: 
                 continue
             texts.setdefault(text, []).extend(signature.line() for signature in signatures)
     for text, lines in texts.items():
-        everything = list(dict.fromkeys([*lines, *snapshot.cosignatures_of(text, size)]))
+        everything = [
+            line for line in dict.fromkeys([*lines, *snapshot.cosignatures_of(text, size)])
+            if _checked_line(text, line, policy, writers)
+        ]
         count, _ = policy.kth_newest(everything, text)
         if count >= policy.quorum:
             return text + "\n" + "".join(everything)
     return None
+
+
+def _checked_line(text: str, line: str, policy: WitnessPolicy, writers: Sequence[VerifierKey]) -> bool:
+    """Whether a signature line of `text` may be kept: it verifies when it claims a witness or a given writer key;
+    a line by a key the auditor was not given is kept as it is (verifiers ignore keys they do not know)."""
+    try:
+        signature = parse_note(text + "\n" + line)[1][0]
+    except NoteError:
+        return False
+    if any((signature.name, signature.key_hash) == (key.name, key.key_id) for key in policy.keys):
+        return policy.kth_newest([line], text)[0] == 1
+    claimed = [key for key in writers if (key.name, key.key_hash) == (signature.name, signature.key_hash)]
+    return all(key.verify(text.encode("utf-8"), signature.signature) for key in claimed)

@@ -838,7 +838,7 @@ def _save_witnessed(
     import time
 
     from compute_budget.auditor.witnessed import WitnessPolicy, witnessed_note
-    from compute_budget.core.log.note import add_signature
+    from compute_budget.core.log.note import VerifierKey, add_signature
     from compute_budget.store import BudgetStore
 
     if not report.clean:
@@ -848,7 +848,8 @@ def _save_witnessed(
     note = None
     if report.witnessed_size:
         with BudgetStore.open(db, readonly=True) as store, store.snapshot() as snapshot:
-            note = witnessed_note(snapshot, policy, report.witnessed_size, given)
+            writers = [VerifierKey.parse(text) for text in report.trusted_keys]
+            note = witnessed_note(snapshot, policy, report.witnessed_size, given, writers)
     if note is None:
         say(f"no checkpoint carries {policy.quorum} cosignature(s) by the witness keys: {save_path} was not written")
         return
