@@ -309,3 +309,31 @@ def test_a_consistent_rewrite_is_bounded_by_the_checkpoints_it_no_longer_matches
     assert out.splitlines()[1].startswith("0 rows affected: every row re-derives and links")
     assert "seq 5..8" in out.splitlines()[1]
     assert "--through 4" in out.splitlines()[2]
+
+
+def test_a_record_whose_input_cannot_be_read_leaves_no_new_store(run_cli: Run, tmp_path: Path) -> None:
+    """A missing input or a folder as INPUT: exit 2, one line, and no new, empty database file."""
+    for given, said in ((tmp_path / "missing.jsonl", "does not exist"), (tmp_path, "is a folder")):
+        db = tmp_path / "new.db"
+        status, out, err = run_cli("record", str(given), "--db", str(db))
+        assert (status, out) == (2, "")
+        assert said in err
+        assert err.count("\n") == 1
+        assert not db.exists()
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:abc", "http://127.0.0.1:99999"])
+def test_a_witness_url_that_is_no_url_is_one_line(run_cli: Run, tmp_path: Path, url: str) -> None:
+    """A malformed witness URL (an unclosed IPv6 bracket, a port that is not a port) is a usage error naming it,
+    in `audit --witness-url` and `witness submit` alike, never an 'unexpected' error."""
+    from tests.witnessing import WITNESS
+
+    target = f"{url}={WITNESS.verifier().format()}"
+    for argv in (("audit", "--db", str(tmp_path / "s.db"), "--witness-url", target),
+                 ("witness", "submit", "--db", str(tmp_path / "s.db"), "--witness", target)):
+        status, out, err = run_cli(*argv)
+        assert (status, out) == (2, "")
+        assert "is not a URL" in err
+        assert "unexpected" not in err
+        assert err.count("\n") == 1
+    assert not (tmp_path / "s.db").exists()

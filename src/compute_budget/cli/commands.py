@@ -6,6 +6,7 @@ an error the group (`cli.app.BudgetGroup`) turns into one line on stderr and exi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -243,7 +244,13 @@ def record_command(
         db, origin=origin, signing_key=signing_key, writer_state=writer_state, init_writer_state=init_writer_state,
         peer_keys=peer_keys, allow_unsigned=unsigned, witnesses=witnesses, witness_timeout=witness_timeout,
     )
-    with open_input(input_path) as raw, opened as store:
+    with contextlib.ExitStack() as context:
+        try:
+            raw = context.enter_context(open_input(input_path))
+        except BaseException:
+            opened.discard_if_unused()  # an input that cannot be read leaves no new, empty database behind
+            raise
+        store = context.enter_context(opened)
         try:
             with read_ahead(raw, _where(input_path)) as stream, progress_bar(stream, "recording") as lines:
                 from compute_budget.core.policy.lines import read_gates

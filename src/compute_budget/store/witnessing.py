@@ -47,8 +47,12 @@ class WitnessTarget:
         url, equals, key_text = text.partition("=")
         if not equals or not key_text:
             raise InputError(f"{text[:80]!r} is not URL=WITNESS_KEY (a witness's URL, '=', its verifier key)")
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        try:
+            parts = urllib.parse.urlsplit(url)
+            _ = parts.port  # a port that is not a number from 0 to 65535 raises here, not at the first request
+        except ValueError as error:
+            raise InputError(f"witness URL {url[:80]!r} is not a URL: {error}") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
             raise InputError(f"witness URL {url[:80]!r} is not an http:// or https:// prefix (no query or fragment)")
         return cls(url.rstrip("/"), witness_key(key_text))
 
