@@ -6,7 +6,11 @@ and a temporary SQLite file:
 1. `record_many` of N distinct gates (JSON lines, generated lazily) into a fresh store, one process: rows/s;
 2. `audit` of both stores with jobs=1 and jobs=2: rows/s (and both must come out clean);
 3. the on-disk size of both stores;
-4. concurrent writer processes (1, 2, 4, 8), each opening its own `BudgetStore` and appending its own distinct
+4. the audit's footprint as the table grows: the peak memory of a nightly `compute-budget audit` process (its
+   workers included) and, on PostgreSQL, the temporary file bytes the server wrote for it (`pg_stat_database`),
+   at a tenth of N rows and at N rows. Both must stay flat: the audit reads each range in index order, one
+   chunk at a time, so neither grows with the table;
+5. concurrent writer processes (1, 2, 4, 8), each opening its own `BudgetStore` and appending its own distinct
    gates with `record_many` in batches (default 500), and the same with single `record()` calls: total rows/s,
    per-call latency, and on PostgreSQL how many writers were seen waiting on a lock. After every sweep point the
    store must hold seq 1..M with no gap and no duplicate, and `audit` must be clean.
@@ -225,24 +229,127 @@ def check_sequence(target: str, expected: int) -> str:
 # -- 1 and 2: one writer, then the auditor -------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Footprint:
+    """One `compute-budget audit` process: its rows, peak memory and the server's temporary file bytes for it."""
+
+    rows: int
+    jobs: int
+    peak_rss_bytes: int
+    temp_bytes: int | None  # None on SQLite: no server
+
+
 @dataclass
 class Single:
     record_seconds: float = 0.0
     audit_seconds: dict[int, float] = field(default_factory=dict)
     size_bytes: int = 0
+    footprints: list[Footprint] = field(default_factory=list)
 
 
-def record_and_audit(target: str, count: int, label: str) -> Single:
+def temp_bytes_written(pg: Postgres | None, target: str) -> int | None:
+    """The server's running total of temporary file bytes for this database (None on SQLite)."""
+    if pg is None:
+        return None
+    name = make_url(target).database
+    rows = pg.run(f"SELECT temp_bytes FROM pg_stat_database WHERE datname = '{name}'")
+    return int(rows[0][0])
+
+
+# A child's peak RSS counts the memory of the process it was forked from (Linux carries the old address space's
+# high-water mark across exec), and this script holds a million-row generator and two stores' worth of state by
+# then. So audits are started by a launcher forked while this script is still small: it starts each command,
+# waits for it with wait4 and prints the exit code and peak RSS (the largest of the command and its workers).
+_LAUNCHER_CODE = """
+import json, os, subprocess, sys
+for line in sys.stdin:
+    request = json.loads(line)
+    with open(request["stderr"], "wb") as error_file:
+        process = subprocess.Popen(request["command"], stdout=subprocess.DEVNULL, stderr=error_file)
+        _, status, usage = os.wait4(process.pid, 0)
+    print(json.dumps([os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024]), flush=True)
+"""
+
+
+class Launcher:
+    """A small process that starts commands and reports each one's exit code and peak RSS."""
+
+    def __init__(self) -> None:
+        import subprocess
+
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", _LAUNCHER_CODE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+
+    def run(self, command: list[str], stderr: Path) -> tuple[int, int]:
+        import json
+
+        assert self._process.stdin is not None
+        assert self._process.stdout is not None
+        self._process.stdin.write(json.dumps({"command": command, "stderr": str(stderr)}) + "\n")
+        self._process.stdin.flush()
+        returncode, peak = json.loads(self._process.stdout.readline())
+        return int(returncode), int(peak)
+
+    def close(self) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.close()
+        self._process.wait()
+
+
+LAUNCHER: list[Launcher] = []  # started first thing in main()
+
+
+def audit_footprint(target: str, rows: int, jobs: int, label: str, pg: Postgres | None, scratch: Path) -> Footprint:
+    """Run the nightly job's command in its own process: its peak RSS, and the server's temporary file bytes."""
+    command = [sys.executable, "-m", "compute_budget", "audit", "--db", target, "--jobs", str(jobs), "--format", "json"]
+    for number, key in enumerate(TRUSTED):
+        key_file = scratch / f"trusted-{number}.pub"
+        key_file.write_text(key.format() + "\n", encoding="utf-8")
+        command += ["--trusted-key", str(key_file)]
+    before = temp_bytes_written(pg, target)
+    errors = scratch / "audit-stderr.txt"
+    returncode, peak = LAUNCHER[0].run(command, errors)
+    if returncode != 0:
+        error = errors.read_text(errors="replace").strip()
+        raise SystemExit(f"{label}: audit --jobs {jobs} at {rows:,} rows exited {returncode}: {error}")
+    # A backend reports its temporary files when it ends; the audit's connections are closed by now, but the
+    # statistics are flushed about once a second, so wait for them to settle.
+    temp = None
+    if pg is not None:
+        time.sleep(1.5)
+        after = temp_bytes_written(pg, target)
+        assert before is not None
+        assert after is not None
+        temp = after - before
+    footprint = Footprint(rows=rows, jobs=jobs, peak_rss_bytes=peak, temp_bytes=temp)
+    shown = "" if temp is None else f", server temporary files {temp:,} bytes"
+    say(f"{label}: audit --jobs {jobs} at {rows:,} rows: peak RSS {footprint.peak_rss_bytes / 2**20:.1f} MiB{shown}")
+    return footprint
+
+
+def record_and_audit(target: str, count: int, label: str, pg: Postgres | None, scratch: Path) -> Single:
     result = Single()
     with BudgetStore.open(target):  # creating the schema is not timed
         pass
-    say(f"{label}: record_many of {count:,} gates")
+    say(f"{label}: record_many of {count:,} gates (a tenth first, to measure the audit's footprint there)")
+    tenth = max(1, count // 10)
+    gates = gate_stream(count, "gate")
+    new = 0
     with BudgetStore.open(target) as store:
         started = time.perf_counter()
-        batch = store.record_many(gate_stream(count, "gate"))
+        batch = store.record_many(itertools.islice(gates, tenth))
         result.record_seconds = time.perf_counter() - started
-    if batch.new != count or batch.head.seq != count:
-        raise SystemExit(f"{label}: record_many stored {batch.new} new rows, head {batch.head.seq}; expected {count}")
+        new += batch.new
+    for jobs in (1, 2):
+        result.footprints.append(audit_footprint(target, tenth, jobs, label, pg, scratch))
+    with BudgetStore.open(target) as store:
+        started = time.perf_counter()
+        batch = store.record_many(gates)
+        result.record_seconds += time.perf_counter() - started
+        new += batch.new
+    if new != count or batch.head.seq != count:
+        raise SystemExit(f"{label}: record_many stored {new} new rows, head {batch.head.seq}; expected {count}")
     say(f"{label}: recorded in {result.record_seconds:.1f} s ({rate(count, result.record_seconds)} rows/s)")
     for jobs in (1, 2):
         started = time.perf_counter()
@@ -252,6 +359,8 @@ def record_and_audit(target: str, count: int, label: str) -> Single:
             raise SystemExit(f"{label}: audit jobs={jobs} not clean: {report.rows_checked} rows, {report.findings[:3]}")
         result.audit_seconds[jobs] = wall
         say(f"{label}: audit jobs={jobs} {wall:.1f} s ({rate(count, wall)} rows/s), clean")
+    for jobs in (1, 2):
+        result.footprints.append(audit_footprint(target, count, jobs, label, pg, scratch))
     return result
 
 
@@ -410,6 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     single_rows = args.single_rows if args.single_rows is not None else min(count, 8_000)
     writer_counts = [int(item) for item in args.writers.split(",")]
 
+    LAUNCHER.append(Launcher())
     _check_generator()
     version = code_version()
     say(version)
@@ -446,13 +556,13 @@ def main(argv: list[str] | None = None) -> int:
 
         # 1-3: one writer, the auditor, the size.
         sqlite_path = scratch / "bench.db"
-        sqlite_single = record_and_audit(str(sqlite_path), count, "SQLite")
+        sqlite_single = record_and_audit(str(sqlite_path), count, "SQLite", None, scratch)
         sqlite_single.size_bytes = sqlite_bytes(sqlite_path)
         sqlite_path.unlink()
         for suffix in ("-wal", "-shm"):
             Path(f"{sqlite_path}{suffix}").unlink(missing_ok=True)
         pg_url = pg.new_database("single")
-        pg_single = record_and_audit(pg_url, count, "PostgreSQL")
+        pg_single = record_and_audit(pg_url, count, "PostgreSQL", pg, scratch)
         pg_single.size_bytes = pg.size_bytes(pg_url)
         pg.drop(pg_url)
 
@@ -477,6 +587,7 @@ def main(argv: list[str] | None = None) -> int:
         bad = [point for point in points if point.sequence != "ok" or not point.clean]
         return 1 if bad else 0
     finally:
+        LAUNCHER.pop().close()
         if pg is not None:
             pg.close()
         if cluster is not None:
@@ -485,6 +596,28 @@ def main(argv: list[str] | None = None) -> int:
             say("stopping the throwaway PostgreSQL cluster")
             pg_cluster.stop(cluster)
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def print_footprints(sqlite_single: Single, pg_single: Single) -> None:
+    """The audit's footprint at a tenth of the rows and at all of them: flat means the last column stays near 1."""
+    print(
+        "\n| `compute-budget audit` | rows | SQLite peak RSS (MiB) | PostgreSQL peak RSS (MiB) "
+        "| PostgreSQL server temporary files (bytes) |"
+    )
+    print("|---|---:|---:|---:|---:|")
+    for lite, post in zip(sqlite_single.footprints, pg_single.footprints, strict=True):
+        print(
+            f"| --jobs {lite.jobs} | {lite.rows:,} | {lite.peak_rss_bytes / 2**20:.1f} "
+            f"| {post.peak_rss_bytes / 2**20:.1f} | {post.temp_bytes:,} |"
+        )
+    for jobs in (1, 2):
+        lites = [item for item in sqlite_single.footprints if item.jobs == jobs]
+        posts = [item for item in pg_single.footprints if item.jobs == jobs]
+        print(
+            f"| --jobs {jobs}: all rows / a tenth | x{lites[-1].rows / lites[0].rows:.0f} "
+            f"| {lites[-1].peak_rss_bytes / lites[0].peak_rss_bytes:.2f} "
+            f"| {posts[-1].peak_rss_bytes / posts[0].peak_rss_bytes:.2f} | {posts[-1].temp_bytes:,} |"
+        )
 
 
 def print_tables(
@@ -515,6 +648,7 @@ def print_tables(
     sqlite_mb = sqlite_single.size_bytes / count * 1_000_000 / 2**20
     pg_mb = pg_single.size_bytes / count * 1_000_000 / 2**20
     print(f"| store size (MiB per 1,000,000 rows) | {sqlite_mb:,.0f} | {pg_mb:,.0f} | {pg_mb / sqlite_mb:.2f} |")
+    print_footprints(sqlite_single, pg_single)
 
     print(
         "\n| writers | calls | rows | SQLite rows/s | SQLite call p50 / p99 / max (ms) "

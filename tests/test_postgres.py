@@ -201,3 +201,58 @@ def test_the_audit_reads_a_range_in_index_order_without_a_sort(pg_url: str) -> N
     assert "Index Scan" in plan
     assert "Sort" not in plan
     assert "Seq Scan" not in plan
+
+
+@pytest.mark.postgres
+def test_reading_the_whole_table_needs_no_temporary_file(pg_url: str, tmp_path: Path) -> None:
+    """Issue 23: the audit and a copy read the table in bounded batches, so they run on a server
+    that may write no temporary file at all. A read of the whole range in one FETCH (what a bare `partitions()`
+    asks for) makes the server materialise the range: 6,000 rows are past the default 4 MB work_mem and fail."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    from compute_budget.auditor.copy import copy_store
+
+    with BudgetStore.open(pg_url) as store:
+        store.record_many(gate_lines(6000))
+    database = make_url(pg_url).database
+    admin = create_engine(pg_url, isolation_level="AUTOCOMMIT", poolclass=NullPool)  # new sessions see the settings
+    try:
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f'ALTER DATABASE "{database}" SET temp_file_limit = 0')
+            connection.exec_driver_sql(f'ALTER DATABASE "{database}" SET work_mem = \'4MB\'')
+        with admin.connect() as connection:  # the setting holds: a sort of the whole table must fail here
+            connection.exec_driver_sql("SET max_parallel_workers_per_gather = 0")
+            with pytest.raises(Exception, match="temp_file_limit"):
+                connection.exec_driver_sql("SELECT * FROM compute_budget_decisions ORDER BY gate_input").all()
+    finally:
+        admin.dispose()
+    report = audit(pg_url, jobs=1)  # a job of two reads its range through the same scan
+    assert report.clean, report.findings[:3]
+    assert report.rows_checked == 6000
+    head = copy_store(pg_url, tmp_path / "copy.db")
+    assert head.seq == 6000
+
+
+@pytest.mark.postgres
+def test_a_server_limit_is_named_not_taken_for_a_full_connection_table(pg_url: str) -> None:
+    """SQLSTATE 53400 (a configured limit, such as temp_file_limit) was reported as 'no connection slots left':
+    the one line now says which limit the server enforced."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.exc import DBAPIError
+
+    from compute_budget.store.backend import locate, translate
+
+    engine = create_engine(pg_url)
+    try:
+        with engine.begin() as connection:
+            connection.exec_driver_sql("SET LOCAL temp_file_limit = 0")
+            connection.exec_driver_sql("SET LOCAL work_mem = '64kB'")
+            with pytest.raises(DBAPIError) as raised:
+                connection.exec_driver_sql("SELECT g FROM generate_series(1, 200000) AS g ORDER BY g DESC").all()
+    finally:
+        engine.dispose()
+    message = str(translate(raised.value, locate(pg_url)))
+    assert "temp_file_limit" in message
+    assert "connection slots" not in message
+    assert "nothing was written" in message

@@ -215,7 +215,7 @@ def translate(error: BaseException, location: Location) -> ComputeBudgetError:
     elif location.backend == "postgresql":
         code = getattr(original, "sqlstate", None) or _connect_sqlstate(original)
         if code:
-            translated = _translate_sqlstate(code, location)
+            translated = _translate_sqlstate(code, text, location)
             if translated is not None:
                 return translated
         if any(sign in text for sign in _CONNECTION_LOST):
@@ -284,7 +284,7 @@ def _translate_sqlite(name: str, text: str, location: Location) -> ComputeBudget
     return None
 
 
-def _translate_sqlstate(code: str, location: Location) -> ComputeBudgetError | None:
+def _translate_sqlstate(code: str, text: str, location: Location) -> ComputeBudgetError | None:
     where = location.display
     role = location.url.username or "(default)"
     database = location.url.database or "(default)"
@@ -304,8 +304,13 @@ def _translate_sqlstate(code: str, location: Location) -> ComputeBudgetError | N
         return StoreUnavailable(f"cannot connect to PostgreSQL at {where}: the server is down or unreachable")
     if code in ("57P01", "57P02", "57P03"):
         return StoreUnavailable(f"PostgreSQL at {where} is shutting down or starting up; try again shortly")
-    if code in ("53300", "53400"):
+    if code == "53300":
         return StoreUnavailable(f"PostgreSQL at {where} has no connection slots left (too many connections)")
+    if code == "53400":  # configuration_limit_exceeded: temp_file_limit above all, never a connection limit
+        return StoreUnavailable(
+            f"PostgreSQL at {where} stopped the command at one of its configured limits ({text}); nothing was "
+            "written: raise the limit, or ask the server's administrator"
+        )
     if code == "53100":
         return StoreUnavailable(
             f"{where}: the server's disk is full (a write, or the temporary files of a large read, needs space); "

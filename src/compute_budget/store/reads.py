@@ -114,7 +114,9 @@ class Reads:
 
     def _stream(self, query: str, params: tuple[Any, ...]) -> Iterator[StoredDecision]:
         with self._session.reading() as connection:
-            result = connection.execution_options(stream_results=True, yield_per=1000).exec_driver_sql(query, params)
+            result = connection.execution_options(stream_results=True, max_row_buffer=1000).exec_driver_sql(
+                query, params
+            )
             for row in result:
                 yield readable(self._session.logical(row))
 
@@ -125,10 +127,11 @@ class Reads:
 
     def _raw_rows(self) -> Generator[tuple[Any, ...], None, None]:
         with self._session.reading() as connection:
-            result = connection.execution_options(stream_results=True, yield_per=2000).exec_driver_sql(
+            prefer_index_order(connection)  # a copy reads the whole table: no sort spilled to disk
+            result = connection.execution_options(stream_results=True).exec_driver_sql(
                 f"{self._sql.select} ORDER BY seq"
             )
-            for partition in result.partitions():
+            for partition in result.partitions(2000):  # the size is given: a bare partitions() fetches ALL
                 for row in partition:
                     yield self._session.logical(row)
 
@@ -213,11 +216,13 @@ class Reads:
                         yield from sqlite_batches(raw, self._sql.seq_range, resume, high, batch_rows)
                 return
             prefer_index_order(connection)
-            result = connection.execution_options(stream_results=True, yield_per=batch_rows).exec_driver_sql(
+            result = connection.execution_options(stream_results=True).exec_driver_sql(
                 self._sql.seq_range, (low, high)
             )
             try:
-                for partition in result.partitions():
+                # The size must be given: exec_driver_sql ignores yield_per, and a bare partitions() asks the server
+                # for the whole range at once, which PostgreSQL materialises in a temporary file as big as the range.
+                for partition in result.partitions(batch_rows):
                     yield [decode_row(row) for row in partition]
             finally:
                 result.close()
