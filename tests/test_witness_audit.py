@@ -248,3 +248,36 @@ def test_consistency_and_save_checkpoint_with_witness_keys(
                              "--save-checkpoint", str(empty))
     assert status == 1  # unwitnessed rows
     assert not empty.exists()
+
+
+def test_a_planted_cosignature_claiming_the_witness_is_bad_signature(
+    served: Served, run_cli: Run, writer: Path, tmp_path: Path
+) -> None:
+    """An insider inserts a cosignature row filed as the trusted witness's whose signature does not verify: it
+    never counts (the witnessed size stays 3), and the audit reports it as bad_signature instead of passing over it."""
+    import base64
+
+    db = tmp_path / "store.db"
+    _record(run_cli, db, writer, 3, "seen", _url(served))
+    with sqlite3.connect(db) as connection:
+        row = connection.execute(
+            "SELECT tree_size, witness_name, witness_key_id, timestamp, checkpoint, line, recorded_at "
+            "FROM compute_budget_cosignatures ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+        prefix, encoded = row[5].rstrip("\n").rsplit(" ", 1)
+        raw = bytearray(base64.b64decode(encoded))
+        raw[-1] ^= 0x01  # the key ID and timestamp still claim the witness; the signature no longer holds
+        forged = f"{prefix} {base64.b64encode(bytes(raw)).decode()}\n"
+        connection.execute(
+            "INSERT INTO compute_budget_cosignatures (tree_size, witness_name, witness_key_id, timestamp, checkpoint, "
+            "line, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)", (*row[:5], forged, row[6]),
+        )
+    status, out, err = run_cli("audit", "--db", str(db), "--trusted-key", WRITER_KEY, "--witness-key", WITNESS_KEY,
+                               "--format", "json")
+    report = json.loads(out)
+    assert status == 1, out + err
+    assert [(item["kind"], item["seq"]) for item in report["findings"]] == [("bad_signature", 3)]
+    assert "filed as witness" in report["findings"][0]["detail"]
+    assert report["witnessed_size"] == 3
+    status, out, _ = run_cli("audit", "--db", str(db), "--trusted-key", WRITER_KEY, "--format", "json")
+    assert status == 0, out  # without witness keys nobody claims to check cosignatures

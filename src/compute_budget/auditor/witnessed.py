@@ -44,6 +44,20 @@ class WitnessPolicy:
         ordered = sorted(newest.values(), reverse=True)
         return len(ordered), (ordered[self.quorum - 1] if len(ordered) >= self.quorum else None)
 
+    def failing_claim(self, text: str, line: str) -> WitnessKey | None:
+        """The witness key `line` claims (its name and key ID) when it is not that key's valid cosignature of
+        `text`: a stored line edited or planted by someone without the witness's key. None otherwise."""
+        try:
+            _, signatures = parse_note(text + "\n" + line)
+        except NoteError:
+            return None
+        for signature in signatures:
+            for key in self.keys:
+                claimed = (signature.name, signature.key_hash) == (key.name, key.key_id)
+                if claimed and key.timestamp_of(text, signature, now=self.now) is None:
+                    return key
+        return None
+
 
 def given_note_findings(proof: Checkpoint, snapshot: Snapshot, policy: WitnessPolicy) -> list[Finding]:
     """A given `--since`/`--checkpoint` must carry K valid cosignatures (its own lines and the store's)."""
@@ -81,7 +95,9 @@ def witnessed(
             best = (proof.seq, kth)
     groups: dict[str, list[str]] = {}
     current: int | None = None
+    failed: dict[WitnessKey, int] = {}
     for size, text, line in snapshot.cosignatures_newest_first(max_seq):
+        _report_failing(policy, size, text, line, failed, findings)
         if current is not None and size != current:
             found = _best_group(snapshot, policy, origin, current, groups, findings)
             if found is not None:
@@ -97,6 +113,32 @@ def witnessed(
     if size < max_seq and (kth is None or kth < policy.now - policy.max_age):
         findings.append(_unwitnessed(snapshot, policy, size, kth, max_seq))
     return size, findings
+
+
+MAX_BAD_COSIGNATURES_PER_KEY = 20  # as for stored checkpoints: a forged table is reported, not verified to the end
+
+
+def _report_failing(
+    policy: WitnessPolicy, size: int, text: str, line: str, failed: dict[WitnessKey, int], findings: list[Finding]
+) -> None:
+    """A stored cosignature that claims a witness key and does not verify is `bad_signature` (the newest ones, up to
+    the checkpoint K witnesses cosigned, as the writer's newest checkpoints are checked)."""
+    key = policy.failing_claim(text, line)
+    if key is None or failed.get(key, 0) > MAX_BAD_COSIGNATURES_PER_KEY:
+        return
+    failed[key] = failed.get(key, 0) + 1
+    if failed[key] > MAX_BAD_COSIGNATURES_PER_KEY:
+        findings.append(Finding(
+            FindingKind.BAD_SIGNATURE, None, None,
+            f"stopped after {MAX_BAD_COSIGNATURES_PER_KEY} stored cosignatures claiming witness {key.name} failed "
+            "to verify",
+        ))
+        return
+    findings.append(Finding(
+        FindingKind.BAD_SIGNATURE, None, size,
+        f"a stored cosignature of size {size} filed as witness {key.name}'s does not verify under its key (edited "
+        "or planted in the store, or dated over 600 s ahead)",
+    ))
 
 
 def _best_group(
