@@ -142,3 +142,57 @@ def test_normalise_ignores_whitespace_quoting_and_schema_prefixes() -> None:
         "CREATE TRIGGER t ON compute_budget_decisions"
     )
     assert normalise("WHEN 0 BEGIN") != normalise("BEGIN")
+
+
+@pytest.mark.parametrize("where", ["alembic_version", "a new table", "a new view"])
+def test_a_trigger_outside_the_guarded_tables_is_schema_tampered(store: str, where: str) -> None:
+    """A trigger on the bookkeeping table, or one on a new table or view that writes to a store table, is
+    schema_tampered: writers refuse, and `migrate` drops it and restores the guard."""
+    insert = ("INSERT INTO compute_budget_witness_sizes (witness_name, witness_key_id, tree_size, recorded_at) "
+              "VALUES ('w', '00000000', 1, 'x')")
+    if is_postgres(store):
+        body = "BEGIN RETURN NULL; END" if where == "alembic_version" else f"BEGIN {insert}; RETURN NULL; END"
+        statements = [f"CREATE FUNCTION sneak() RETURNS trigger LANGUAGE plpgsql AS $$ {body} $$"]
+        if where == "alembic_version":
+            statements.append(
+                "CREATE TRIGGER sneak BEFORE UPDATE ON alembic_version FOR EACH ROW EXECUTE FUNCTION sneak()"
+            )
+        elif where == "a new table":
+            statements += ["CREATE TABLE notes (body text)",
+                           "CREATE TRIGGER sneak AFTER INSERT ON notes FOR EACH ROW EXECUTE FUNCTION sneak()"]
+        else:
+            statements += ["CREATE VIEW notes AS SELECT 1 AS one",
+                           "CREATE TRIGGER sneak INSTEAD OF INSERT ON notes FOR EACH ROW EXECUTE FUNCTION sneak()"]
+    elif where == "alembic_version":
+        statements = ["CREATE TRIGGER sneak BEFORE UPDATE ON alembic_version BEGIN SELECT RAISE(IGNORE); END"]
+    elif where == "a new table":
+        statements = ["CREATE TABLE notes (body TEXT)",
+                      f"CREATE TRIGGER sneak AFTER INSERT ON notes BEGIN {insert}; END"]
+    else:
+        statements = ["CREATE VIEW notes AS SELECT 1 AS one",
+                      f"CREATE TRIGGER sneak INSTEAD OF INSERT ON notes BEGIN {insert}; END"]
+    execute(store, *statements)
+    findings = audit(store).findings
+    assert [finding.kind.value for finding in findings] == ["schema_tampered"]
+    assert "trigger sneak on" in findings[0].detail
+    with BudgetStore.open(store) as opened, pytest.raises(StoreDamaged, match="added by hand"):
+        opened.record(gate_lines(1, prefix="new")[0])
+    restored: list[str] = []
+    BudgetStore.migrate(store, on_restore=restored.extend)
+    assert any("trigger sneak" in problem for problem in restored)
+    assert audit(store).clean
+
+
+@pytest.mark.postgres
+def test_another_applications_trigger_in_a_shared_postgresql_schema_is_not_tampering(pg_url: str) -> None:
+    """A store may share its PostgreSQL schema with other tables: their triggers, which name no store table, are
+    left alone."""
+    with BudgetStore.open(pg_url) as opened:
+        opened.record_many(gate_lines(2))
+    execute(pg_url, "CREATE TABLE orders (id int, touched timestamptz)",
+            "CREATE FUNCTION touch() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.touched := now(); RETURN NEW; "
+            "END $$",
+            "CREATE TRIGGER touch BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION touch()")
+    assert audit(pg_url).clean
+    with BudgetStore.open(pg_url) as opened:
+        assert opened.record(gate_lines(1, prefix="new")[0]).new

@@ -3,7 +3,8 @@ tables' columns, against what this release creates (spec section 8, `schema_tamp
 
 Definitions are compared after normalising whitespace, identifier quoting and schema prefixes, because a
 fresh store and an upgraded one differ in SQL text, never in meaning. An extra index is not tampering; an extra
-trigger on a guarded table is (a `BEFORE INSERT … RAISE(IGNORE)` added by hand would make writers lie).
+trigger on a guarded table is (a `BEFORE INSERT … RAISE(IGNORE)` added by hand would make writers lie), and so is
+one elsewhere that could write to them or hide the bookkeeping (`foreign_triggers`).
 """
 
 from __future__ import annotations
@@ -160,7 +161,39 @@ def _sqlite_problems(connection: Connection) -> list[str]:
         columns = [str(row[1]) for row in connection.exec_driver_sql(f"PRAGMA table_info({table})")]
         if columns:
             problems += _columns(table, columns)
-    return problems
+    return problems + [_foreign_problem(name, table) for table, name in foreign_triggers(connection)]
+
+
+def _foreign_problem(name: str, table: str) -> str:
+    return (
+        f"trigger {name} on {table} was added by hand: a trigger elsewhere in the store can write to the guarded "
+        "tables or hide the bookkeeping"
+    )
+
+
+# On PostgreSQL the store may share its schema with other applications' tables and their triggers: those count only
+# when they sit on the store's own bookkeeping (`alembic_version`) or their function names a store table.
+_POSTGRESQL_OTHER_TRIGGERS = (
+    "SELECT c.relname, t.tgname, p.prosrc FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_proc p ON p.oid = t.tgfoid "
+    "WHERE n.nspname = current_schema() AND NOT t.tgisinternal AND c.relname <> ALL(%s) ORDER BY c.relname, t.tgname"
+)
+
+
+def foreign_triggers(connection: Connection) -> list[tuple[str, str]]:
+    """Triggers this release did not make outside the guarded tables, as (table, trigger name): on SQLite every one
+    (the file is the store's alone); on PostgreSQL those on `alembic_version` or whose function names a store table."""
+    if connection.dialect.name == "postgresql":
+        rows = connection.exec_driver_sql(_POSTGRESQL_OTHER_TRIGGERS, (list(GUARDED_COLUMNS),)).fetchall()
+        return [
+            (str(table), str(name))
+            for table, name, source in rows
+            if str(table) == "alembic_version" or "compute_budget" in str(source).lower()
+        ]
+    rows = connection.exec_driver_sql(
+        "SELECT tbl_name, name FROM sqlite_master WHERE type = 'trigger' ORDER BY tbl_name, name"
+    ).fetchall()
+    return [(str(table), str(name)) for table, name in rows if str(table) not in GUARDED_COLUMNS]
 
 
 def _postgresql_problems(connection: Connection) -> list[str]:
@@ -185,6 +218,7 @@ def _postgresql_problems(connection: Connection) -> list[str]:
         ]
         if columns:
             problems += _columns(table, columns)
+    problems += [_foreign_problem(name, table) for table, name in foreign_triggers(connection)]
     for function, expected in _POSTGRESQL_FUNCTIONS.items():
         row = connection.exec_driver_sql(
             "SELECT pg_get_functiondef(p.oid) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
@@ -199,8 +233,13 @@ def _postgresql_problems(connection: Connection) -> list[str]:
 
 
 def restore_guard(connection: Connection) -> None:
-    """Drop every trigger on the guarded tables (hand-made ones too) and install the guard this release creates."""
+    """Drop every trigger on the guarded tables (hand-made ones too) and those `foreign_triggers` finds elsewhere,
+    and install the guard this release creates."""
     postgresql = connection.dialect.name == "postgresql"
+    for table, name in foreign_triggers(connection):
+        quoted = '"' + name.replace('"', '""') + '"'
+        on_table = ' ON "' + table.replace('"', '""') + '"' if postgresql else ""
+        connection.exec_driver_sql(f"DROP TRIGGER IF EXISTS {quoted}{on_table}")
     for table in GUARDED_COLUMNS:
         if postgresql:
             names = connection.exec_driver_sql(
