@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from compute_budget.core.log.cosignature import WitnessSigner
-from tests.witnessing import LOG, ORIGIN, body, note
+from tests.witnessing import LOG, ORIGIN, WITNESS, body, note
 
 Run = Callable[..., tuple[int, str, str]]
 LOG_ARG = f"{ORIGIN}={LOG.verifier().format()}"
@@ -74,7 +74,8 @@ def test_serve_cosigns_then_stops_cleanly_on_sigterm_and_show_prints_the_state(r
 
 
 def test_a_port_in_use_and_a_bad_log_are_one_line_each(run_cli: Run, tmp_path: Path) -> None:
-    """Exit 2 and one line: the port is taken; a --log without '='; a writer key where a witness key belongs."""
+    """Exit 2 and one line: the port is taken; a --log without '='; a writer key where a witness key belongs; a
+    witness key where the log's key belongs, named as the --log key it is."""
     key = _witness_key(run_cli, tmp_path)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -96,6 +97,11 @@ def test_a_port_in_use_and_a_bad_log_are_one_line_each(run_cli: Run, tmp_path: P
     assert "note key (type 0x01)" in err
     assert LOG.format() not in err
     assert base64.b64encode(LOG.seed).decode() not in err
+    witness_as_log = f"example.org/log={WITNESS.verifier().format()}"  # the witness's own key given as the log's
+    status, _, err = run_cli("witness", "serve", "--key", str(key), "--log", witness_as_log)
+    assert status == 2
+    assert "log key of origin 'example.org/log' (--log)" in err
+    assert "trusted key" not in err
 
 
 def test_a_non_loopback_bind_needs_allow_host_and_show_needs_a_state(run_cli: Run, tmp_path: Path) -> None:

@@ -50,7 +50,8 @@ def _url(served: Served) -> str:
 def test_a_fresh_witnessed_store_audits_clean_and_reports_its_witnessed_size(
     served: Served, run_cli: Run, writer: Path, tmp_path: Path
 ) -> None:
-    """With the witness reachable: the audit with --witness-key and --witness-url is clean; JSON names the size."""
+    """With the witness reachable: the audit with --witness-key and --witness-url is clean; JSON and text name the
+    witnessed size."""
     db = tmp_path / "store.db"
     _record(run_cli, db, writer, 6, "night1", _url(served))
     status, out, err = run_cli("audit", "--db", str(db), "--trusted-key", WRITER_KEY, "--witness-key", WITNESS_KEY,
@@ -59,6 +60,9 @@ def test_a_fresh_witnessed_store_audits_clean_and_reports_its_witnessed_size(
     report = json.loads(out)
     assert report["witnessed_size"] == 6
     assert report["witness_keys"] == [WITNESS_KEY]
+    status, out, _ = run_cli("audit", "--db", str(db), "--witness-key", WITNESS_KEY)
+    assert status == 0
+    assert f"  witnessed     through seq 6 by witness keys ({WITNESS_KEY.rsplit('+', 1)[0]})" in out.splitlines()
 
 
 def test_rows_after_the_witnessed_checkpoint_are_unwitnessed_once_it_is_too_old(
@@ -281,3 +285,27 @@ def test_a_planted_cosignature_claiming_the_witness_is_bad_signature(
     assert report["witnessed_size"] == 3
     status, out, _ = run_cli("audit", "--db", str(db), "--trusted-key", WRITER_KEY, "--format", "json")
     assert status == 0, out  # without witness keys nobody claims to check cosignatures
+
+
+def test_a_cosignature_filed_under_another_size_is_bad_signature_not_a_rewrite(
+    served: Served, run_cli: Run, writer: Path, tmp_path: Path
+) -> None:
+    """A genuine cosignature of size 3 copied into the store as size 7's: it verifies, but for size 3. It does not
+    count for 7 and is reported as bad_signature at 7; it is no rewrite of history (no rewritten_between)."""
+    db = tmp_path / "store.db"
+    _record(run_cli, db, writer, 3, "seen", _url(served))
+    _record(run_cli, db, writer, 4, "unseen")
+    with sqlite3.connect(db) as connection:
+        connection.execute(
+            "INSERT INTO compute_budget_cosignatures (tree_size, witness_name, witness_key_id, timestamp, checkpoint, "
+            "line, recorded_at) SELECT 7, witness_name, witness_key_id, timestamp, checkpoint, line, recorded_at "
+            "FROM compute_budget_cosignatures WHERE tree_size = 3"
+        )
+    status, out, err = run_cli("audit", "--db", str(db), "--trusted-key", WRITER_KEY, "--witness-key", WITNESS_KEY,
+                               "--format", "json")
+    report = json.loads(out)
+    assert status == 1, out + err
+    assert [(item["kind"], item["seq"]) for item in report["findings"]] == [("bad_signature", 7)]
+    assert "covers size 3 of log example.org/log" in report["findings"][0]["detail"]
+    assert report["rewritten_between"] is None
+    assert report["witnessed_size"] == 3

@@ -176,7 +176,7 @@ def test_a_witness_without_a_key_or_on_a_reader_is_refused(tmp_path: Path) -> No
 
 def test_record_and_witness_submit_from_the_shell(served: Served, run_cli: Run, tmp_path: Path) -> None:
     """`record --witness` with the witness down: exit 0, one warning line; `witness submit`: exit 1 while it is
-    down, 0 once it answers; with no signed checkpoint, exit 2 and no database file left."""
+    down, 0 once it answers; a missing store is exit 2 saying so, with no file left; no signed checkpoint, exit 2."""
     key = tmp_path / "writer.key"
     key.write_text(LOG.format() + "\n")
     key.chmod(0o600)
@@ -195,11 +195,18 @@ def test_record_and_witness_submit_from_the_shell(served: Served, run_cli: Run, 
     status, out, _ = run_cli("witness", "submit", "--db", db, "--witness", f"http://127.0.0.1:{served.port}={WITNESS_KEY}")
     assert status == 0
     assert out.startswith("cosigned by witness witness.example/w1")
-    empty = tmp_path / "none.db"
+    assert "retry with" not in err  # the writer's advice to run this command is not repeated by it
+    missing = tmp_path / "none.db"
+    status, _, err = run_cli("witness", "submit", "--db", str(missing), "--witness", down)
+    assert status == 2
+    assert f"no database at {missing}" in err
+    assert not missing.exists()
+    empty = tmp_path / "unsigned.db"
+    status, _, err = run_cli("record", str(gates), "--db", str(empty), "--unsigned")
+    assert status == 0, err
     status, _, err = run_cli("witness", "submit", "--db", str(empty), "--witness", down)
     assert status == 2
     assert "no signed checkpoint" in err
-    assert not empty.exists()
     assert parse_note(served.get("/latest?origin=example.org%2Flog")[1])[0].split("\n")[1] == "3"
 
 

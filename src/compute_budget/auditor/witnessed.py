@@ -3,7 +3,8 @@ after the newest checkpoint K witnesses cosigned are `unwitnessed_rows` once tha
 
 Cosignatures count from the given note and from the store. A stored cosignature counts for this store only when
 the checkpoint text it covers is this store's own at that size (origin, recomputed root, stored chain hash); one
-that names another root is a witness's record of a fork, reported as `checkpoint_mismatch`.
+that names another root is a witness's record of a fork, reported as `checkpoint_mismatch`. One filed under a size
+its text is not of, or claiming a witness key it does not verify under, is `bad_signature`.
 """
 
 from __future__ import annotations
@@ -156,27 +157,35 @@ def _best_group(
             continue
         problem = _not_this_store(snapshot, origin, size, text)
         if problem is not None:
-            findings.append(Finding(FindingKind.CHECKPOINT_MISMATCH, None, size, f"a witness cosigned {problem}"))
+            kind, detail = problem
+            findings.append(Finding(kind, None, size, detail))
             continue
         if count >= policy.quorum:
             return size, kth
     return None
 
 
-def _not_this_store(snapshot: Snapshot, origin: str | None, size: int, text: str) -> str | None:
-    """Why the cosigned checkpoint `text` is not this store's at `size`, or None when it is."""
+def _not_this_store(snapshot: Snapshot, origin: str | None, size: int, text: str) -> tuple[FindingKind, str] | None:
+    """Why the cosigned checkpoint `text`, filed at `size`, is not this store's there, or None when it is: another
+    root at this size is a fork a witness saw (`checkpoint_mismatch`); a text of another size or log was filed
+    under the wrong size (an edited or planted row: `bad_signature`, as it cosigns no checkpoint of size `size`)."""
     try:
         body: CheckpointBody = parse_checkpoint(text)
     except NoteError as error:
-        return f"a text that is not a checkpoint of this release ({error})"
+        return FindingKind.BAD_SIGNATURE, f"a stored cosignature filed at size {size} covers no checkpoint ({error})"
     if body.origin != origin or body.size != size:
-        return f"size {body.size} of log {body.origin}, stored as this store's size {size}"
+        return FindingKind.BAD_SIGNATURE, (
+            f"a stored cosignature filed at size {size} covers size {body.size} of log {body.origin}: it cosigns no "
+            "checkpoint of this store at that size (edited or planted in the store)"
+        )
     try:
         root = root_from_reader(snapshot.tree(size), size)
     except (MerkleError, StoreDamaged):
         return None  # the tree itself is damaged: the audit's tree check reports that
     if root != body.root or snapshot.chain_at(size) != body.chain_hash:
-        return f"size {size} with another root or chain hash than this store's: a fork of this log"
+        return FindingKind.CHECKPOINT_MISMATCH, (
+            f"a witness cosigned size {size} with another root or chain hash than this store's: a fork of this log"
+        )
     return None
 
 

@@ -37,7 +37,7 @@ def _logs(pairs: tuple[str, ...]) -> dict[str, list[VerifierKey]]:
         origin, equals, key_text = pair.partition("=")
         if not equals or not origin or not key_text:
             raise click.BadParameter(f"{pair[:80]!r} is not ORIGIN=VERIFIER_KEY", param_hint="--log")
-        key = verifier_key(key_text)
+        key = verifier_key(key_text, what=f"log key of origin {origin[:80]!r} (--log)")
         if key not in logs.setdefault(origin, []):
             logs[origin].append(key)
     return logs
@@ -125,7 +125,12 @@ def witness_submit_command(db: str | None, witnesses: tuple[str, ...], witness_t
     Exit 0 every witness cosigned; 1 one refused or could not be reached (one line each); 2 cannot run.
     """
     from compute_budget.store import BudgetStore
+    from compute_budget.store.backend import locate
 
+    sqlite_path = locate(db).sqlite_path
+    if sqlite_path is not None and not sqlite_path.exists():
+        with BudgetStore.open(db, readonly=True):
+            pass  # the reader's own "does not exist" message; a writer would create an empty file
     with BudgetStore.open(db, allow_unsigned=True) as store:
         try:
             submitted = store.submit_to_witnesses(witnesses, timeout=witness_timeout)
@@ -133,11 +138,11 @@ def witness_submit_command(db: str | None, witnesses: tuple[str, ...], witness_t
             store.discard_if_unused()  # a mistyped --db must not leave an empty database behind
             raise
     for item in submitted:
-        if item.warning is None:
+        if item.reason is None:
             click.echo(f"cosigned by {escaped(item.witness.label)}")
-        else:
-            _say(item.warning)
-    if any(item.warning is not None for item in submitted):
+        else:  # not the writers' "retry with witness submit": this is it; run it again once the witness answers
+            _say(f"warning: {item.witness.label}: {item.reason}")
+    if any(item.reason is not None for item in submitted):
         click.get_current_context().exit(1)
 
 

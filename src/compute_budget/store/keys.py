@@ -100,15 +100,16 @@ def signer_from_environment() -> SignerKey | None:
         raise InputError(f"${SIGNING_KEY_ENV_VAR}: {error}") from None
 
 
-def verifier_key(value: VerifierKey | str | os.PathLike[str]) -> VerifierKey:
+def verifier_key(value: VerifierKey | str | os.PathLike[str], *, what: str = "trusted key") -> VerifierKey:
     """A verifier key given as a `VerifierKey`, its text (``<name>+<hash>+<base64>``) or a file holding it.
 
     Text that parses as a verifier key is that key, whatever files exist (spec 9.3: a file planted under the key's
     text must not replace it); only other text names a file. Signer key text is refused without being echoed.
+    `what` names the key in messages.
     """
     if isinstance(value, VerifierKey):
         return value
-    return _public_key(os.fspath(value), "trusted key", VerifierKey.parse)
+    return _public_key(os.fspath(value), what, VerifierKey.parse)
 
 
 def witness_key(value: WitnessKey | str | os.PathLike[str]) -> WitnessKey:

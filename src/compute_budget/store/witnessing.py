@@ -70,11 +70,19 @@ def witness_targets(values: Iterable[WitnessTarget | str]) -> tuple[WitnessTarge
 
 @dataclass(frozen=True, slots=True)
 class Submitted:
-    """What one witness did with the checkpoint: `cosigned`, or the `warning` line saying why not."""
+    """What one witness did with the checkpoint: `cosigned`, or the `reason` it did not."""
 
     witness: WitnessTarget
     cosigned: bool
-    warning: str | None
+    reason: str | None
+
+    @property
+    def warning(self) -> str | None:
+        """The warning line a writer prints after recording (None when the witness cosigned)."""
+        if self.reason is None:
+            return None
+        return (f"warning: {self.witness.label}: {self.reason}; the rows are recorded (retry with `compute-budget "
+                "witness submit`)")
 
 
 @dataclass(slots=True)
@@ -104,12 +112,12 @@ def submit(session: StoreSession, note: str, targets: Sequence[WitnessTarget], *
             lines += more_lines
         else:
             for target in retry:
-                outcome[target] = Submitted(target, False, _warning(target, "did not answer the retry in time"))
+                outcome[target] = Submitted(target, False, "did not answer the retry in time")
         _keep(session, checkpoint.size, text, sizes, lines)
     except (ComputeBudgetError, SQLAlchemyError, NoteError) as error:
         for target in targets:
-            outcome.setdefault(target, Submitted(target, False, _warning(target, f"not submitted: {error}")))
-    return [outcome.get(target, Submitted(target, False, _warning(target, "not submitted"))) for target in targets]
+            outcome.setdefault(target, Submitted(target, False, f"not submitted: {error}"))
+    return [outcome.get(target, Submitted(target, False, "not submitted")) for target in targets]
 
 
 def _plan(
@@ -128,9 +136,9 @@ def _plan(
                 row = connection.exec_driver_sql(session.seal.witness_size, (target.key.name, _key_id(target))).first()
                 old = int(row[0]) if row is not None else 0
             if old > checkpoint.size:
-                outcome[target] = Submitted(target, False, _warning(
-                    target, f"it has cosigned size {old} of this log, above this store's {checkpoint.size}: was the "
-                    "store rolled back? (see docs/incident.md)"
+                outcome[target] = Submitted(target, False, (
+                    f"it has cosigned size {old} of this log, above this store's {checkpoint.size}: was the store "
+                    "rolled back? (see docs/incident.md)"
                 ))
                 continue
             proof = consistency_proof(reader, old, checkpoint.size) if 0 < old < checkpoint.size else []
@@ -184,13 +192,13 @@ def _judge(
     for attempt in attempts:
         target, answer = attempt.target, attempt.answer
         if answer is None:
-            outcome[target] = Submitted(target, False, _warning(target, "did not answer in time"))
+            outcome[target] = Submitted(target, False, "did not answer in time")
         elif isinstance(answer, str):
-            outcome[target] = Submitted(target, False, _warning(target, answer))
+            outcome[target] = Submitted(target, False, answer)
         elif answer[0] == 200:
             found = _cosignature_lines(note, answer[1], target.key)
             if not found:
-                outcome[target] = Submitted(target, False, _warning(target, "answered 200 without a valid cosignature"))
+                outcome[target] = Submitted(target, False, "answered 200 without a valid cosignature")
                 continue
             sizes.append((target, checkpoint.size))
             lines.extend((target, timestamp, line) for timestamp, line in found)
@@ -199,14 +207,13 @@ def _judge(
             size = int(answer[1].strip())
             sizes.append((target, size))
             if final or size > checkpoint.size:
-                outcome[target] = Submitted(target, False, _warning(
-                    target, f"holds size {size} of this log; it refused this store's {checkpoint.size} (409)"
-                ))
+                refusal = f"holds size {size} of this log; it refused this store's {checkpoint.size} (409)"
+                outcome[target] = Submitted(target, False, refusal)
             else:
                 retry[target] = size
         else:
             first = answer[1].strip().split("\n")[0][:120]
-            outcome[target] = Submitted(target, False, _warning(target, f"refused with {answer[0]}: {first!r}"))
+            outcome[target] = Submitted(target, False, f"refused with {answer[0]}: {first!r}")
     return sizes, lines, retry
 
 
@@ -247,10 +254,6 @@ def _keep(
 
 def _key_id(target: WitnessTarget) -> str:
     return f"{target.key.key_id:08x}"
-
-
-def _warning(target: WitnessTarget, reason: str) -> str:
-    return f"warning: {target.label}: {reason}; the rows are recorded (retry with `compute-budget witness submit`)"
 
 
 MAX_LATEST_AGE_SECONDS = 600
