@@ -110,7 +110,29 @@ def test_the_store_facade_stays_thin() -> None:
     assert long_methods == []
 
 
-LAZY_COMMAND_MODULES = ("compute_budget.cli.seal", "compute_budget.cli.serve", "compute_budget.cli.witness")
+def _lazy_command_modules() -> tuple[str, ...]:
+    from compute_budget.cli.app import LAZY_COMMANDS
+
+    return tuple(sorted(set(LAZY_COMMANDS.values())))
+
+
+LAZY_COMMAND_MODULES = _lazy_command_modules()
+
+
+def test_every_lazy_command_module_registers_what_it_is_named_for() -> None:
+    """Each name of LAZY_COMMANDS is a command once its module loads, and the group lists every command."""
+    import click
+
+    from compute_budget.cli import cli
+    from compute_budget.cli.app import LAZY_COMMANDS
+
+    context = click.Context(cli)
+    for name in LAZY_COMMANDS:
+        command = cli.get_command(context, name)
+        assert command is not None, name
+        assert command.name == name
+    assert cli.list_commands(context) == sorted({*cli.commands, *LAZY_COMMANDS})
+    assert len(LAZY_COMMAND_MODULES) >= 7
 
 
 @pytest.mark.slow
@@ -121,8 +143,7 @@ LAZY_COMMAND_MODULES = ("compute_budget.cli.seal", "compute_budget.cli.serve", "
 def test_the_quick_commands_load_no_database_code(argv: list[str], lazy: bool) -> None:
     """Issue 23: `--version`, `--help` and `decide` import neither SQLAlchemy, Alembic, Rich nor the store, the
     auditor or the log's crypto: other commands import what they use when they use it. `--version` and `decide`
-    do not even load the modules of the seal's, the Workbench's and the witness's commands (`--help` lists
-    them)."""
+    do not even load the modules of the other commands (`--help` lists them)."""
     code = (
         "import runpy, sys\n"
         f"sys.argv = ['compute-budget', *{argv!r}]\n"

@@ -127,7 +127,7 @@ def test_help_and_version_into_a_full_disk_or_a_closed_pipe(args: list[str]) -> 
 def test_the_status_choices_are_the_policy_statuses() -> None:
     """`list --status` takes exactly ComputeBudgetStatus's values, written out so that the command line loads no
     policy module to build its options (issue 23)."""
-    from compute_budget.cli.commands import STATUSES
+    from compute_budget.cli.browse import STATUSES
     from compute_budget.core.policy.types import ComputeBudgetStatus
 
     assert tuple(status.value for status in ComputeBudgetStatus) == STATUSES

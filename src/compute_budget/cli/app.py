@@ -8,7 +8,6 @@ could not run (bad arguments, unreadable input, a database it cannot use). A `Co
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import sys
@@ -21,9 +20,6 @@ from compute_budget.errors import ComputeBudgetError
 
 PROG = "compute-budget"
 
-# The driver's own log lines ("error ignored terminating <psycopg.Pipeline [BAD]>: the connection is lost") would
-# reach stderr through logging's last-resort handler beside the one line the command prints for the same failure.
-logging.getLogger("psycopg").addHandler(logging.NullHandler())
 CANNOT_RUN = 2
 FINDINGS = 1
 
@@ -52,9 +48,17 @@ class CannotRun(click.ClickException):
         say(f"error: {self.format_message()}")
 
 
-# Subcommands that live in modules of their own, loaded when asked for: `decide` and `record` start without them
-# (issue 23). Each module registers its commands on the group as it loads.
+# Subcommands that live in modules of their own, loaded when asked for: `decide`, `--version` and `--help` start
+# without them (issue 23). Each module registers its commands on the group as it loads.
 LAZY_COMMANDS = {
+    "record": "compute_budget.cli.record",
+    "show": "compute_budget.cli.browse",
+    "list": "compute_budget.cli.browse",
+    "migrate": "compute_budget.cli.admin",
+    "grants": "compute_budget.cli.admin",
+    "checkpoint": "compute_budget.cli.admin",
+    "copy": "compute_budget.cli.admin",
+    "audit": "compute_budget.cli.audit",
     "keygen": "compute_budget.cli.seal",
     "verifier-key": "compute_budget.cli.seal",
     "prove": "compute_budget.cli.seal",
@@ -73,7 +77,14 @@ class BudgetGroup(click.Group):
         """The command `cmd_name`, loading its module first when it is one of `LAZY_COMMANDS`."""
         if cmd_name not in self.commands and cmd_name in LAZY_COMMANDS:
             import importlib
+            import logging
 
+            # Every command that opens a store is one of these. The driver's own log lines ("error ignored
+            # terminating <psycopg.Pipeline [BAD]>: the connection is lost") would reach stderr through logging's
+            # last-resort handler beside the one line the command prints for the same failure.
+            driver_log = logging.getLogger("psycopg")
+            if not any(isinstance(handler, logging.NullHandler) for handler in driver_log.handlers):
+                driver_log.addHandler(logging.NullHandler())
             importlib.import_module(LAZY_COMMANDS[cmd_name])
         return super().get_command(ctx, cmd_name)
 

@@ -126,14 +126,16 @@ def witness_submit_command(db: str | None, witnesses: tuple[str, ...], witness_t
     """
     from compute_budget.store import BudgetStore
     from compute_budget.store.backend import locate
+    from compute_budget.store.witnessing import witness_targets
 
+    targets = witness_targets(witnesses)  # a malformed URL=KEY is said before the store is looked at
     sqlite_path = locate(db).sqlite_path
     if sqlite_path is not None and not sqlite_path.exists():
         with BudgetStore.open(db, readonly=True):
             pass  # the reader's own "does not exist" message; a writer would create an empty file
     with BudgetStore.open(db, allow_unsigned=True) as store:
         try:
-            submitted = store.submit_to_witnesses(witnesses, timeout=witness_timeout)
+            submitted = store.submit_to_witnesses(targets, timeout=witness_timeout)
         except BaseException:
             store.discard_if_unused()  # a mistyped --db must not leave an empty database behind
             raise

@@ -1,0 +1,143 @@
+"""`compute-budget migrate`, `grants`, `checkpoint` and `copy`: the store's upkeep (lazy commands)."""
+
+from __future__ import annotations
+
+import click
+
+from compute_budget.cli.app import say
+from compute_budget.cli.commands import cli, db_option, origin_option, writer_options
+from compute_budget.cli.progress import audit_progress
+from compute_budget.errors import clip
+
+
+@cli.command("migrate")
+@db_option
+@origin_option
+def migrate_command(db: str | None, origin: str | None) -> None:
+    """Bring the database schema to this release's head (creating it when the database is empty), build the
+    Merkle tree of rows recorded before it, and set the origin of a store that holds rows but has none."""
+    from compute_budget.store import BudgetStore
+
+    def restored(problems: list[str]) -> None:
+        for problem in problems:
+            # The guard's problems are restored; the revision record (spec 9.7) is repaired, and says so itself.
+            say(problem if problem.startswith("repaired ") else f"restored the append-only guard: {problem}")
+
+    before, after = BudgetStore.migrate(db, origin=origin, on_restore=restored)
+    if before == after:
+        click.echo(f"schema already at head revision {after}")
+    else:
+        click.echo(f"schema migrated from {before or 'nothing'} to head revision {after}")
+
+
+@cli.command("grants")
+@click.option("--role", "role_name", required=True, metavar="NAME", help="The PostgreSQL role to grant to.")
+@click.option("--writer", "role", flag_value="writer", help="A role that records: SELECT and INSERT.")
+@click.option("--auditor", "role", flag_value="auditor", help="A read-only role: audit, list, show, serve.")
+@click.option(
+    "--db",
+    "database",
+    metavar="DB",
+    help="Also GRANT CONNECT on this database (its name, or a postgresql:// URL naming it).",
+)
+@click.option("--schema", default="public", show_default=True, metavar="NAME", help="The schema the store is in.")
+def grants_command(role_name: str, role: str | None, database: str | None, schema: str) -> None:
+    """Print the GRANT statements that let PostgreSQL role NAME record (--writer) or read (--auditor) a store of
+    this release, one per line, for `psql` run as the store's owner. Creating the schema (`migrate`) stays the
+    owner's. Exit 0; 2 on a name that cannot be quoted exactly."""
+    from compute_budget.store.grants import Role, grant_statements
+
+    if role is None:
+        raise click.UsageError("give --writer or --auditor")
+    if database is not None and "://" in database:
+        from sqlalchemy.engine import make_url
+
+        try:
+            url = make_url(database)
+        except Exception:
+            raise click.BadParameter(f"{clip(database)!r} is not a database URL", param_hint="--db") from None
+        if not url.drivername.startswith("postgresql") or not url.database:
+            raise click.BadParameter("give a postgresql:// URL that names a database, or the database's name",
+                                     param_hint="--db")
+        database = url.database
+    for statement in grant_statements(role_name, Role(role), database=database, schema=schema):
+        click.echo(statement)
+
+
+@cli.command("checkpoint")
+@db_option
+@click.option(
+    "--signing-key",
+    "signing_keys",
+    metavar="FILE",
+    multiple=True,
+    help="Print the head's checkpoint note signed with this writer key (repeatable); nothing is stored.",
+)
+@writer_options
+def checkpoint_command(
+    db: str | None, signing_keys: tuple[str, ...], writer_state: str | None, init_writer_state: bool,
+    peer_keys: tuple[str, ...],
+) -> None:
+    """Print a checkpoint of the head (keep it outside the database for the next audit): JSON, or with
+    --signing-key a signed checkpoint note, made inside the append lock under spec 9.1's rules (the head must be
+    the newest checkpoint the key or a --peer-key signed)."""
+    from compute_budget.store import BudgetStore
+
+    if not signing_keys:
+        if writer_state is not None or init_writer_state or peer_keys:
+            raise click.UsageError("--writer-state, --init-writer-state and --peer-key go with --signing-key")
+        with BudgetStore.open(db, readonly=True) as store:
+            click.echo(store.checkpoint().to_json())
+        return
+    if writer_state is not None and len(signing_keys) > 1:
+        raise click.UsageError("--writer-state names one key's state file: give one --signing-key with it")
+    from compute_budget.store.backend import locate
+
+    sqlite_path = locate(db).sqlite_path
+    if sqlite_path is not None and not sqlite_path.exists():
+        with BudgetStore.open(db, readonly=True):
+            pass  # the reader's own "does not exist" message; a writer would create an empty file
+    with BudgetStore.open(db, allow_unsigned=True) as store:
+        note = store.signed_checkpoint(
+            signing_keys, writer_state=writer_state, peer_keys=peer_keys, init_writer_state=init_writer_state
+        )
+    click.echo(note, nl=False)
+
+
+
+
+@cli.command("copy")
+@click.argument("source", metavar="SRC")
+@click.argument("destination", metavar="DST")
+@click.option(
+    "--through",
+    type=click.IntRange(min=0),
+    metavar="SEQ",
+    default=None,
+    help="Salvage: copy only rows 1..SEQ (the last witnessed size) into a new origin, with no checkpoints and a "
+    "provenance row (spec 9.8).",
+)
+@click.option("--origin", "new_origin", metavar="NAME", default=None, help="With --through: the new store's origin.")
+def copy_command(source: str, destination: str, through: int | None, new_origin: str | None) -> None:
+    """Copy the whole history of store SRC into the empty store DST (paths or URLs), verifying every row; with
+    --through SEQ, salvage rows 1..SEQ into a new origin (its first signed append needs --adopt-unsigned SEQ).
+
+    Exit 0 copied; 1 a source row failed verification (nothing copied); 2 cannot run.
+    """
+    from compute_budget.auditor.copy import copy_store
+    from compute_budget.errors import CopyVerificationFailed
+
+    if new_origin is not None and through is None:
+        raise click.UsageError("--origin goes with --through: a whole copy keeps the source's origin")
+    try:
+        with audit_progress() as on_progress:
+            head = copy_store(source, destination, on_progress=on_progress, through=through, new_origin=new_origin)
+    except CopyVerificationFailed as failed:
+        say(f"error: {failed}")
+        click.get_current_context().exit(1)
+    click.echo(f"copied {head.seq} rows; head seq {head.seq}, chain_hash {head.chain_hash}")
+    if through is not None:
+        say(
+            f"salvaged rows 1..{through} into a new origin; its first signed append needs "
+            f"`record --signing-key KEY --adopt-unsigned {through}`"
+        )

@@ -1,0 +1,393 @@
+"""`compute-budget audit`: the replay audit and its report files (a lazy command)."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Literal
+
+import click
+
+from compute_budget.cli.app import Terminated, say
+from compute_budget.cli.commands import cli, db_option, witness_role_options
+from compute_budget.cli.io import check_keys_apart, check_writable, write_atomically
+from compute_budget.cli.progress import audit_progress
+from compute_budget.errors import clip
+
+if TYPE_CHECKING:
+    from compute_budget.auditor.report import AuditReport
+    from compute_budget.core.log.checkpoint import Checkpoint
+    from compute_budget.core.log.cosignature import WitnessKey
+    from compute_budget.core.log.note import SignerKey
+
+
+def _report_spec(value: str) -> tuple[str, str]:
+    """FORMAT:FILE of `audit --report`."""
+    from compute_budget.cli.render_audit import REPORT_FORMATS
+
+    output_format, colon, path = value.partition(":")
+    if not colon or output_format not in REPORT_FORMATS or not path:
+        raise click.BadParameter(
+            f"{clip(value, 80)!r} is not FORMAT:FILE with FORMAT one of {', '.join(REPORT_FORMATS)} "
+            "(for example junit:audit.xml)",
+            param_hint="--report",
+        )
+    return output_format, path
+
+
+def _jobs_option(_ctx: click.Context, param: click.Parameter, value: object) -> int | Literal["auto"]:
+    """``--jobs``: ``auto`` or a whole number from 1 to 64."""
+    text = str(value).strip()
+    if text.lower() == "auto":
+        return "auto"
+    if text.isdecimal() and 1 <= int(text) <= 64:
+        return int(text)
+    raise click.BadParameter(f"{text!r} is neither 'auto' nor a whole number from 1 to 64", param=param)
+
+
+@cli.command("audit")
+@db_option
+@click.option(
+    "--checkpoint", "checkpoint_path", metavar="FILE", help="Prove the stored chain still extends this checkpoint."
+)
+@click.option(
+    "--since",
+    "since_path",
+    metavar="FILE",
+    help="Incremental: prove this checkpoint holds, then check only the rows after it.",
+)
+@click.option(
+    "--save-checkpoint", "save_path", metavar="FILE", help="Write the new head here, only when the audit is clean."
+)
+@click.option(
+    "--format", "output_format", type=click.Choice(["text", "json", "junit"]), default="text", show_default=True
+)
+@click.option("--output", "output_path", metavar="FILE", help="Write the report to FILE instead of stdout.")
+@click.option(
+    "--report",
+    "reports",
+    metavar="FORMAT:FILE",
+    multiple=True,
+    help="Also write the report as FORMAT (text, json, junit) to FILE; repeatable.",
+)
+@click.option(
+    "--jobs",
+    callback=_jobs_option,
+    default="auto",
+    show_default=True,
+    metavar="N|auto",
+    help="Processes to split the rows across (1 to 64); auto: one per CPU once the store is big enough to pay "
+    "for processes, else 1.",
+)
+@click.option(
+    "--trusted-key",
+    "trusted_keys",
+    metavar="KEY",
+    multiple=True,
+    help="A verifier key (name+hash+key) or a file holding one, whose signatures vouch for the rows; repeatable.",
+)
+@click.option(
+    "--all-signatures", is_flag=True, help="Verify every stored checkpoint signed by a trusted key, not the newest."
+)
+@click.option(
+    "--cosign",
+    "cosign_path",
+    metavar="FILE",
+    help="After a clean audit, sign the checkpoint --save-checkpoint writes with this note key (type 0x01: the "
+    "auditor attests re-derivation; cosignatures come from witnesses).",
+)
+@click.option(
+    "--origin",
+    "expected_origin",
+    metavar="NAME",
+    help="Require the store to be this log (its origin): another store put in its place is a finding.",
+)
+@witness_role_options
+@click.option(
+    "--max-witness-age", "max_witness_age", type=click.IntRange(min=0), default=86400, show_default=True,
+    metavar="SECONDS", help="Rows after a checkpoint the witnesses cosigned longer ago than this are unwitnessed_rows.",
+)
+@click.option(
+    "--witness-url", "witness_urls", metavar="URL=KEY", multiple=True,
+    help="Before the audit, fetch this compute-budget witness's latest checkpoint of the log; the store must extend "
+    "it. Unreachable, or a stale or unverifiable answer: exit 2. Repeatable.",
+)
+def audit_command(
+    db: str | None,
+    checkpoint_path: str | None,
+    since_path: str | None,
+    save_path: str | None,
+    output_format: str,
+    output_path: str | None,
+    reports: tuple[str, ...],
+    jobs: int | Literal["auto"],
+    trusted_keys: tuple[str, ...],
+    all_signatures: bool,
+    cosign_path: str | None,
+    expected_origin: str | None,
+    witness_keys: tuple[str, ...],
+    witness_quorum: int | None,
+    max_witness_age: int,
+    witness_urls: tuple[str, ...],
+) -> None:
+    """Replay-audit the store read-only: exit 0 clean, 1 findings, 2 cannot run.
+
+    Every report file asked for (--output, --report) is written; when the audit cannot run, each is replaced by
+    a report saying why (JUnit: one test case in error; JSON: clean false and an error).
+    """
+    from compute_budget.auditor.report import utc_now
+
+    started_at = utc_now()
+    targets = [(output_format, output_path)] if output_path else []
+    targets += [_report_spec(value) for value in reports]
+    writable: list[tuple[str, str]] = []
+    inputs = [("--checkpoint", checkpoint_path or ""), ("--since", since_path or "")]
+    key_files = [("--cosign", cosign_path)] if cosign_path else []
+    key_files += [("--trusted-key", item) for item in trusted_keys if os.path.exists(item)]
+    try:
+        # Before the audit: a nightly run must not fail only at its end. A path the output guards refuse gets
+        # no report at all; the others get one whatever happens next.
+        refused: list[click.BadParameter] = []
+        for option, (target_format, path) in zip(
+            ["--output"] * bool(output_path) + ["--report"] * len(reports), targets, strict=True
+        ):
+            try:
+                check_writable(option, path, db=db, keep=inputs)
+                check_keys_apart(key_files, [(option, path)])  # a key is never an output, not even an error report
+                writable.append((target_format, path))
+            except click.BadParameter as error:
+                refused.append(error)
+        if refused:
+            raise refused[0]
+        _distinct_outputs([path for _, path in targets] + ([save_path] if save_path else []))
+        if save_path:
+            check_writable("--save-checkpoint", save_path, db=db, keep=inputs)
+            check_keys_apart(key_files, [("--save-checkpoint", save_path)])
+        # Until this audit has a verdict, every report says it has none: a run killed outright (SIGKILL, the OOM
+        # killer) must not leave last night's CLEAN in place.
+        _write_error_reports(
+            writable, None, db, started_at,
+            reason=f"the audit started at {started_at} and has not finished: if this stays, it was killed",
+        )
+        _audit_and_report(
+            db,
+            checkpoint_path,
+            since_path,
+            save_path,
+            output_format,
+            output_path,
+            writable,
+            jobs,
+            trusted_keys,
+            all_signatures,
+            cosign_path,
+            expected_origin,
+            (witness_keys, witness_quorum, max_witness_age, witness_urls),
+        )
+    except click.exceptions.Exit:
+        raise  # a result (exit 0 or 1), its reports written
+    except KeyboardInterrupt as error:  # Ctrl-C, or SIGTERM (a cron timeout): no verdict, so none may survive
+        _write_error_reports(writable, error, db, started_at)
+        raise
+    except Exception as error:  # the audit cannot run (exit 2): every report file says why
+        _write_error_reports(writable, error, db, started_at)
+        raise
+
+
+def _audit_and_report(
+    db: str | None,
+    checkpoint_path: str | None,
+    since_path: str | None,
+    save_path: str | None,
+    output_format: str,
+    output_path: str | None,
+    targets: list[tuple[str, str]],
+    jobs: int | Literal["auto"],
+    trusted_keys: tuple[str, ...],
+    all_signatures: bool,
+    cosign_path: str | None,
+    expected_origin: str | None,
+    witnessing: tuple[tuple[str, ...], int | None, int, tuple[str, ...]],
+) -> None:
+    from compute_budget.auditor.scan import audit, load_checkpoint
+    from compute_budget.cli.render_audit import render
+    from compute_budget.errors import CheckpointError
+    from compute_budget.store.keys import load_signer_key, verifier_key
+
+    checkpoint = load_checkpoint(checkpoint_path) if checkpoint_path else None
+    if since_path and not os.path.lexists(since_path):
+        raise CheckpointError(
+            f"checkpoint file {since_path} does not exist. The first night, audit in full once and keep its "
+            f"checkpoint: `compute-budget audit{f' --db {db}' if db else ''} --save-checkpoint {since_path}` (see "
+            "the README's nightly recipe); "
+            "on any later night a missing checkpoint was lost or removed: find out why before making a new one"
+        )
+    since = load_checkpoint(since_path) if since_path else None
+    keys = [verifier_key(item) for item in trusted_keys]
+    if cosign_path and not save_path:
+        raise click.BadParameter(
+            "--cosign signs the checkpoint --save-checkpoint writes: give both", param_hint="--cosign"
+        )
+    cosigner = load_signer_key(cosign_path) if cosign_path else None
+    witness_keys, witness_quorum, max_witness_age, witness_urls = witnessing
+    witnesses = _witness_keys(witness_keys, witness_quorum)
+    fetched = _fetch_witnessed(db, witness_urls, expected_origin)
+    with audit_progress() as on_progress:
+        report = audit(
+            db,
+            checkpoint=checkpoint,
+            since=since,
+            jobs=jobs,
+            on_progress=on_progress,
+            trusted_keys=keys,
+            all_signatures=all_signatures,
+            expected_origin=expected_origin,
+            witness_keys=witnesses,
+            witness_quorum=witness_quorum,
+            max_witness_age=max_witness_age,
+            witnessed_checkpoints=fetched,
+        )
+    for warning in report.warnings:
+        say(f"warning: {warning}")
+    for target_format, path in targets:
+        write_atomically(path, render(report, target_format) + "\n")
+    if not output_path:
+        click.echo(render(report, output_format))
+    if save_path and witnesses:
+        _save_witnessed(db, report, save_path, cosigner, [item for item in (checkpoint, since) if item is not None],
+                        witnesses, witness_quorum)
+    elif save_path:
+        if report.clean and cosigner is not None:
+            from compute_budget.auditor.proofs import cosign
+
+            given = [item for item in (checkpoint, since) if item is not None]
+            write_atomically(save_path, cosign(db, report, cosigner, given))
+            say(f"saved checkpoint seq {report.head.seq} to {save_path}")
+        elif report.clean:
+            write_atomically(save_path, report.head_checkpoint().to_json() + "\n")
+            say(f"saved checkpoint seq {report.head.seq} to {save_path}")
+        else:
+            say(f"audit not clean: checkpoint {save_path} was not written")
+    if not report.clean:
+        click.get_current_context().exit(1)
+
+
+def _witness_keys(witness_keys: tuple[str, ...], quorum: int | None) -> list[WitnessKey]:
+    """The distinct witness keys, and a quorum in 1..their number (else a usage error, exit 2)."""
+    from compute_budget.store.keys import witness_key
+
+    keys = list(dict.fromkeys(witness_key(item) for item in witness_keys))
+    if quorum is not None and not 1 <= quorum <= len(keys):
+        raise click.BadParameter(
+            f"{quorum} is not between 1 and the number of distinct --witness-key keys ({len(keys)})",
+            param_hint="--witness-quorum",
+        )
+    return keys
+
+
+def _fetch_witnessed(db: str | None, urls: tuple[str, ...], expected_origin: str | None) -> list[str]:
+    """What each `--witness-url` witness last cosigned for this store's log (exit 2 when one cannot say)."""
+    if not urls:
+        return []
+    from compute_budget.errors import StoreUnavailable
+    from compute_budget.store import BudgetStore
+    from compute_budget.store.witnessing import WitnessTarget, fetch_latest
+
+    targets = [WitnessTarget.parse(url) for url in urls]
+    origin = expected_origin
+    if origin is None:
+        with BudgetStore.open(db, readonly=True) as store:
+            origin = store.origin()
+    if origin is None:
+        raise StoreUnavailable("the store has no origin yet: no witness can have cosigned it (give --origin NAME)")
+    return [fetch_latest(target, origin) for target in targets]
+
+
+def _save_witnessed(
+    db: str | None,
+    report: AuditReport,
+    save_path: str,
+    cosigner: SignerKey | None,
+    given: list[Checkpoint],
+    witnesses: list[WitnessKey],
+    quorum: int | None,
+) -> None:
+    """--save-checkpoint with witness keys: the newest checkpoint K witnesses cosigned, with its signatures."""
+    import time
+
+    from compute_budget.auditor.witnessed import WitnessPolicy, witnessed_note
+    from compute_budget.core.log.note import VerifierKey, add_signature
+    from compute_budget.store import BudgetStore
+
+    if not report.clean:
+        say(f"audit not clean: checkpoint {save_path} was not written")
+        return
+    policy = WitnessPolicy(tuple(witnesses), quorum or len(witnesses), 0, int(time.time()))
+    note = None
+    if report.witnessed_size:
+        with BudgetStore.open(db, readonly=True) as store, store.snapshot() as snapshot:
+            writers = [VerifierKey.parse(text) for text in report.trusted_keys]
+            note = witnessed_note(snapshot, policy, report.witnessed_size, given, writers)
+    if note is None:
+        say(f"no checkpoint carries {policy.quorum} cosignature(s) by the witness keys: {save_path} was not written")
+        return
+    if cosigner is not None:
+        note = add_signature(note, cosigner)
+    write_atomically(save_path, note)
+    say(f"saved checkpoint seq {report.witnessed_size} to {save_path}")
+
+
+def _distinct_outputs(paths: list[str]) -> None:
+    seen: set[str] = set()
+    for path in paths:
+        real = os.path.realpath(path)
+        if real in seen:
+            raise click.BadParameter(f"{path} is named twice among the reports and the checkpoint to save")
+        seen.add(real)
+
+
+def _write_error_reports(
+    targets: list[tuple[str, str]],
+    error: BaseException | None,
+    db: str | None,
+    started_at: str,
+    *,
+    reason: str | None = None,
+) -> None:
+    """Replace every report file asked for with the report of an audit that could not run, saying why (`reason`,
+    else the error's own words)."""
+    if not targets:
+        return
+    from compute_budget.auditor.report import utc_now
+    from compute_budget.cli.render_audit import render_error
+    from compute_budget.errors import ComputeBudgetError
+    from compute_budget.store.backend import locate
+
+    if reason is None:
+        reason = _error_reason(error)
+    try:
+        database = locate(db).display
+    except ComputeBudgetError:
+        database = db or "(no database)"
+    finished_at = utc_now()
+    for target_format, path in targets:
+        text = render_error(target_format, reason, database=database, started_at=started_at, finished_at=finished_at)
+        try:
+            write_atomically(path, text + "\n")
+        except ComputeBudgetError as failed:  # that report cannot be written either: say so, keep the first error
+            say(f"warning: {failed}")
+
+
+def _error_reason(error: BaseException | None) -> str:
+    """Why an audit could not run, in one line."""
+    from compute_budget.errors import ComputeBudgetError
+
+    if isinstance(error, KeyboardInterrupt):
+        how = "terminated (SIGTERM)" if isinstance(error, Terminated) else "interrupted (Ctrl-C)"
+        return f"the audit was {how} before it finished"
+    if isinstance(error, click.ClickException):
+        return error.format_message()
+    if isinstance(error, OSError):
+        return f"{error.strerror or error}{f': {error.filename}' if error.filename else ''}"
+    if isinstance(error, ComputeBudgetError):
+        return str(error)
+    return f"unexpected {type(error).__name__}: {error}"

@@ -1,0 +1,184 @@
+"""`compute-budget record`: decide and append gates, signed and witnessed when asked (a lazy command)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import click
+
+from compute_budget.cli.app import say
+from compute_budget.cli.commands import (
+    cli,
+    db_option,
+    input_label,
+    origin_option,
+    witness_submit_options,
+    writer_options,
+)
+from compute_budget.cli.io import check_writable, open_input, read_ahead, write_atomically
+from compute_budget.cli.progress import progress_bar
+from compute_budget.errors import InputUnreadable, OutputUnwritable
+
+if TYPE_CHECKING:
+    from compute_budget.core.policy.lines import BadLine, GateLine
+
+
+MAX_CONFLICTS_SHOWN = 20
+
+
+@cli.command("record")
+@click.argument("input_path", metavar="[INPUT]", default="-")
+@db_option
+@click.option(
+    "--on-conflict",
+    type=click.Choice(["raise", "skip"]),
+    default="raise",
+    show_default=True,
+    help="raise: a conflict stops the run (exit 2, nothing written); skip: record every other gate and list "
+    "the conflicts.",
+)
+@click.option(
+    "--rejects",
+    "rejects_path",
+    metavar="FILE",
+    help="With --on-conflict skip: write the skipped gates there, one JSON line each, as they were given.",
+)
+@click.option(
+    "--signing-key",
+    "signing_key",
+    metavar="FILE",
+    default=None,
+    help="Sign a checkpoint of the new head with this key, in the same transaction "
+    "[default: the file $COMPUTE_BUDGET_SIGNING_KEY names, if set].",
+)
+@writer_options
+@click.option(
+    "--adopt-unsigned",
+    "adopt_unsigned",
+    metavar="SEQ",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Sign over the rows after the newest trusted checkpoint through SEQ, the head (review them first with "
+    "`list --after-seq K`); each is re-derived before it is signed.",
+)
+@click.option(
+    "--unsigned",
+    is_flag=True,
+    help="Append without a key to a store that holds signed checkpoints (ignores $COMPUTE_BUDGET_SIGNING_KEY).",
+)
+@witness_submit_options
+@origin_option
+def record_command(
+    input_path: str,
+    db: str | None,
+    on_conflict: str,
+    rejects_path: str | None,
+    signing_key: str | None,
+    writer_state: str | None,
+    init_writer_state: bool,
+    peer_keys: tuple[str, ...],
+    adopt_unsigned: int | None,
+    unsigned: bool,
+    witnesses: tuple[str, ...],
+    witness_timeout: float,
+    origin: str | None,
+) -> None:
+    """Decide every gate of INPUT and append them all to the store, atomically (all or nothing).
+
+    Re-recording a stored gate is a no-op; the same budget_id with a different gate is a conflict (exit 2,
+    nothing written; with --on-conflict skip it is left out and named on stderr), and so is a line that is not
+    JSON. A run that fails removes the new, empty database file it created. With a signing key, the writer signs
+    only what it wrote (spec 9.1): rows after the newest checkpoint it or a --peer-key signed are refused (exit 2,
+    named) unless adopted with --adopt-unsigned.
+    """
+    from compute_budget.store import BudgetStore
+    from compute_budget.store.keys import SIGNING_KEY_ENV_VAR
+
+    if unsigned and signing_key is not None:
+        raise click.UsageError("--unsigned and --signing-key contradict each other: give one")
+    if rejects_path is not None:
+        if on_conflict != "skip":
+            raise click.UsageError("--rejects FILE keeps the gates --on-conflict skip leaves out: give both")
+        check_writable("--rejects", rejects_path, db=db, keep=[("INPUT", input_path)])
+    if adopt_unsigned is not None and (unsigned or (signing_key is None and not os.environ.get(SIGNING_KEY_ENV_VAR))):
+        raise click.UsageError("--adopt-unsigned signs the rows it adopts: it needs --signing-key")
+    opened = BudgetStore.open(
+        db, origin=origin, signing_key=signing_key, writer_state=writer_state, init_writer_state=init_writer_state,
+        peer_keys=peer_keys, allow_unsigned=unsigned, witnesses=witnesses, witness_timeout=witness_timeout,
+    )
+    with contextlib.ExitStack() as context:
+        try:
+            raw = context.enter_context(open_input(input_path))
+        except BaseException:
+            opened.discard_if_unused()  # an input that cannot be read leaves no new, empty database behind
+            raise
+        store = context.enter_context(opened)
+        try:
+            with read_ahead(raw, input_label(input_path)) as stream, progress_bar(stream, "recording") as lines:
+                from compute_budget.core.policy.lines import read_gates
+
+                gates = _gates_or_fail(read_gates(lines), input_path)
+                result = store.record_many(
+                    gates, on_conflict="skip" if on_conflict == "skip" else "raise",
+                    adopt_unsigned_through=adopt_unsigned,
+                )
+        except BaseException:
+            store.discard_if_unused()
+            raise
+        if result.writer_state_created:
+            say(f"created writer state {store.writer_state} from the store's newest checkpoint signed by this key")
+        if adopt_unsigned is not None:
+            first, last = result.adopted_after + 1, result.adopted_after + result.adopted
+            say(f"adopted {_plural(result.adopted, 'row')} (seq {first}..{last})" if result.adopted else
+                "adopted 0 rows (the head was already signed)")
+        for conflict in result.conflicts[:MAX_CONFLICTS_SHOWN]:
+            differ = f" (they differ in {', '.join(conflict.differing)})" if conflict.differing else ""
+            at = f"line {conflict.line}" if conflict.line is not None else f"gate {conflict.index + 1}"
+            say(
+                f"{input_label(input_path)} {at}: conflict: budget_id {conflict.budget_id} is already recorded with a "
+                f"different gate{differ}; skipped"
+            )
+        if result.conflicts:
+            hidden = len(result.conflicts) - MAX_CONFLICTS_SHOWN
+            more = f", {hidden} more not shown" if hidden > 0 else ""
+            say(f"{_plural(len(result.conflicts), 'conflicting gate')} skipped{more}")
+        total = result.new + result.present
+        if total == 0 and not result.conflicts and adopt_unsigned is None:
+            store.discard_if_unused()  # an empty input creates no store
+            say(f"no gates in {input_label(input_path)}")
+            return
+        skipped = f", {len(result.conflicts)} skipped as conflicts" if on_conflict == "skip" else ""
+        summary = (
+            f"recorded {total} gate{'s' if total != 1 else ''}: {result.new} new, {result.present} already present"
+            f"{skipped} (head seq {result.head.seq}) in {store.location.display}"
+        )
+        try:
+            click.echo(summary)
+        except BrokenPipeError:
+            raise  # the reader went away: not an error
+        except OSError as error:  # the rows are committed: the failure must not read as "nothing was written"
+            raise OutputUnwritable(
+                f"the gates were recorded ({result.new} new, head seq {result.head.seq}), but the summary could not "
+                f"be printed: {error.strerror or error}"
+            ) from None
+        if rejects_path is not None:
+            write_atomically(rejects_path, "".join(conflict.gate_input + "\n" for conflict in result.conflicts))
+            say(f"wrote {_plural(len(result.conflicts), 'skipped gate')} to {rejects_path}")
+        for warning in result.witness_warnings:
+            say(warning)
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _gates_or_fail(items: Iterator[GateLine | BadLine], input_path: str) -> Iterator[GateLine]:
+    from compute_budget.core.policy.lines import BadLine
+
+    for item in items:
+        if isinstance(item, BadLine):
+            raise InputUnreadable(f"{input_label(input_path)} line {item.line}: {item.message}; nothing was written")
+        yield item
