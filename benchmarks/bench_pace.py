@@ -9,8 +9,9 @@ In one run, SQLite, a store of a few hundred rows, after a warm-up:
   by this release, so the guard is there), ``COMMIT``; same folder, the writer's own PRAGMAs (WAL, in-memory
   temporary store, the writer's cache size).
 
-Prints both, and the ratios of the medians. Goals: one `record()` within 6x of the floor, a signed one within 10x.
-With ``--pg URL`` the same against a PostgreSQL database (its floor: the same one-row transaction through psycopg).
+Prints both, and the ratios of the medians and of the p99s. Goals (on the medians): one `record()` within 6x of
+the floor, a signed one within 10x. With ``--pg URL`` the same, unsigned and signed, against a PostgreSQL database
+(its floor: the same one-row transaction through psycopg; this release's tables there are dropped).
 
 Part 2: the command line's start. `compute-budget --version`, `--help` and `decide` of one gate, each run as a
 fresh process `--starts` times, against a bare interpreter (`python -c pass`): medians and ratios. Goal: within
@@ -56,12 +57,17 @@ def gate(index: int) -> dict[str, Any]:
     }
 
 
+def signing_options(folder: Path, name: str, *, signed: bool) -> dict[str, Any]:
+    """`BudgetStore.open` options of a signed run (a key, its writer state file in `folder`), or none."""
+    if not signed:
+        return {}
+    return {"signing_key": SignerKey.from_seed("pace", bytes(32)), "writer_state": str(folder / f"{name}.state")}
+
+
 def run_project(folder: Path, count: int, *, signed: bool) -> tuple[list[float], list[tuple[Any, ...]]]:
     """Seconds per `record()` after a warm-up, and the rows it stored (for the floor to write again)."""
-    key = SignerKey.from_seed("pace", bytes(32)) if signed else None
     name = "signed" if signed else "unsigned"
-    options: dict[str, Any] = {"signing_key": key, "writer_state": str(folder / f"{name}.state")} if signed else {}
-    return timed_records(str(folder / f"{name}.db"), count, options)
+    return timed_records(str(folder / f"{name}.db"), count, signing_options(folder, name, signed=signed))
 
 
 def timed_records(target: str, count: int, options: dict[str, Any]) -> tuple[list[float], list[tuple[Any, ...]]]:
@@ -128,11 +134,11 @@ def installed_env(cache: Path) -> dict[str, str]:
 GOAL_START = 8.0
 
 
-def run_project_pg(url: str, count: int) -> tuple[list[float], list[tuple[Any, ...]]]:
+def run_project_pg(url: str, count: int, folder: Path, *, signed: bool) -> tuple[list[float], list[tuple[Any, ...]]]:
     """`record()` one gate at a time into the PostgreSQL database at `url` (emptied of this release's tables
-    first), and the rows stored."""
+    first), and the rows stored; signed with the writer state file in `folder`."""
     _drop_tables(url)
-    return timed_records(url, count, {})
+    return timed_records(url, count, signing_options(folder, "pg-signed", signed=signed))
 
 
 def run_floor_pg(url: str, rows: list[tuple[Any, ...]]) -> list[float]:
@@ -177,6 +183,20 @@ def _drop_tables(url: str) -> None:
     engine.dispose()
 
 
+def print_appends(floor_label: str, floor: list[float], unsigned: list[float], signed: list[float], *,
+                  goals: bool) -> None:
+    """Median and p99 of the floor and of both kinds of `record()`, each as a ratio to the floor's."""
+    floor_median, floor_p99 = summary(floor)
+    print(f"{'':28} {'median ms':>10} {'p99 ms':>10} {'x median':>9} {'x p99':>7}")
+    print(f"{floor_label:28} {floor_median:10.3f} {floor_p99:10.3f}")
+    for label, times, goal in (("record(), unsigned", unsigned, GOAL_UNSIGNED),
+                               ("record(), signed", signed, GOAL_SIGNED)):
+        median, p99 = summary(times)
+        ratio = median / floor_median
+        verdict = f"  goal <= {goal:.0f}x: {'met' if ratio <= goal else 'NOT met'}" if goals else ""
+        print(f"{label:28} {median:10.3f} {p99:10.3f} {ratio:9.1f} {p99 / floor_p99:7.1f}{verdict}")
+
+
 def summary(times: list[float]) -> tuple[float, float]:
     """(median, p99) in milliseconds."""
     ordered = sorted(times)
@@ -194,25 +214,16 @@ def main() -> None:
         unsigned, rows = run_project(folder, arguments.count, signed=False)
         signed, _ = run_project(folder, arguments.count, signed=True)
         floor = run_floor(folder, rows)
+        print(f"SQLite, {arguments.count} single appends each, after {WARM_UP} to warm up")
+        print_appends("floor (stdlib sqlite3)", floor, unsigned, signed, goals=True)
+        if arguments.pg:
+            pg_unsigned, pg_rows = run_project_pg(arguments.pg, arguments.count, folder, signed=False)
+            pg_signed, _ = run_project_pg(arguments.pg, arguments.count, folder, signed=True)
+            pg_floor = run_floor_pg(arguments.pg, pg_rows)
+            print(f"\nPostgreSQL, {arguments.count} single appends each, after {WARM_UP} to warm up")
+            print_appends("floor (psycopg)", pg_floor, pg_unsigned, pg_signed, goals=False)
     finally:
         shutil.rmtree(folder)  # the folder this run made, nothing else
-    floor_median, floor_p99 = summary(floor)
-    print(f"SQLite, {arguments.count} single appends each, after {WARM_UP} to warm up")
-    print(f"{'':28} {'median ms':>10} {'p99 ms':>10} {'ratio':>8}")
-    print(f"{'floor (stdlib sqlite3)':28} {floor_median:10.3f} {floor_p99:10.3f}")
-    for label, times, goal in (("record(), unsigned", unsigned, GOAL_UNSIGNED),
-                               ("record(), signed", signed, GOAL_SIGNED)):
-        median, p99 = summary(times)
-        ratio = median / floor_median
-        print(f"{label:28} {median:10.3f} {p99:10.3f} {ratio:8.1f}  goal <= {goal:.0f}x: "
-              f"{'met' if ratio <= goal else 'NOT met'}")
-    if arguments.pg:
-        pg_times, pg_rows = run_project_pg(arguments.pg, arguments.count)
-        pg_floor_median, pg_floor_p99 = summary(run_floor_pg(arguments.pg, pg_rows))
-        median, p99 = summary(pg_times)
-        print(f"\nPostgreSQL, {arguments.count} single appends each")
-        print(f"{'floor (psycopg)':28} {pg_floor_median:10.3f} {pg_floor_p99:10.3f}")
-        print(f"{'record(), unsigned':28} {median:10.3f} {p99:10.3f} {median / pg_floor_median:8.1f}")
     one_gate = b'{"decision_id": "a", "status": "eligible"}\n'
     cache = Path(tempfile.mkdtemp(prefix="bench-pace-pycache-"))
     try:
