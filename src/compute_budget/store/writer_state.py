@@ -48,6 +48,9 @@ class WriterState:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock_handle: int | None = None
+        # What this lock's holder read (or wrote) last: under the lock no other writer replaces the file, so `save`
+        # need not read it again after `note_for` (issue 23: one read per signed append instead of two).
+        self._held_notes: dict[str, str] | None = None
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[WriterState]:
@@ -71,6 +74,7 @@ class WriterState:
             yield self
         finally:
             self._lock_handle = None
+            self._held_notes = None
             os.close(handle)  # closing releases the lock
 
     def is_link(self) -> bool:
@@ -89,6 +93,11 @@ class WriterState:
 
     def _read(self) -> dict[str, str] | None:
         self._require_locked()
+        notes = self._read_file()
+        self._held_notes = dict(notes) if notes is not None else {}
+        return notes
+
+    def _read_file(self) -> dict[str, str] | None:
         try:
             info = os.lstat(self.path)
         except FileNotFoundError:
@@ -130,7 +139,7 @@ class WriterState:
         """Replace the file with one whose note for `origin` is `note` (others kept; with `discard_unreadable`, as
         `--init-writer-state` asks, an unreadable file is replaced whole, but never a link)."""
         try:
-            notes = self._read() or {}
+            notes = dict(self._held_notes) if self._held_notes is not None else (self._read() or {})
         except WriterStateError:
             if not discard_unreadable or self.is_link():
                 raise
@@ -149,6 +158,7 @@ class WriterState:
             finally:
                 os.close(handle)
             os.replace(temporary, self.path)
+            self._held_notes = notes
         except OSError as error:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
