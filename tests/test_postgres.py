@@ -203,6 +203,7 @@ def test_the_audit_reads_a_range_in_index_order_without_a_sort(pg_url: str) -> N
     assert "Seq Scan" not in plan
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_reading_the_whole_table_needs_no_temporary_file(pg_url: str, tmp_path: Path) -> None:
     """Issue 23: the audit and a copy read the table in bounded batches, so they run on a server
