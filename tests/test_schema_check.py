@@ -131,7 +131,12 @@ def test_migrate_says_what_it_restored(run_cli: Run, tmp_path: Path) -> None:
     status, out, err = run_cli("migrate", "--db", str(target))
     assert status == 0
     assert err.count("restored the append-only guard") == 3
-    assert "already at head" in out
+    assert "already at head" not in out  # it did change the schema
+    assert out.startswith("schema at head revision ")
+    assert "repaired 3 problem(s)" in out
+    status, out, err = run_cli("migrate", "--db", str(target))
+    assert (status, err) == (0, "")
+    assert out.startswith("schema already at head revision ")
     status, out, _ = run_cli("audit", "--db", str(target))
     assert status == 0
 

@@ -18,13 +18,18 @@ def migrate_command(db: str | None, origin: str | None) -> None:
     Merkle tree of rows recorded before it, and set the origin of a store that holds rows but has none."""
     from compute_budget.store import BudgetStore
 
+    repaired: list[str] = []
+
     def restored(problems: list[str]) -> None:
         for problem in problems:
             # The guard's problems are restored; the revision record (spec 9.7) is repaired, and says so itself.
             say(problem if problem.startswith("repaired ") else f"restored the append-only guard: {problem}")
+        repaired.extend(problems)
 
     before, after = BudgetStore.migrate(db, origin=origin, on_restore=restored)
-    if before == after:
+    if before == after and repaired:  # not "already at head": this run changed the schema
+        click.echo(f"schema at head revision {after}; repaired {len(repaired)} problem(s) (listed above)")
+    elif before == after:
         click.echo(f"schema already at head revision {after}")
     else:
         click.echo(f"schema migrated from {before or 'nothing'} to head revision {after}")
