@@ -201,3 +201,88 @@ def test_another_applications_trigger_in_a_shared_postgresql_schema_is_not_tampe
     assert audit(pg_url).clean
     with BudgetStore.open(pg_url) as opened:
         assert opened.record(gate_lines(1, prefix="new")[0]).new
+
+
+def _sqlite_schema_version(path: str) -> int:
+    import sqlite3
+
+    with sqlite3.connect(path) as connection:
+        return int(connection.execute("PRAGMA schema_version").fetchone()[0])
+
+
+def test_a_trigger_filed_under_another_type_is_still_seen_and_migrate_refuses_to_guess(tmp_path: Path) -> None:
+    """SQLite builds its schema from sqlite_master's SQL and never reads `type` back: a hand-edited row of type
+    'Trigger' whose SQL creates a RAISE(IGNORE) trigger still fires. It used to pass the check (which asked for
+    type = 'trigger') while writers' checkpoints were silently dropped; now it is schema_tampered, writers refuse,
+    and migrate says it cannot repair it (nothing changed) instead of claiming the schema holds."""
+    import sqlite3
+
+    target = str(tmp_path / "store.db")
+    with BudgetStore.open(target) as opened:
+        opened.record_many(gate_lines(3))
+    version = _sqlite_schema_version(target)
+    connection = sqlite3.connect(target, isolation_level=None)
+    connection.execute("PRAGMA writable_schema = ON")
+    connection.execute(
+        "INSERT INTO sqlite_master (type, name, tbl_name, rootpage, sql) VALUES ('Trigger', 'evil', "
+        "'compute_budget_checkpoints', 0, 'CREATE TRIGGER evil BEFORE INSERT ON compute_budget_checkpoints "
+        "BEGIN SELECT RAISE(IGNORE); END')"
+    )
+    connection.execute(f"PRAGMA schema_version = {version + 1}")
+    connection.close()
+    findings = audit(target).findings
+    assert {finding.kind.value for finding in findings} == {"schema_tampered"}
+    details = " ".join(finding.detail for finding in findings)
+    assert "type 'Trigger'" in details
+    assert "trigger evil on compute_budget_checkpoints was added by hand" in details
+    with BudgetStore.open(target) as opened, pytest.raises(StoreDamaged, match="refusing to append"):
+        opened.record(gate_lines(1, prefix="new")[0])
+    with pytest.raises(StoreDamaged, match="sqlite_master was edited by hand"):
+        BudgetStore.migrate(target)
+    assert len(audit(target).findings) == len(findings)  # migrate changed nothing
+
+
+def test_migrate_removes_a_trigger_that_would_swallow_its_repair_of_the_revision(tmp_path: Path) -> None:
+    """A trigger on alembic_version that ignores updates, beside an edited revision record: migrate drops the
+    trigger first, so its repair of the record holds, in one run."""
+    target = str(tmp_path / "store.db")
+    with BudgetStore.open(target) as opened:
+        opened.record_many(gate_lines(2))
+    execute(target, "UPDATE alembic_version SET version_num = '0004'",
+            "CREATE TRIGGER keep BEFORE UPDATE ON alembic_version BEGIN SELECT RAISE(IGNORE); END")
+    said: list[str] = []
+    BudgetStore.migrate(target, on_restore=said.extend)
+    assert any("trigger keep on alembic_version" in line for line in said)
+    assert any("it now records" in line for line in said)
+    assert audit(target).clean
+    assert rows_of(target, "SELECT version_num FROM alembic_version") == [("0005",)]
+
+
+def rows_of(target: str, sql: str) -> list[tuple[object, ...]]:
+    import sqlite3
+
+    with sqlite3.connect(target) as connection:
+        return [tuple(row) for row in connection.execute(sql)]
+
+
+@pytest.mark.postgres
+def test_a_rule_or_row_level_security_on_a_store_table_is_schema_tampered(pg_url: str) -> None:
+    """PostgreSQL: a DO INSTEAD NOTHING rule on the checkpoints drops a writer's signed checkpoints, and row-level
+    security can hide the newest rows from the auditor's role; both passed the check. Now each is schema_tampered,
+    a long-lived writer notices the change between two appends, and migrate removes them."""
+    with BudgetStore.open(pg_url) as opened:
+        opened.record_many(gate_lines(3))
+        opened.record(gate_lines(1, prefix="one")[0])  # the guard checked in full; the next may take the shortcut
+        execute(pg_url, "CREATE RULE quiet AS ON INSERT TO compute_budget_checkpoints DO INSTEAD NOTHING")
+        with pytest.raises(StoreDamaged, match="rule quiet on compute_budget_checkpoints"):
+            opened.record(gate_lines(1, prefix="two")[0])
+    execute(pg_url, "ALTER TABLE compute_budget_decisions ENABLE ROW LEVEL SECURITY",
+            "CREATE POLICY hide ON compute_budget_decisions FOR SELECT USING (seq <= 2)")
+    details = [finding.detail for finding in audit(pg_url).findings]
+    assert any("rule quiet on compute_budget_checkpoints was added by hand" in detail for detail in details)
+    assert any("row-level security is enabled on compute_budget_decisions" in detail for detail in details)
+    said: list[str] = []
+    BudgetStore.migrate(pg_url, on_restore=said.extend)
+    assert any("rule quiet" in line for line in said)
+    assert any("row-level security" in line for line in said)
+    assert audit(pg_url).clean

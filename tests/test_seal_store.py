@@ -617,3 +617,27 @@ def test_checkpoint_json_carries_origin_size_and_root(db_path: Path) -> None:
     assert audit(db_path, checkpoint=old).clean
     assert naive_tree(str(db_path)).root(0) == EMPTY_ROOT
     assert not is_postgres(str(db_path))
+
+
+def test_a_checkpoint_the_table_drops_is_an_error_not_a_silent_success(tmp_path: Path) -> None:
+    """Defence in depth behind the schema check: an INSERT of a signed checkpoint (or tree nodes) that the table
+    swallows (a RAISE(IGNORE) trigger) raises StoreDamaged, so the transaction is rolled back and no writer reports
+    a signature the store does not hold."""
+    from sqlalchemy import create_engine
+
+    from compute_budget.store import seal as sealing
+    from compute_budget.store.seal import seal_statements_for
+
+    target = tmp_path / "store.db"
+    with BudgetStore.open(target) as opened:
+        opened.record_many(gate_lines(2))
+    engine = create_engine(f"sqlite:///{target}")
+    try:
+        with engine.begin() as connection:
+            connection.exec_driver_sql(
+                "CREATE TRIGGER swallow BEFORE INSERT ON compute_budget_checkpoints BEGIN SELECT RAISE(IGNORE); END"
+            )
+        with pytest.raises(StoreDamaged, match="kept 0 of the 1 signed checkpoints"), engine.begin() as connection:
+            sealing.insert_checkpoint(connection, seal_statements_for("sqlite"), 2, signer(), "note\n", "now")
+    finally:
+        engine.dispose()

@@ -54,6 +54,11 @@ class _Answering(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         time.sleep(self.delay)
         self.send_response(self.status)
+        if self.status == 409:  # a witness that holds size 2 of the log, whatever it is sent
+            self.send_header("Content-Type", "text/x.tlog.size")
+            self.end_headers()
+            self.wfile.write(b"2\n")
+            return
         self.end_headers()
         self.wfile.write(b"internal trouble\n")
 
@@ -140,6 +145,27 @@ def test_a_failing_witness_is_one_warning_naming_its_answer(
     assert len(result.witness_warnings) == 1
     assert "refused with 500: 'internal trouble'" in result.witness_warnings[0]
     assert _sizes(tmp_path) == []
+
+
+def test_a_cosignature_is_filed_at_its_checkpoint_size_whatever_another_witness_answered(
+    served: Served, tmp_path: Path, misbehaving: Callable[[float, int], str]
+) -> None:
+    """One witness cosigns size 5 while another keeps answering 409 with size 2. The cosignature was filed under the
+    last size any witness reported (2: a loop variable shadowed the checkpoint's size), so the store held a
+    cosignature of size 5 filed as size 2's, and the next audit called it bad_signature."""
+    from compute_budget import audit
+
+    holding = misbehaving(0.0, 409)
+    good = f"http://127.0.0.1:{served.port}={WITNESS_KEY}"
+    with _open(tmp_path, good, f"{holding}={WITNESS_KEY}") as store:
+        result = store.record_many(gate_lines(5))
+    assert len(result.witness_warnings) == 1
+    assert "holds size 2" in result.witness_warnings[0]
+    assert [size for size, _, _ in _stored_cosignatures(tmp_path)] == [5]
+    assert sorted(_sizes(tmp_path)) == [2, 2, 5]
+    report = audit(str(tmp_path / "store.db"), trusted_keys=[LOG.verifier()], witness_keys=[WITNESS.verifier()])
+    assert report.clean, report.findings
+    assert report.witnessed_size == 5
 
 
 def test_a_409_gets_one_retry_from_the_size_the_witness_holds(served: Served, tmp_path: Path) -> None:

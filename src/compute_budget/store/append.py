@@ -335,7 +335,13 @@ _POSTGRESQL_FINGERPRINT = (
     "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = current_schema()), "
     "(SELECT string_agg(table_name || '.' || column_name || ':' || data_type || ':' || is_nullable, ',' "
     "ORDER BY table_name, ordinal_position) FROM information_schema.columns WHERE table_schema = current_schema()), "
-    "(SELECT string_agg(version_num, ',') FROM alembic_version)))"
+    "(SELECT string_agg(version_num, ',') FROM alembic_version), "
+    "(SELECT string_agg(c.relname || '.' || r.rulename || ':' || md5(pg_get_ruledef(r.oid)), ',' "
+    "ORDER BY c.relname, r.rulename) FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema()), "
+    "(SELECT string_agg(c.relname, ',' ORDER BY c.relname) FROM pg_class c "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() "
+    "AND (c.relrowsecurity OR c.relforcerowsecurity))))"
 )
 
 
@@ -348,7 +354,8 @@ def require_guard_once(connection: Connection, location: Location) -> None:
     `data_version`; this connection itself runs only this release's statements. Not `schema_version`, which any
     client can set. On PostgreSQL the sign is a fingerprint of the catalog state the full check compares (every
     trigger's definition and enabled state on this schema's tables, the guard functions' source, the columns, the
-    recorded revision), read in one round trip: unchanged since a full check that held, the guard still holds.
+    recorded revision, every rule and which tables have row-level security), read in one round trip: unchanged
+    since a full check that held, the guard still holds.
     The audit always runs the full check."""
     if connection.dialect.name == "postgresql":
         version = connection.exec_driver_sql(_POSTGRESQL_FINGERPRINT).scalar()

@@ -17,7 +17,12 @@ from compute_budget.store import seal as sealing
 from compute_budget.store.backend import Location, begin_write, create_store_engine, locate, translate
 from compute_budget.store.grants import Role, require_grants
 from compute_budget.store.migrations import SchemaState, head_revision, schema_state, upgrade_to_head
-from compute_budget.store.schema_check import restore_guard, schema_problems
+from compute_budget.store.schema_check import (
+    clear_foreign,
+    refuse_edited_sqlite_schema,
+    restore_guard,
+    schema_problems,
+)
 from compute_budget.store.seal import seal_statements_for
 from compute_budget.store.session import lock_for_append, read_head
 from compute_budget.store.statements import statements_for
@@ -72,6 +77,11 @@ def migrate_store(
                 raise NotABudgetStore(f"{location.display} is not a compute-budget database: it has other tables")
             if state in (SchemaState.AHEAD, SchemaState.TABLE_MISSING):
                 require_head(location, state, revision)
+            if connection.dialect.name == "sqlite":
+                refuse_edited_sqlite_schema(connection)
+            cleared = clear_foreign(connection)  # before any write: a trigger could swallow the repair itself
+            if cleared and on_restore is not None:
+                on_restore(cleared)
             if state is SchemaState.REVISION_TAMPERED:
                 # Spec 9.7: the tables are already head's; only the record is wrong. Repair the record (the guard
                 # is checked next, as on every migrate).
@@ -91,6 +101,9 @@ def migrate_store(
                 restore_guard(connection)
                 if on_restore is not None:
                     on_restore(problems)
+            left = schema_problems(connection)
+            if left:  # never report a repair that did not hold: the transaction is rolled back
+                raise StoreDamaged(f"{location.display}: migrate could not repair the schema: {left[0]}")
             seal_on_open(connection, origin, create_origin=True)
     except SQLAlchemyError as error:
         raise translate(error, location) from None

@@ -14,6 +14,7 @@ import re
 from sqlalchemy import Connection
 
 from compute_budget.core.row import ROW_COLUMNS
+from compute_budget.errors import StoreDamaged
 from compute_budget.store.table import (
     TABLE_NAME,
     checkpoints,
@@ -149,14 +150,37 @@ def _columns(table: str, found: list[str]) -> list[str]:
     return [f"table {table} has its columns in another order than this release created"]
 
 
+# What SQLite itself writes in sqlite_master's `type` column. SQLite builds its schema from the `sql` column and
+# never reads `type` back, so a row edited to say 'Trigger' (PRAGMA writable_schema) is still a trigger.
+_SQLITE_TYPES = frozenset({"table", "index", "view", "trigger"})
+_CREATE_TRIGGER = re.compile(r"\s*CREATE\s+(?:TEMP\s+|TEMPORARY\s+)?TRIGGER\b", re.IGNORECASE)
+
+
+def _sqlite_schema(connection: Connection) -> list[tuple[str, str, str, str]]:
+    """Every row of sqlite_master as (type, name, tbl_name, sql)."""
+    rows = connection.exec_driver_sql("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+    return [(str(kind), str(name), str(table), "" if sql is None else str(sql)) for kind, name, table, sql in rows]
+
+
+def _sqlite_triggers(schema: list[tuple[str, str, str, str]]) -> list[tuple[str, str, str]]:
+    """The triggers SQLite will run, as (table, name, sql): by what their SQL creates, whatever `type` says."""
+    return [
+        (table, name, sql) for kind, name, table, sql in schema
+        if kind.lower() == "trigger" or _CREATE_TRIGGER.match(sql)
+    ]
+
+
 def _sqlite_problems(connection: Connection) -> list[str]:
     expected = _expected_sqlite()
-    problems: list[str] = []
-    rows = connection.exec_driver_sql(
-        "SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'trigger'"
-    ).fetchall()
+    schema = _sqlite_schema(connection)
+    problems = [
+        f"the schema table lists {name!r} with type {kind!r}, which SQLite never writes: sqlite_master was edited "
+        "by hand (restore the file from a backup, or salvage its rows with `compute-budget copy --through`)"
+        for kind, name, _, _ in schema if kind not in _SQLITE_TYPES
+    ]
+    triggers = _sqlite_triggers(schema)
     for table in GUARDED_COLUMNS:
-        found = {str(name): normalise(str(sql)) for name, tbl, sql in rows if str(tbl) == table}
+        found = {name: normalise(sql) for tbl, name, sql in triggers if tbl == table}
         problems += _compare(table, expected.get(table, {}), found, set())
         columns = [str(row[1]) for row in connection.exec_driver_sql(f"PRAGMA table_info({table})")]
         if columns:
@@ -180,6 +204,31 @@ _POSTGRESQL_OTHER_TRIGGERS = (
 )
 
 
+# The store's own tables, its bookkeeping included: a rule or row-level security on any of them is tampering (this
+# release creates neither; a rule rewrites statements before any trigger runs, a policy filters what a role reads).
+_STORE_TABLES = (*GUARDED_COLUMNS, "alembic_version")
+
+
+def _postgresql_rules(connection: Connection) -> list[tuple[str, str]]:
+    rows = connection.exec_driver_sql(
+        "SELECT c.relname, r.rulename FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relname = ANY(%s) "
+        "ORDER BY c.relname, r.rulename",
+        (list(_STORE_TABLES),),
+    ).fetchall()
+    return [(str(table), str(name)) for table, name in rows]
+
+
+def _postgresql_row_security(connection: Connection) -> list[str]:
+    rows = connection.exec_driver_sql(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = current_schema() AND c.relname = ANY(%s) AND (c.relrowsecurity OR c.relforcerowsecurity) "
+        "ORDER BY c.relname",
+        (list(_STORE_TABLES),),
+    ).fetchall()
+    return [str(table) for (table,) in rows]
+
+
 def foreign_triggers(connection: Connection) -> list[tuple[str, str]]:
     """Triggers this release did not make outside the guarded tables, as (table, trigger name): on SQLite every one
     (the file is the store's alone); on PostgreSQL those on `alembic_version` or whose function names a store table."""
@@ -190,10 +239,8 @@ def foreign_triggers(connection: Connection) -> list[tuple[str, str]]:
             for table, name, source in rows
             if str(table) == "alembic_version" or "compute_budget" in str(source).lower()
         ]
-    rows = connection.exec_driver_sql(
-        "SELECT tbl_name, name FROM sqlite_master WHERE type = 'trigger' ORDER BY tbl_name, name"
-    ).fetchall()
-    return [(str(table), str(name)) for table, name in rows if str(table) not in GUARDED_COLUMNS]
+    triggers = _sqlite_triggers(_sqlite_schema(connection))
+    return sorted((table, name) for table, name, _ in triggers if table not in GUARDED_COLUMNS)
 
 
 def _postgresql_problems(connection: Connection) -> list[str]:
@@ -219,6 +266,14 @@ def _postgresql_problems(connection: Connection) -> list[str]:
         if columns:
             problems += _columns(table, columns)
     problems += [_foreign_problem(name, table) for table, name in foreign_triggers(connection)]
+    problems += [
+        f"rule {name} on {table} was added by hand: a rule can drop or redirect what a writer inserts or reads"
+        for table, name in _postgresql_rules(connection)
+    ]
+    problems += [
+        f"row-level security is enabled on {table}: a policy can hide rows from the auditor's role"
+        for table in _postgresql_row_security(connection)
+    ]
     for function, expected in _POSTGRESQL_FUNCTIONS.items():
         row = connection.exec_driver_sql(
             "SELECT pg_get_functiondef(p.oid) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
@@ -232,14 +287,52 @@ def _postgresql_problems(connection: Connection) -> list[str]:
     return problems
 
 
-def restore_guard(connection: Connection) -> None:
-    """Drop every trigger on the guarded tables (hand-made ones too) and those `foreign_triggers` finds elsewhere,
-    and install the guard this release creates."""
+def clear_foreign(connection: Connection) -> list[str]:
+    """Remove what this release never makes and could interfere with a repair (`foreign_triggers`, and on
+    PostgreSQL rules and row-level security on the store's tables); one sentence per thing removed. `migrate`
+    runs it before it writes anything (a trigger on `alembic_version` could swallow the repair of the record)."""
+    postgresql = connection.dialect.name == "postgresql"
+    removed = [_foreign_problem(name, table) for table, name in foreign_triggers(connection)]
+    if postgresql:
+        removed += [f"rule {name} on {table} was added by hand" for table, name in _postgresql_rules(connection)]
+        removed += [f"row-level security was enabled on {table}" for table in _postgresql_row_security(connection)]
+    if removed:
+        _drop_foreign(connection)
+    return removed
+
+
+def _drop_foreign(connection: Connection) -> None:
     postgresql = connection.dialect.name == "postgresql"
     for table, name in foreign_triggers(connection):
         quoted = '"' + name.replace('"', '""') + '"'
         on_table = ' ON "' + table.replace('"', '""') + '"' if postgresql else ""
         connection.exec_driver_sql(f"DROP TRIGGER IF EXISTS {quoted}{on_table}")
+    if postgresql:
+        for table, name in _postgresql_rules(connection):
+            connection.exec_driver_sql(f'DROP RULE IF EXISTS "{name.replace(chr(34), chr(34) * 2)}" ON {table}')
+        for table in _postgresql_row_security(connection):
+            connection.exec_driver_sql(f"ALTER TABLE {table} DISABLE ROW LEVEL SECURITY")
+            connection.exec_driver_sql(f"ALTER TABLE {table} NO FORCE ROW LEVEL SECURITY")
+
+
+def refuse_edited_sqlite_schema(connection: Connection) -> None:
+    """`StoreDamaged` when sqlite_master holds a row of a type SQLite never writes (PRAGMA writable_schema)."""
+    edited = [name for kind, name, _, _ in _sqlite_schema(connection) if kind not in _SQLITE_TYPES]
+    if edited:  # DROP TRIGGER deletes only rows whose type is 'trigger': this cannot be undone from SQL
+        raise StoreDamaged(
+            f"sqlite_master was edited by hand (rows {', '.join(repr(name) for name in edited[:5])} have a type "
+            "SQLite never writes); migrate cannot repair that: restore the file from a backup, or salvage its "
+            "rows with `compute-budget copy --through`"
+        )
+
+
+def restore_guard(connection: Connection) -> None:
+    """Drop every trigger on the guarded tables (hand-made ones too) and those `foreign_triggers` finds elsewhere,
+    and install the guard this release creates."""
+    postgresql = connection.dialect.name == "postgresql"
+    if not postgresql:
+        refuse_edited_sqlite_schema(connection)
+    _drop_foreign(connection)
     for table in GUARDED_COLUMNS:
         if postgresql:
             names = connection.exec_driver_sql(
@@ -249,9 +342,7 @@ def restore_guard(connection: Connection) -> None:
                 (table,),
             ).scalars().all()
         else:
-            names = connection.exec_driver_sql(
-                "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?", (table,)
-            ).scalars().all()
+            names = [name for tbl, name, _ in _sqlite_triggers(_sqlite_schema(connection)) if tbl == table]
         for name in names:
             quoted = '"' + str(name).replace('"', '""') + '"'
             connection.exec_driver_sql(f"DROP TRIGGER IF EXISTS {quoted}" + (f" ON {table}" if postgresql else ""))

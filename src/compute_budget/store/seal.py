@@ -273,10 +273,24 @@ def tree_is_empty(connection: Connection, seal: SealStatements) -> bool:
     return connection.exec_driver_sql(seal.any_node).first() is None
 
 
+def insert_counted(connection: Connection, sql: str, rows: list[tuple[Any, ...]], what: str) -> None:
+    """Insert `rows` with `sql` and prove the database stored every one: a hand-made trigger or rule that drops them
+    (SQLite's `RAISE(IGNORE)`, a PostgreSQL trigger returning NULL or a `DO INSTEAD NOTHING` rule) must not let a
+    writer report a checkpoint, node or cosignature it never stored. `StoreDamaged` rolls the transaction back."""
+    if not rows:
+        return
+    written = connection.exec_driver_sql(sql, rows if len(rows) > 1 else rows[0]).rowcount
+    if written != len(rows):
+        raise StoreDamaged(
+            f"the store kept {written} of the {len(rows)} {what} just inserted: something on the table drops rows "
+            "(a trigger or rule added by hand?); nothing was written; run `compute-budget audit`"
+        )
+
+
 def insert_nodes(connection: Connection, seal: SealStatements, nodes: list[Node]) -> None:
     """Store the perfect nodes at `TILE_LEVEL` and above."""
-    if nodes:
-        connection.exec_driver_sql(seal.insert_node, [(node.level, node.index, node.hash.hex()) for node in nodes])
+    rows = [(node.level, node.index, node.hash.hex()) for node in nodes]
+    insert_counted(connection, seal.insert_node, rows, "tree nodes")
 
 
 def build_tree(
@@ -315,7 +329,8 @@ def insert_checkpoint(
     connection: Connection, seal: SealStatements, size: int, key: SignerKey | VerifierKey, note: str, at: str
 ) -> None:
     """Append one signed checkpoint to the store's table."""
-    connection.exec_driver_sql(seal.insert_checkpoint, (size, key.name, f"{key.key_hash:08x}", note, at))
+    insert_counted(connection, seal.insert_checkpoint, [(size, key.name, f"{key.key_hash:08x}", note, at)],
+                   "signed checkpoints")
 
 
 def checkpoints_between(

@@ -243,13 +243,15 @@ def _keep(
         return
     now = utc_now()
     with begin_write(session.engine) as connection:
-        for target, size in sizes:
-            connection.exec_driver_sql(session.seal.insert_witness_size, (target.key.name, _key_id(target), size, now))
-        for target, timestamp, line in lines:
-            connection.exec_driver_sql(
-                session.seal.insert_cosignature,
-                (size, target.key.name, _key_id(target), timestamp, text, line, now),
-            )
+        sealing.insert_counted(
+            connection, session.seal.insert_witness_size,
+            [(target.key.name, _key_id(target), witnessed, now) for target, witnessed in sizes], "witness sizes",
+        )
+        sealing.insert_counted(
+            connection, session.seal.insert_cosignature,
+            [(size, target.key.name, _key_id(target), timestamp, text, line, now) for target, timestamp, line in lines],
+            "cosignatures",
+        )
 
 
 def _key_id(target: WitnessTarget) -> str:
