@@ -253,7 +253,9 @@ def _audit_once(
                 for proof in (checkpoint, since):
                     if proof is not None:
                         findings_before += given_note_findings(proof, snapshot, policy)
-                witnessed_size, witness_findings = witnessed(snapshot, policy, origin, held, plan.max_seq)
+                witnessed_size, witness_findings = witnessed(
+                    snapshot, policy, origin, held, plan.max_seq, all_signatures=all_signatures
+                )
                 unattested += witness_findings
         tasks = [(low, high, anchor) for (low, high), anchor in zip(plan.ranges, anchors, strict=True)]
         processes = len(tasks)

@@ -1,19 +1,19 @@
 """The audit's witness role (spec 9.3): given checkpoints must carry K cosignatures by the witness keys, and the rows
 after the newest checkpoint K witnesses cosigned are `unwitnessed_rows` once that checkpoint is too old.
 
-Cosignatures count from the given note and from the store. A stored cosignature counts for this store only when
-the checkpoint text it covers is this store's own at that size (origin, recomputed root, stored chain hash); one
-that names another root is a witness's record of a fork, reported as `checkpoint_mismatch`. One filed under a size
-its text is not of, or claiming a witness key it does not verify under, is `bad_signature`.
+Cosignatures count from the given note and from the store. A stored cosignature counts for the size its own
+checkpoint text names, when that text is this store's own there (origin, recomputed root, stored chain hash); one of
+this log with another root is a witness's record of a fork (`checkpoint_mismatch`); one of another log, or a line
+claiming a witness key that does not verify, is `bad_signature`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from compute_budget.core.log.checkpoint import Checkpoint
-from compute_budget.core.log.cosignature import WitnessKey, valid_cosignatures
+from compute_budget.core.log.cosignature import WitnessKey
 from compute_budget.core.log.merkle import root_from_reader
 from compute_budget.core.log.note import CheckpointBody, VerifierKey, parse_checkpoint, parse_note
 from compute_budget.core.verify import Finding, FindingKind
@@ -24,6 +24,18 @@ DEFAULT_MAX_WITNESS_AGE = 86400
 
 
 @dataclass(frozen=True, slots=True)
+class LineJudgement:
+    """What one signature line says of one checkpoint text: the witness keys it validly cosigns it with (and their
+    timestamps), and the witness keys it claims (by name and key ID) without verifying under them."""
+
+    valid: tuple[tuple[WitnessKey, int], ...]
+    failing: tuple[WitnessKey, ...]
+
+
+_NOTHING = LineJudgement((), ())
+
+
+@dataclass(frozen=True, slots=True)
 class WitnessPolicy:
     """What the audit requires of witnesses: their keys, how many must cosign, how old the newest may be."""
 
@@ -31,33 +43,47 @@ class WitnessPolicy:
     quorum: int
     max_age: int
     now: int  # the audit's start, seconds since the epoch
+    # Each (text, line) is verified once per audit, however many times the store or the given notes repeat it.
+    judged: dict[tuple[str, str], LineJudgement] = field(default_factory=dict, compare=False, repr=False)
+
+    def judge(self, text: str, line: str) -> LineJudgement:
+        """Verify `line` as a cosignature of the checkpoint `text` under every witness key it claims."""
+        known = self.judged.get((text, line))
+        if known is not None:
+            return known
+        judgement = _NOTHING
+        try:
+            _, signatures = parse_note(text + "\n" + line)
+        except NoteError:
+            signatures = []
+        valid: list[tuple[WitnessKey, int]] = []
+        failing: list[WitnessKey] = []
+        for signature in signatures:
+            for key in self.keys:
+                if (signature.name, signature.key_hash) != (key.name, key.key_id):
+                    continue
+                timestamp = key.timestamp_of(text, signature, now=self.now)
+                if timestamp is None:
+                    failing.append(key)
+                else:
+                    valid.append((key, timestamp))
+        if valid or failing:
+            judgement = LineJudgement(tuple(valid), tuple(failing))
+        self.judged[(text, line)] = judgement
+        return judgement
 
     def kth_newest(self, note_or_lines: Iterable[str], text: str) -> tuple[int, int | None]:
         """(how many distinct witness keys validly cosigned `text`, the K-th newest of their timestamps)."""
         newest: dict[WitnessKey, int] = {}
         for line in note_or_lines:
-            try:
-                found = valid_cosignatures(text + "\n" + line, self.keys, now=self.now)
-            except NoteError:
-                continue
-            for item in found:
-                newest[item.key] = max(item.timestamp, newest.get(item.key, -1))
+            for key, timestamp in self.judge(text, line).valid:
+                newest[key] = max(timestamp, newest.get(key, -1))
+        return self.kth_of(newest)
+
+    def kth_of(self, newest: dict[WitnessKey, int]) -> tuple[int, int | None]:
+        """(how many keys `newest` holds, the K-th newest of their timestamps when there are K)."""
         ordered = sorted(newest.values(), reverse=True)
         return len(ordered), (ordered[self.quorum - 1] if len(ordered) >= self.quorum else None)
-
-    def failing_claim(self, text: str, line: str) -> WitnessKey | None:
-        """The witness key `line` claims (its name and key ID) when it is not that key's valid cosignature of
-        `text`: a stored line edited or planted by someone without the witness's key. None otherwise."""
-        try:
-            _, signatures = parse_note(text + "\n" + line)
-        except NoteError:
-            return None
-        for signature in signatures:
-            for key in self.keys:
-                claimed = (signature.name, signature.key_hash) == (key.name, key.key_id)
-                if claimed and key.timestamp_of(text, signature, now=self.now) is None:
-                    return key
-        return None
 
 
 def given_note_findings(proof: Checkpoint, snapshot: Snapshot, policy: WitnessPolicy) -> list[Finding]:
@@ -84,30 +110,38 @@ def _given_count(proof: Checkpoint, snapshot: Snapshot, policy: WitnessPolicy) -
 
 
 def witnessed(
-    snapshot: Snapshot, policy: WitnessPolicy, origin: str | None, given: Iterable[Checkpoint], max_seq: int
+    snapshot: Snapshot,
+    policy: WitnessPolicy,
+    origin: str | None,
+    given: Iterable[Checkpoint],
+    max_seq: int,
+    *,
+    all_signatures: bool = False,
 ) -> tuple[int, list[Finding]]:
-    """The size of the newest checkpoint of this store K witnesses cosigned, and the findings: forks witnesses
-    recorded, and `unwitnessed_rows` for the rows after it when it is missing or older than the maximum age."""
+    """The size of the newest checkpoint of this store K witnesses cosigned, and the findings: stored cosignatures
+    that claim a witness key and do not verify, ones of another log or no checkpoint (`bad_signature`), forks
+    witnesses recorded (`checkpoint_mismatch`), and `unwitnessed_rows` for the rows after the newest witnessed
+    checkpoint when there is none or it is older than the maximum age.
+
+    Stored rows are read newest first and each distinct line is verified once; the scan stops below the newest
+    size K witnesses cosigned, unless `all_signatures` asks for every stored cosignature to be checked. A valid
+    cosignature counts for the size its own text names (it is that checkpoint's signature wherever the row was
+    filed), and only when that text is this store's own at that size."""
     findings: list[Finding] = []
     best: tuple[int, int | None] = (0, None)  # (size, K-th newest timestamp)
     for proof in given:
         count, kth = _given_count(proof, snapshot, policy)
         if count >= policy.quorum and proof.seq > best[0]:
             best = (proof.seq, kth)
-    groups: dict[str, list[str]] = {}
+    scan = _CosignatureScan(snapshot, policy, origin, max_seq, findings)
     current: int | None = None
-    failed: dict[WitnessKey, int] = {}
-    for size, text, line in snapshot.cosignatures_newest_first(max_seq):
-        _report_failing(policy, size, text, line, failed, findings)
-        if current is not None and size != current:
-            found = _best_group(snapshot, policy, origin, current, groups, findings)
-            if found is not None:
-                break
-            groups = {}
-        current = size
-        groups.setdefault(text, []).append(line)
-    else:
-        found = _best_group(snapshot, policy, origin, current, groups, findings) if current is not None else None
+    for filed, text, line in snapshot.cosignatures_newest_first(max_seq):
+        done = not all_signatures and current is not None and filed != current
+        if done and scan.best_at_or_above(filed + 1) is not None:
+            break
+        current = filed
+        scan.add(filed, text, line)
+    found = scan.best_at_or_above(0)
     if found is not None and found[0] > best[0]:
         best = found
     size, kth = best
@@ -116,77 +150,105 @@ def witnessed(
     return size, findings
 
 
-MAX_BAD_COSIGNATURES_PER_KEY = 20  # as for stored checkpoints: a forged table is reported, not verified to the end
+MAX_BAD_COSIGNATURES_PER_KEY = 20  # reported per witness key; every line is still verified (a valid one may follow)
 
 
-def _report_failing(
-    policy: WitnessPolicy, size: int, text: str, line: str, failed: dict[WitnessKey, int], findings: list[Finding]
-) -> None:
-    """A stored cosignature that claims a witness key and does not verify is `bad_signature` (the newest ones, up to
-    the checkpoint K witnesses cosigned, as the writer's newest checkpoints are checked)."""
-    key = policy.failing_claim(text, line)
-    if key is None or failed.get(key, 0) > MAX_BAD_COSIGNATURES_PER_KEY:
-        return
-    failed[key] = failed.get(key, 0) + 1
-    if failed[key] > MAX_BAD_COSIGNATURES_PER_KEY:
-        findings.append(Finding(
-            FindingKind.BAD_SIGNATURE, None, None,
-            f"stopped after {MAX_BAD_COSIGNATURES_PER_KEY} stored cosignatures claiming witness {key.name} failed "
-            "to verify",
-        ))
-        return
-    findings.append(Finding(
-        FindingKind.BAD_SIGNATURE, None, size,
-        f"a stored cosignature of size {size} filed as witness {key.name}'s does not verify under its key (edited "
-        "or planted in the store, or dated over 600 s ahead)",
-    ))
+class _CosignatureScan:
+    """The stored cosignatures read so far: valid ones by the size they cosign, and the findings of the rest."""
+
+    def __init__(
+        self, snapshot: Snapshot, policy: WitnessPolicy, origin: str | None, max_seq: int, findings: list[Finding]
+    ) -> None:
+        self._snapshot, self._policy, self._origin, self._max_seq = snapshot, policy, origin, max_seq
+        self._findings = findings
+        self._newest: dict[int, dict[WitnessKey, int]] = {}  # size -> witness key -> newest valid timestamp
+        self._placed: dict[str, int | None] = {}  # checkpoint text -> the size it counts for (None: it counts for none)
+        self._failed: dict[WitnessKey, int] = {}
+        self._reported: set[tuple[int, str, str]] = set()
+
+    def add(self, filed: int, text: str, line: str) -> None:
+        judgement = self._policy.judge(text, line)
+        if judgement.failing and (filed, text, line) not in self._reported:  # a copied row is one finding
+            self._reported.add((filed, text, line))
+            for key in judgement.failing:
+                self._report_failing(key, filed)
+        if not judgement.valid:
+            return
+        size = self._place(filed, text)
+        if size is None:
+            return
+        newest = self._newest.setdefault(size, {})
+        for key, timestamp in judgement.valid:
+            newest[key] = max(timestamp, newest.get(key, -1))
+
+    def best_at_or_above(self, low: int) -> tuple[int, int | None] | None:
+        """The largest size at or above `low` that K witness keys cosigned, with the K-th newest timestamp."""
+        for size in sorted((size for size in self._newest if size >= low), reverse=True):
+            count, kth = self._policy.kth_of(self._newest[size])
+            if count >= self._policy.quorum:
+                return size, kth
+        return None
+
+    def _report_failing(self, key: WitnessKey, filed: int) -> None:
+        failed = self._failed.get(key, 0) + 1
+        self._failed[key] = failed
+        if failed <= MAX_BAD_COSIGNATURES_PER_KEY:
+            self._findings.append(Finding(
+                FindingKind.BAD_SIGNATURE, None, filed,
+                f"a stored cosignature of size {filed} filed as witness {key.name}'s does not verify under its key "
+                "(edited or planted in the store, or dated over 600 s ahead)",
+            ))
+        elif failed == MAX_BAD_COSIGNATURES_PER_KEY + 1:
+            self._findings.append(Finding(
+                FindingKind.BAD_SIGNATURE, None, None,
+                f"more than {MAX_BAD_COSIGNATURES_PER_KEY} stored cosignatures claiming witness {key.name} failed to "
+                "verify; the rest are not listed",
+            ))
+
+    def _place(self, filed: int, text: str) -> int | None:
+        """The size a validly cosigned `text` counts for, judged once per text (findings for those that count
+        for none)."""
+        if text in self._placed:
+            return self._placed[text]
+        size, finding = _placement(self._snapshot, self._origin, filed, text, self._max_seq)
+        if finding is not None:
+            self._findings.append(finding)
+        self._placed[text] = size
+        return size
 
 
-def _best_group(
-    snapshot: Snapshot,
-    policy: WitnessPolicy,
-    origin: str | None,
-    size: int,
-    groups: dict[str, list[str]],
-    findings: list[Finding],
-) -> tuple[int, int | None] | None:
-    """Among the checkpoint texts cosigned at `size`, this store's own with K cosignatures, if any."""
-    for text, lines in groups.items():
-        count, kth = policy.kth_newest(lines, text)
-        if count == 0:
-            continue
-        problem = _not_this_store(snapshot, origin, size, text)
-        if problem is not None:
-            kind, detail = problem
-            findings.append(Finding(kind, None, size, detail))
-            continue
-        if count >= policy.quorum:
-            return size, kth
-    return None
-
-
-def _not_this_store(snapshot: Snapshot, origin: str | None, size: int, text: str) -> tuple[FindingKind, str] | None:
-    """Why the cosigned checkpoint `text`, filed at `size`, is not this store's there, or None when it is: another
-    root at this size is a fork a witness saw (`checkpoint_mismatch`); a text of another size or log was filed
-    under the wrong size (an edited or planted row: `bad_signature`, as it cosigns no checkpoint of size `size`)."""
+def _placement(
+    snapshot: Snapshot, origin: str | None, filed: int, text: str, max_seq: int
+) -> tuple[int | None, Finding | None]:
+    """Where a validly cosigned checkpoint `text`, stored under size `filed`, counts: its own size when it is this
+    store's checkpoint there; a finding when it is another log's or no checkpoint (`bad_signature`: it cosigns
+    nothing of this store), or this log's with another root (`checkpoint_mismatch`: a fork a witness saw)."""
     try:
         body: CheckpointBody = parse_checkpoint(text)
     except NoteError as error:
-        return FindingKind.BAD_SIGNATURE, f"a stored cosignature filed at size {size} covers no checkpoint ({error})"
-    if body.origin != origin or body.size != size:
-        return FindingKind.BAD_SIGNATURE, (
-            f"a stored cosignature filed at size {size} covers size {body.size} of log {body.origin}: it cosigns no "
-            "checkpoint of this store at that size (edited or planted in the store)"
+        return None, Finding(
+            FindingKind.BAD_SIGNATURE, None, filed, f"a stored cosignature filed at size {filed} covers no checkpoint "
+            f"({error})",
         )
+    if body.origin != origin:
+        return None, Finding(
+            FindingKind.BAD_SIGNATURE, None, filed,
+            f"a stored cosignature filed at size {filed} covers size {body.size} of log {body.origin}, not this "
+            "store's log (edited or planted in the store)",
+        )
+    if body.size > max_seq:
+        return None, None  # above the rows this audit checks: it says nothing of them
     try:
-        root = root_from_reader(snapshot.tree(size), size)
+        root = root_from_reader(snapshot.tree(body.size), body.size)
     except (MerkleError, StoreDamaged):
-        return None  # the tree itself is damaged: the audit's tree check reports that
-    if root != body.root or snapshot.chain_at(size) != body.chain_hash:
-        return FindingKind.CHECKPOINT_MISMATCH, (
-            f"a witness cosigned size {size} with another root or chain hash than this store's: a fork of this log"
+        return None, None  # the tree itself is damaged: the audit's tree check reports that
+    if root != body.root or snapshot.chain_at(body.size) != body.chain_hash:
+        return None, Finding(
+            FindingKind.CHECKPOINT_MISMATCH, None, body.size,
+            f"a witness cosigned size {body.size} with another root or chain hash than this store's: a fork of this "
+            "log",
         )
-    return None
+    return body.size, None
 
 
 def _unwitnessed(snapshot: Snapshot, policy: WitnessPolicy, size: int, kth: int | None, max_seq: int) -> Finding:
