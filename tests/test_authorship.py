@@ -314,6 +314,35 @@ def test_a_signer_key_object_needs_a_writer_state(tmp_path: Path, monkeypatch: p
     assert (tmp_path / "w.state").exists()
 
 
+@pytest.mark.slow
+def test_two_keys_that_would_share_one_state_file_are_refused_not_deadlocked(tmp_path: Path) -> None:
+    """`checkpoint --signing-key A --signing-key B` with $COMPUTE_BUDGET_WRITER_STATE set: both keys' states were
+    the one file, and the command waited on its own lock for ever. Now exit 2 naming the file (run in a process of
+    its own, with a timeout, so that a regression fails instead of hanging the suite)."""
+    db = tmp_path / "s.db"
+    keys = []
+    for name in ("alice", "bob"):
+        key = tmp_path / f"{name}.key"
+        key.write_text(signer(name).format() + "\n")
+        key.chmod(0o600)
+        keys.append(key)
+    env = {**os.environ, "COMPUTE_BUDGET_WRITER_STATE": str(tmp_path / "shared.state")}
+    env.pop("COMPUTE_BUDGET_SIGNING_KEY", None)
+    cli = [sys.executable, "-m", "compute_budget"]
+    gates = tmp_path / "gates.jsonl"
+    gates.write_text("\n".join(gate_lines(2)) + "\n")
+    subprocess.run([*cli, "record", str(gates), "--db", str(db), "--signing-key", str(keys[0])], env=env,
+                   check=True, capture_output=True, timeout=60)
+    done = subprocess.run(
+        [*cli, "checkpoint", "--db", str(db), "--signing-key", str(keys[0]), "--signing-key", str(keys[1])],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "would share the writer state file" in done.stderr
+    assert str(tmp_path / "shared.state") in done.stderr
+    assert done.stderr.count("\n") == 1
+
+
 def test_the_api_raises_typed_errors(tmp_path: Path) -> None:
     """UnsignedAppendRefused, StoreDamaged naming rows, WriterStateError naming the file."""
     target = tmp_path / "s.db"

@@ -18,6 +18,7 @@ import base64
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection
@@ -34,7 +35,7 @@ from compute_budget.store import seal as sealing
 from compute_budget.store.keys import SIGNING_KEY_ENV_VAR, load_signer_key, verifier_key
 from compute_budget.store.seal import SealStatements
 from compute_budget.store.statements import Statements
-from compute_budget.store.writer_state import WriterState, state_path_for
+from compute_budget.store.writer_state import WRITER_STATE_ENV_VAR, WriterState, state_path_for
 
 ADOPT_PAGE_ROWS = 2000
 
@@ -56,6 +57,44 @@ class WriterKeys:
     def trusted(self) -> list[VerifierKey]:
         """The writer's own verifier key first, then its peers."""
         return [self.verifier, *(peer for peer in self.peers if peer != self.verifier)]
+
+
+def signing_writers(
+    signers: Iterable[SignerKey | str | os.PathLike[str]],
+    *,
+    writer_state: str | os.PathLike[str] | None,
+    init_writer_state: bool,
+    peer_keys: Iterable[VerifierKey | str],
+) -> list[WriterKeys]:
+    """The writers of `BudgetStore.signed_checkpoint`: one per key, each with a state file of its own."""
+    sources = list(signers)
+    if not sources:
+        raise InputError("signing a checkpoint needs at least one signing key")
+    if writer_state is not None and len(sources) > 1:
+        raise InputError("writer_state names one key's state file: sign with one key at a time")
+    peers = tuple(peer_keys)
+    writers = [
+        writer_keys(source, writer_state=writer_state, init_writer_state=init_writer_state, peer_keys=peers)
+        for source in sources
+    ]
+    present = [writer for writer in writers if writer is not None]
+    require_own_states(present)
+    return present
+
+
+def require_own_states(writers: Sequence[WriterKeys]) -> None:
+    """Each key signing at once keeps its own state file: two sharing one (as `$COMPUTE_BUDGET_WRITER_STATE` makes
+    them) would each wait for the other's lock for ever. `InputError` names the file."""
+    seen: dict[Path, str] = {}
+    for writer in writers:
+        path = writer.state.path.resolve()
+        if path in seen:
+            raise InputError(
+                f"keys {seen[path]} and {writer.signer.name} would share the writer state file {writer.state.path} "
+                f"(${WRITER_STATE_ENV_VAR} names one file for every key): sign with one key at a time, or unset it "
+                "so that each key keeps its state beside its key file"
+            )
+        seen[path] = writer.signer.name
 
 
 def writer_keys(

@@ -26,7 +26,7 @@ from compute_budget.core.row import StoredDecision
 from compute_budget.errors import InputError
 from compute_budget.store import seal as sealing
 from compute_budget.store.append import Appender
-from compute_budget.store.authorship import writer_keys
+from compute_budget.store.authorship import signing_writers, writer_keys
 from compute_budget.store.backend import Location
 from compute_budget.store.browse import Browsing
 from compute_budget.store.history import import_history
@@ -270,17 +270,10 @@ class BudgetStore(Browsing):
         checkpoint signed by the key or a peer, and the store must extend each key's writer state, which then
         holds this note (else `StoreDamaged` or `WriterStateError`, and nothing is signed)."""
         self._session.require_open()
-        sources = list(signers)
-        if not sources:
-            raise InputError("signing a checkpoint needs at least one signing key")
-        if writer_state is not None and len(sources) > 1:
-            raise InputError("writer_state names one key's state file: sign with one key at a time")
-        peers = tuple(peer_keys)
-        writers = [
-            writer_keys(source, writer_state=writer_state, init_writer_state=init_writer_state, peer_keys=peers)
-            for source in sources
-        ]
-        return self._appender.sign_head([writer for writer in writers if writer is not None])
+        writers = signing_writers(
+            signers, writer_state=writer_state, init_writer_state=init_writer_state, peer_keys=peer_keys
+        )
+        return self._appender.sign_head(writers)
 
     def submit_to_witnesses(
         self, witnesses: Iterable[WitnessTarget | str], *, timeout: float = DEFAULT_TIMEOUT_SECONDS
