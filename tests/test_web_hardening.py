@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import re
 import socket
 import sqlite3
@@ -254,3 +255,40 @@ def test_the_checkpoints_page_checks_roots_once_the_server_audited(tmp_path: Pat
                  client.get("/api/checkpoints").json()["signed_checkpoints"]["items"]}
         assert after[2].startswith("yes (audit #1")
         assert after[4].startswith("NO (audit #1")
+
+
+class _Errors(logging.Handler):
+    """Collects the ERROR records of uvicorn's logger (where an unhandled ASGI exception is reported)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def _cut_short(port: int, path: str, headers: str) -> None:
+    """Send a POST that declares 100 body bytes, send 5, and close the connection."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n{headers}\r\n".encode())
+        sock.sendall(b"after")
+    time.sleep(0.3)
+
+
+def test_a_client_that_leaves_mid_body_is_no_traceback_and_starts_nothing(store_db: str) -> None:
+    """A POST whose client disconnects before its body arrives was an 'Exception in ASGI application' traceback
+    (starlette's ClientDisconnect) on the server's stderr. Now nothing is logged and no audit starts."""
+    errors = _Errors()
+    for port in _serve(store_db, "127.0.0.1"):
+        logging.getLogger("uvicorn.error").addHandler(errors)  # after the server configured its logging
+        try:
+            form = "Content-Type: application/x-www-form-urlencoded\r\nSec-Fetch-Site: same-origin\r\n"
+            _cut_short(port, "/audit/run", form)
+            _cut_short(port, "/api/audit/run", form)
+            status, body = _get("127.0.0.1", port, "/api/audit")
+        finally:
+            logging.getLogger("uvicorn.error").removeHandler(errors)
+        assert status == 200
+        assert json.loads(body)["audit"] is None
+    assert [record.getMessage() for record in errors.records] == []

@@ -164,3 +164,23 @@ def test_concurrent_submissions_of_two_forks_never_cosign_both(served: Served) -
     assert latest is not None
     assert latest.size == max(size for _, size in cosigned)
     assert min(seen_sizes) >= 5
+
+
+def test_a_submitter_that_leaves_mid_body_is_no_traceback_and_changes_nothing(served: Served) -> None:
+    """A POST /add-checkpoint whose client disconnects before its body arrives was an 'Exception in ASGI
+    application' traceback on the witness's stderr. Now nothing is logged and the witness's state is unchanged."""
+    import logging
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger("uvicorn.error").addHandler(handler)
+    try:
+        with socket.create_connection(("127.0.0.1", served.port)) as sock:
+            sock.sendall(b"POST /add-checkpoint HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 500\r\n\r\nold 0\n")
+        time.sleep(0.3)
+        assert served.post(body(0, note(1)))[0] == 200  # the witness still answers
+    finally:
+        logging.getLogger("uvicorn.error").removeHandler(handler)
+    assert [record.getMessage() for record in records] == []
+    assert served.state.latest(ORIGIN).size == 1  # type: ignore[union-attr]

@@ -73,13 +73,24 @@ def host_of(scope: MutableMapping[str, Any]) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
+class ClientGone(Exception):
+    """The client closed its connection before its whole request body arrived: nothing is done and nothing can be
+    answered (the servers reply with a bare 400 nobody reads, instead of logging a traceback)."""
+
+
 async def read_body(receive_stream: AsyncIterator[bytes], limit: int) -> bytes | None:
-    """A request body read as it streams in, or None as soon as it is over `limit` bytes (nothing more is read)."""
+    """A request body read as it streams in, or None as soon as it is over `limit` bytes (nothing more is read).
+    `ClientGone` when the client disconnects before the body is complete."""
+    from starlette.requests import ClientDisconnect
+
     body = bytearray()
-    async for chunk in receive_stream:
-        body += chunk
-        if len(body) > limit:
-            return None
+    try:
+        async for chunk in receive_stream:
+            body += chunk
+            if len(body) > limit:
+                return None
+    except ClientDisconnect:
+        raise ClientGone() from None
     return bytes(body)
 
 
