@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from compute_budget.core.log.head import EMPTY_HEAD, ChainHead
 from compute_budget.core.log.merkle import CompactRange
@@ -358,7 +358,16 @@ def require_guard_once(connection: Connection, location: Location) -> None:
     since a full check that held, the guard still holds.
     The audit always runs the full check."""
     if connection.dialect.name == "postgresql":
-        version = connection.exec_driver_sql(_POSTGRESQL_FINGERPRINT).scalar()
+        try:
+            version = connection.exec_driver_sql(_POSTGRESQL_FINGERPRINT).scalar()
+        except DBAPIError as error:
+            if getattr(error.orig, "sqlstate", None) != "42P01":  # undefined_table: the one table it may lack
+                raise
+            raise StoreDamaged(
+                f"{location.display}: table alembic_version is gone (the schema's bookkeeping was dropped by hand); "
+                f"refusing to append: run `compute-budget migrate --db {location.display}`, then "
+                "`compute-budget audit`"
+            ) from None
     elif connection.dialect.name == "sqlite":
         version = connection.exec_driver_sql("PRAGMA data_version").scalar()
     else:  # pragma: no cover  (no other backend is supported)

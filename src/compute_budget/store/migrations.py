@@ -80,7 +80,9 @@ def schema_state(connection: Connection) -> tuple[SchemaState, str | None]:
     if not tables:
         return SchemaState.EMPTY, None
     if "alembic_version" not in tables:
-        return SchemaState.FOREIGN, None
+        # This release's head tables with the bookkeeping table dropped: edited like a wrong revision (spec 9.7).
+        foreign = tables != HEAD_TABLES - {"alembic_version"}
+        return (SchemaState.FOREIGN if foreign else SchemaState.REVISION_TAMPERED), None
     if "version_num" not in {column["name"] for column in inspect(connection).get_columns("alembic_version")}:
         return SchemaState.FOREIGN, None  # a table of that name, but not Alembic's
     # What Alembic's MigrationContext.get_current_revision reads, without importing Alembic.
@@ -89,6 +91,8 @@ def schema_state(connection: Connection) -> tuple[SchemaState, str | None]:
         return SchemaState.AHEAD, ",".join(sorted(str(version) for version in versions))
     revision = str(versions[0]) if versions and versions[0] is not None else None
     if revision is None:
+        if tables == HEAD_TABLES:  # the head tables, their revision record emptied (spec 9.7)
+            return SchemaState.REVISION_TAMPERED, None
         return (SchemaState.EMPTY, None) if tables == {"alembic_version"} else (SchemaState.FOREIGN, None)
     if revision == head_revision():
         return (SchemaState.AT_HEAD if TABLE_NAME in tables else SchemaState.TABLE_MISSING), revision
@@ -97,6 +101,19 @@ def schema_state(connection: Connection) -> tuple[SchemaState, str | None]:
     if revision in known_revisions():
         return SchemaState.BEHIND, revision
     return SchemaState.AHEAD, revision
+
+
+def repair_revision(connection: Connection) -> None:
+    """Record this release's head revision in `alembic_version` (spec 9.7), the table made again as Alembic makes it
+    when it was dropped, and emptied of any other record first."""
+    tables = set(inspect(connection).get_table_names())
+    if "alembic_version" not in tables:
+        connection.execute(text(
+            "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL, "
+            "CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num))"
+        ))
+    connection.execute(text("DELETE FROM alembic_version"))
+    connection.execute(text("INSERT INTO alembic_version (version_num) VALUES (:head)"), {"head": head_revision()})
 
 
 def upgrade_to_head(connection: Connection) -> None:

@@ -16,7 +16,13 @@ from compute_budget.errors import NoHistory, NotABudgetStore, SchemaBehindHead, 
 from compute_budget.store import seal as sealing
 from compute_budget.store.backend import Location, begin_write, create_store_engine, locate, translate
 from compute_budget.store.grants import Role, require_grants
-from compute_budget.store.migrations import SchemaState, head_revision, schema_state, upgrade_to_head
+from compute_budget.store.migrations import (
+    SchemaState,
+    head_revision,
+    repair_revision,
+    schema_state,
+    upgrade_to_head,
+)
 from compute_budget.store.schema_check import (
     clear_foreign,
     refuse_edited_sqlite_schema,
@@ -26,7 +32,7 @@ from compute_budget.store.schema_check import (
 from compute_budget.store.seal import seal_statements_for
 from compute_budget.store.session import lock_for_append, read_head
 from compute_budget.store.statements import statements_for
-from compute_budget.store.table import TABLE_NAME, VERSION_TABLE
+from compute_budget.store.table import TABLE_NAME
 
 
 def open_engine(
@@ -83,16 +89,14 @@ def migrate_store(
             if cleared and on_restore is not None:
                 on_restore(cleared)
             if state is SchemaState.REVISION_TAMPERED:
-                # Spec 9.7: the tables are already head's; only the record is wrong. Repair the record (the guard
-                # is checked next, as on every migrate).
-                connection.exec_driver_sql(
-                    f"UPDATE {VERSION_TABLE} SET version_num = {statements_for(engine.dialect.name).mark}",
-                    (head_revision(),),
-                )
+                # Spec 9.7: the tables are already head's; only the record is wrong (or gone). Repair the record
+                # (the guard is checked next, as on every migrate).
+                repair_revision(connection)
+                recorded = "no revision" if revision is None else f"revision {revision!r}"
                 if on_restore is not None:
                     on_restore([
-                        f"repaired the schema's bookkeeping: alembic_version recorded revision {revision!r} under "
-                        f"this release's head tables; it now records {head_revision()}"
+                        f"repaired the schema's bookkeeping: alembic_version recorded {recorded} under this "
+                        f"release's head tables; it now records {head_revision()}"
                     ])
             elif state is not SchemaState.AT_HEAD:
                 upgrade_to_head(connection)

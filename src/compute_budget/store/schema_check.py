@@ -119,8 +119,9 @@ def _revision_problems(connection: Connection) -> list[str]:
     state, revision = schema_state(connection)
     if state is not SchemaState.REVISION_TAMPERED:
         return []
+    recorded = f"records schema revision {revision!r}" if revision else "records no revision (emptied or dropped)"
     return [
-        f"alembic_version records schema revision {revision!r}, but the tables are this release's head revision "
+        f"alembic_version {recorded}, but the tables are this release's head revision "
         f"{head_revision()}: the schema's bookkeeping was edited by hand (`compute-budget migrate` repairs it)"
     ]
 
