@@ -105,8 +105,14 @@ def print_table(
     from rich.table import Table
     from rich.text import Text
 
+    class PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            # Rich's own handling exits 1; a reader that went away (`| head`) is exit 0 for every command, which the
+            # group does for a BrokenPipeError.
+            raise BrokenPipeError
+
     if console is None:
-        console = Console() if sys.stdout.isatty() else Console(width=240, no_color=True)
+        console = PipeConsole() if sys.stdout.isatty() else PipeConsole(width=240, no_color=True)
     on_terminal = console.is_terminal
     shown_columns = _fit_columns(len(str(last_seq)), console.width) if on_terminal else list(COLUMNS)
     positions = [COLUMNS.index(name) for name in shown_columns]
