@@ -143,3 +143,28 @@ def test_the_version_printed_is_the_installed_packages(run_cli: Callable[..., tu
     assert importlib.metadata.version("compute-budget") == __version__
     status, out, _ = run_cli("--version")
     assert (status, out) == (0, f"compute-budget, version {__version__}\n")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("typed", "meant"), [("recrod", "record"), ("aduit", "audit"), ("decdie", "decide"),
+                                              ("witnes", "witness"), ("lis", "list")])
+def test_a_misspelt_command_gets_a_suggestion_lazy_or_not(typed: str, meant: str) -> None:
+    """Click suggests from the commands loaded so far: once most commands loaded lazily, only `decide` got a
+    "Did you mean". Now every command is a candidate (a fresh process, where no lazy command is loaded yet)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "compute_budget", typed], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert f"No such command '{typed}'. Did you mean '{meant}'?" in done.stderr
+    assert done.stderr.count("\n") == 1
+
+
+def test_a_group_named_without_its_subcommand_prints_its_help(run_cli: Callable[..., tuple[int, str, str]]) -> None:
+    """`compute-budget witness` alone: the group's help on stderr and exit 2, as the program alone does, not the
+    help wrapped in an 'error:' line."""
+    status, out, err = run_cli("witness")
+    assert (status, out) == (2, "")
+    assert err.startswith("Usage: compute-budget witness")
+    assert "error:" not in err

@@ -88,6 +88,20 @@ class BudgetGroup(click.Group):
             importlib.import_module(LAZY_COMMANDS[cmd_name])
         return super().get_command(ctx, cmd_name)
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """Click's, with "Did you mean" drawn from every command, the lazy ones included (Click's own suggestions
+        come from the commands loaded so far)."""
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and not ctx.resilient_parsing and self.get_command(ctx, name) is None:
+            import difflib
+
+            close = difflib.get_close_matches(name, self.list_commands(ctx))
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise click.UsageError(f"No such command {name!r}.{hint}", ctx)
+        return super().resolve_command(ctx, args)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         """Every command's name, the lazy ones included, sorted."""
         return sorted({*self.commands, *LAZY_COMMANDS})
@@ -146,6 +160,10 @@ class BudgetGroup(click.Group):
         except click.exceptions.Exit as done:
             sys.exit(done.exit_code)
         except click.UsageError as error:
+            if type(error).__name__ == "NoArgsIsHelpError" and error.ctx is not None:
+                # A group named without a subcommand (`witness`): its help, as the program itself without one.
+                click.echo(error.ctx.get_help(), err=True)
+                sys.exit(CANNOT_RUN)
             hint = f" (try '{error.ctx.command_path} --help')" if error.ctx is not None else ""
             say(f"error: {error.format_message()}{hint}")
             sys.exit(CANNOT_RUN)
