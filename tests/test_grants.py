@@ -47,6 +47,15 @@ def test_the_writer_inserts_where_it_appends_and_reads_the_rest(run_cli: Run) ->
     assert out.splitlines()[0] == 'GRANT CONNECT ON DATABASE "logs" TO "w";'
 
 
+def test_grants_takes_exactly_one_role_kind(run_cli: Run) -> None:
+    """`--writer --auditor` printed the auditor's read-only grants (the last flag won), so someone asking for a
+    writer's grants could get a role that cannot record. Both, or neither, is a usage error."""
+    for flags in (("--writer", "--auditor"), ("--auditor", "--writer"), ()):
+        status, out, err = run_cli("grants", "--role", "r", *flags)
+        assert (status, out) == (2, "")
+        assert "give one of --writer and --auditor" in err
+
+
 @pytest.mark.parametrize(
     ("name", "quoted"),
     [("auditor", '"auditor"'), ('we"ird', '"we""ird"'), ("Auditor Night", '"Auditor Night"'),

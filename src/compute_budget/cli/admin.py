@@ -37,8 +37,8 @@ def migrate_command(db: str | None, origin: str | None) -> None:
 
 @cli.command("grants")
 @click.option("--role", "role_name", required=True, metavar="NAME", help="The PostgreSQL role to grant to.")
-@click.option("--writer", "role", flag_value="writer", help="A role that records: SELECT and INSERT.")
-@click.option("--auditor", "role", flag_value="auditor", help="A read-only role: audit, list, show, serve.")
+@click.option("--writer", "writer", is_flag=True, help="A role that records: SELECT and INSERT.")
+@click.option("--auditor", "auditor", is_flag=True, help="A read-only role: audit, list, show, serve.")
 @click.option(
     "--db",
     "database",
@@ -46,14 +46,15 @@ def migrate_command(db: str | None, origin: str | None) -> None:
     help="Also GRANT CONNECT on this database (its name, or a postgresql:// URL naming it).",
 )
 @click.option("--schema", default="public", show_default=True, metavar="NAME", help="The schema the store is in.")
-def grants_command(role_name: str, role: str | None, database: str | None, schema: str) -> None:
+def grants_command(role_name: str, writer: bool, auditor: bool, database: str | None, schema: str) -> None:
     """Print the GRANT statements that let PostgreSQL role NAME record (--writer) or read (--auditor) a store of
     this release, one per line, for `psql` run as the store's owner. Creating the schema (`migrate`) stays the
     owner's. Exit 0; 2 on a name that cannot be quoted exactly."""
     from compute_budget.store.grants import Role, grant_statements
 
-    if role is None:
-        raise click.UsageError("give --writer or --auditor")
+    if writer == auditor:  # both is no choice: the last one given used to win, read-only grants for a writer
+        raise click.UsageError("give one of --writer and --auditor")
+    role = "writer" if writer else "auditor"
     if database is not None and "://" in database:
         from sqlalchemy.engine import make_url
 
