@@ -53,7 +53,7 @@ def test_grants_takes_exactly_one_role_kind(run_cli: Run) -> None:
     for flags in (("--writer", "--auditor"), ("--auditor", "--writer"), ()):
         status, out, err = run_cli("grants", "--role", "r", *flags)
         assert (status, out) == (2, "")
-        assert "give one of --writer and --auditor" in err
+        assert "give exactly one of --writer or --auditor" in err
 
 
 @pytest.mark.parametrize(

@@ -53,7 +53,7 @@ def grants_command(role_name: str, writer: bool, auditor: bool, database: str | 
     from compute_budget.store.grants import Role, grant_statements
 
     if writer == auditor:  # both is no choice: the last one given used to win, read-only grants for a writer
-        raise click.UsageError("give one of --writer and --auditor")
+        raise click.UsageError("give exactly one of --writer or --auditor")
     role = "writer" if writer else "auditor"
     if database is not None and "://" in database:
         from sqlalchemy.engine import make_url
