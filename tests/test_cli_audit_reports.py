@@ -138,8 +138,10 @@ def test_findings_still_write_every_report(run_cli: Run, recorded: Path, tmp_pat
         (lambda tmp, db: ["--db", str(db), "--checkpoint", str(tmp / "gone.json")], "does not exist"),
         (lambda tmp, db: ["--db", str(db), "--save-checkpoint", str(tmp / "no-folder" / "cp.json")],
          "does not exist"),
+        (lambda tmp, db: ["--db", str(db), "--jobs", "0"], "'0' is neither 'auto' nor a whole number"),
+        (lambda tmp, db: ["--db", str(db), "--no-such-option"], "No such option"),
     ],
-    ids=["missing-database", "missing-checkpoint", "unwritable-checkpoint"],
+    ids=["missing-database", "missing-checkpoint", "unwritable-checkpoint", "bad-jobs", "unknown-option"],
 )
 def test_a_run_that_cannot_start_still_writes_its_reports(
     run_cli: Run, recorded: Path, tmp_path: Path, make_problem: Callable[[Path, Path], list[str]], reason: str
@@ -170,6 +172,19 @@ def test_a_run_that_cannot_start_still_writes_its_reports(
     text = reports["text"].read_text()
     assert "COULD NOT RUN" in text
     assert reason in text
+
+
+def test_a_command_line_that_does_not_parse_never_writes_over_the_database(
+    run_cli: Run, recorded: Path, tmp_path: Path
+) -> None:
+    """The error reports of a usage error go through the same guards: a report path that is the database is left
+    alone, the others say why."""
+    before = recorded.read_bytes()
+    status, _, _ = run_cli("audit", "--db", str(recorded), "--jobs", "0", "--report", f"junit:{recorded}",
+                           "--report", f"json:{tmp_path / 'a.json'}")
+    assert status == 2
+    assert recorded.read_bytes() == before
+    assert json.loads((tmp_path / "a.json").read_text())["clean"] is False
 
 
 def test_no_error_report_where_the_output_guards_refuse(run_cli: Run, recorded: Path, tmp_path: Path) -> None:

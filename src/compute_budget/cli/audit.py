@@ -44,7 +44,65 @@ def _jobs_option(_ctx: click.Context, param: click.Parameter, value: object) -> 
     raise click.BadParameter(f"{text!r} is neither 'auto' nor a whole number from 1 to 64", param=param)
 
 
-@cli.command("audit")
+class AuditCommand(click.Command):
+    """`audit`, whose report files are replaced by an error report even when its arguments cannot be parsed: a
+    nightly job whose command line broke must not leave last night's CLEAN in place (README, exit 2)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Click's, writing the error reports of a usage error before raising it."""
+        try:
+            return super().parse_args(ctx, list(args))
+        except click.UsageError as error:
+            _reports_for_usage_error(list(args), error)
+            raise
+
+
+def _option_values(args: list[str], name: str) -> list[str]:
+    """Every value given to option `name` in raw `args` (`--name VALUE` or `--name=VALUE`), read leniently."""
+    values = []
+    for index, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == name and index + 1 < len(args):
+            values.append(args[index + 1])
+        elif arg.startswith(name + "="):
+            values.append(arg[len(name) + 1 :])
+    return values
+
+
+def _reports_for_usage_error(args: list[str], error: click.UsageError) -> None:
+    """Replace each report file the raw `args` name with an error report, under the same guards as a run that
+    parsed (never the database, an input or a key file)."""
+    from compute_budget.auditor.report import utc_now
+    from compute_budget.cli.render_audit import REPORT_FORMATS
+
+    formats = [value for value in _option_values(args, "--format") if value in REPORT_FORMATS]
+    targets = [(formats[-1] if formats else "text", path) for path in _option_values(args, "--output")[-1:]]
+    for value in _option_values(args, "--report"):
+        report_format, colon, path = value.partition(":")
+        if colon and report_format in REPORT_FORMATS and path:
+            targets.append((report_format, path))
+    if not targets:
+        return
+    dbs = _option_values(args, "--db")
+    db = dbs[-1] if dbs else None
+    inputs = [("--checkpoint", path) for path in _option_values(args, "--checkpoint")]
+    inputs += [("--since", path) for path in _option_values(args, "--since")]
+    key_files = [("--cosign", path) for path in _option_values(args, "--cosign")]
+    key_files += [("--trusted-key", item) for item in _option_values(args, "--trusted-key") if os.path.exists(item)]
+    writable = []
+    for target_format, path in targets:
+        try:
+            check_writable("--report", path, db=db, keep=inputs)
+            check_keys_apart(key_files, [("--report", path)])
+        except (click.ClickException, OSError):
+            continue
+        writable.append((target_format, path))
+    reason = f"the audit could not run: its command line is wrong: {error.format_message()}"
+    _write_error_reports(writable, None, db, utc_now(), reason=reason)
+
+
+@cli.command("audit", cls=AuditCommand)
 @db_option
 @click.option(
     "--checkpoint", "checkpoint_path", metavar="FILE", help="Prove the stored chain still extends this checkpoint."
