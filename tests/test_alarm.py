@@ -285,6 +285,9 @@ def test_record_rejects_file_keeps_the_skipped_gates(run_cli: Run, tmp_path: Pat
     assert [json.loads(line) for line in rejects.read_text().splitlines()] == [json.loads(other_malformed)]
     assert run_cli("record", str(second), "--db", str(db), "--rejects", str(rejects))[0] == 2
     assert run_cli("record", str(second), "--db", str(db), "--on-conflict", "skip", "--rejects", str(second))[0] == 2
+    status, _, err = run_cli("record", str(second), "--db", str(db), "--on-conflict", "skip", "--rejects", str(db))
+    assert status == 2
+    assert "is the database being recorded into" in err  # not "audited": this is a record
 
 
 def test_a_consistent_rewrite_is_bounded_by_the_checkpoints_it_no_longer_matches(run_cli: Run, tmp_path: Path) -> None:

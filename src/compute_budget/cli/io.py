@@ -109,14 +109,17 @@ class _ReadErrorsNamed:
 
 
 
-def check_writable(option: str, path: str, *, db: str | None, keep: Sequence[tuple[str, str]] = ()) -> None:
+def check_writable(
+    option: str, path: str, *, db: str | None, keep: Sequence[tuple[str, str]] = (), doing: str = "audited"
+) -> None:
     """Refuse an output path that would destroy what the command reads or be no file at all.
 
     Guarded: a symbolic link (never written through, spec 9.3: a planted link would aim the write at a key file),
     the database and its `-wal`, `-shm` and `-journal` files, every input given to the same command
     (`keep`: (option, path) pairs such as the checkpoint being read or a key file), and anything that is not a
     regular file (a device, FIFO or socket, `/dev/null` and `/dev/stdout` included, or a link to one): writing
-    atomically replaces the path, which would turn a device name into an ordinary file.
+    atomically replaces the path, which would turn a device name into an ordinary file. `doing` says what the
+    command does to the database ("the database being audited").
     """
     target = os.path.realpath(path)
     from compute_budget.store.backend import locate  # here: `--help` and `decide` load no database code
@@ -126,7 +129,7 @@ def check_writable(option: str, path: str, *, db: str | None, keep: Sequence[tup
         for suffix in ("", "-wal", "-shm", "-journal"):
             if target == os.path.realpath(database.with_name(database.name + suffix)):
                 raise click.BadParameter(
-                    f"{path} is the database being audited{' (its ' + suffix[1:] + ' file)' if suffix else ''}",
+                    f"{path} is the database being {doing}{' (its ' + suffix[1:] + ' file)' if suffix else ''}",
                     param_hint=option,
                 )
     for other_option, other_path in keep:

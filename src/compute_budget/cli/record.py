@@ -102,7 +102,7 @@ def record_command(
     if rejects_path is not None:
         if on_conflict != "skip":
             raise click.UsageError("--rejects FILE keeps the gates --on-conflict skip leaves out: give both")
-        check_writable("--rejects", rejects_path, db=db, keep=[("INPUT", input_path)])
+        check_writable("--rejects", rejects_path, db=db, keep=[("INPUT", input_path)], doing="recorded into")
     if adopt_unsigned is not None and (unsigned or (signing_key is None and not os.environ.get(SIGNING_KEY_ENV_VAR))):
         raise click.UsageError("--adopt-unsigned signs the rows it adopts: it needs --signing-key")
     opened = BudgetStore.open(
