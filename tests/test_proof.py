@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -439,3 +440,25 @@ def test_consistency_reports_a_truncated_store(tmp_path: Path) -> None:
     with pytest.raises(NotConsistent) as truncated:
         prove_consistency(future, target)
     assert truncated.value.reason == "truncated"
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "said"),
+    [
+        ("seq", "3", "seq as text: it must be an integer"),
+        ("budget_id", 7, "budget_id as an integer: it must be text"),
+        ("max_steps", 2**63, "max_steps as an integer out of range"),
+        ("max_wallclock_ms", "1", "max_wallclock_ms as text: it must be an integer or null"),
+        ("status", None, "status of type NoneType: it must be text"),
+    ],
+)
+def test_a_row_value_of_the_wrong_kind_is_named_as_such(
+    sealed: tuple[str, Any], column: str, value: Any, said: str
+) -> None:
+    """`"seq": "3"` was reported as 'text that is not valid Unicode' (and text in an integer column alike): the
+    message says what the value is and what it must be."""
+    target, key = sealed
+    document = prove(budget_id_at(target, 3), target).to_dict()
+    document["row"][column] = value
+    with pytest.raises(MalformedProof, match=re.escape(said)):
+        verify_proof(json.dumps(document), [key.verifier()])

@@ -102,6 +102,20 @@ def _loads(value: object, what: str) -> dict[str, Any]:
     raise MalformedProof(f"the {what} is not a JSON object")
 
 
+def _what_is_wrong(name: str, item: object) -> str:
+    """Why `item` is no value of column `name`: the type it should have had, or what is wrong with it."""
+    wanted = "an integer" if name in _INTEGER_COLUMNS or name == "max_wallclock_ms" else "text"
+    if name == "max_wallclock_ms":
+        wanted = "an integer or null"
+    if isinstance(item, bool) or not isinstance(item, str | int):
+        return f"of type {type(item).__name__}: it must be {wanted}"
+    if isinstance(item, str) and wanted == "text":
+        return "as text that is not valid Unicode"
+    if isinstance(item, int) and wanted != "text":
+        return "as an integer out of range (-2**63 to 2**63-1)"
+    return f"as {'text' if isinstance(item, str) else 'an integer'}: it must be {wanted}"
+
+
 def _quoted(text: str, limit: int = 40) -> str:
     """Untrusted text for a one-line message: ASCII-escaped and cut, so it can neither drive a terminal nor
     break the line."""
@@ -189,10 +203,7 @@ class ProofBundle:
             else:
                 ok = isinstance(item, str) and _valid_text(item)
             if not ok:
-                kind = type(item).__name__ if not isinstance(item, str | int) or isinstance(item, bool) else (
-                    "text that is not valid Unicode" if isinstance(item, str) else "an integer out of range"
-                )
-                raise MalformedProof(f"the bundle's row has {name} of type {kind}")
+                raise MalformedProof(f"the bundle's row has {name} {_what_is_wrong(name, item)}")
         if not 1 <= row["seq"] <= MAX_STORED_INTEGER:
             raise MalformedProof(f"the bundle's row has seq {row['seq']}: a seq is from 1 to 2**63-1")
         leaf_index, tree_size = document["leaf_index"], document["tree_size"]
