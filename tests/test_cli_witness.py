@@ -86,6 +86,7 @@ def test_a_port_in_use_and_a_bad_log_are_one_line_each(run_cli: Run, tmp_path: P
     assert (status, out) == (2, "")
     assert err.count("\n") == 1
     assert "already in use" in err
+    assert not (tmp_path / "w.db").exists()  # the port is taken first: no state file left behind
     status, _, err = run_cli("witness", "serve", "--key", str(key), "--log", "no-equals-sign")
     assert status == 2
     assert "ORIGIN=VERIFIER_KEY" in err

@@ -32,25 +32,26 @@ def serve_witness(
     allow_hosts: Sequence[str] = (),
     say: Callable[[str], None] = print,
 ) -> None:
-    """Serve the witness until interrupted; a state file that cannot be used or a port in use fails first."""
-    state = WitnessState(state_path)
+    """Serve the witness until interrupted; a port in use or a state file that cannot be used fails first (the
+    port is taken before the state file is opened, so a port in use leaves no new state file behind)."""
+    sock = bind(host, port)
     try:
-        witness = Witness(signer, logs, state, clock=lambda: int(time.time()))
-        app = create_witness_app(witness, allowed_hosts(host, allow_hosts))
-        sock = bind(host, port)
-        shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
-        say(
-            f"witness {signer.name} serving {len(logs)} log(s) at http://{shown}:{sock.getsockname()[1]}/ "
-            f"(state {state_path}; Ctrl-C stops it)"
-        )
-        config = uvicorn.Config(
-            app, log_level="warning", access_log=False, lifespan="off", server_header=False,
-            http=header_timeout_protocol(HEADER_TIMEOUT_SECONDS), timeout_keep_alive=IDLE_TIMEOUT_SECONDS,
-            limit_concurrency=CONNECTION_LIMIT,
-        )
+        state = WitnessState(state_path)
         try:
+            witness = Witness(signer, logs, state, clock=lambda: int(time.time()))
+            app = create_witness_app(witness, allowed_hosts(host, allow_hosts))
+            shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+            say(
+                f"witness {signer.name} serving {len(logs)} log(s) at http://{shown}:{sock.getsockname()[1]}/ "
+                f"(state {state_path}; Ctrl-C stops it)"
+            )
+            config = uvicorn.Config(
+                app, log_level="warning", access_log=False, lifespan="off", server_header=False,
+                http=header_timeout_protocol(HEADER_TIMEOUT_SECONDS), timeout_keep_alive=IDLE_TIMEOUT_SECONDS,
+                limit_concurrency=CONNECTION_LIMIT,
+            )
             uvicorn.Server(config).run(sockets=[sock])
         finally:
-            sock.close()
+            state.close()
     finally:
-        state.close()
+        sock.close()
