@@ -172,6 +172,7 @@ def test_show_verify_tells_not_found_from_does_not_hold(run_cli: Run, recorded: 
     assert "DOES NOT HOLD" in out
     assert "max_steps stored 100, policy gives 10" in out
     assert "does not hold: chain_break, rederive_mismatch, budget_id_mismatch" in err
+    assert "error:" not in err  # exit 1 is a result; "error:" is for a command that could not run (exit 2)
     assert "not found" not in err
     status, out, err = run_cli("show", "0" * 64, "--verify", "--db", str(recorded))
     assert (status, out) == (1, "")

@@ -188,6 +188,7 @@ def test_no_command_prints_help_and_exits_2(run_cli: Run) -> None:
     assert (status, out) == (2, "")
     assert "record" in err
     assert "audit" in err
+    assert "-h, --help" in err  # the same help as --help gives (it listed --help alone)
 
 
 def test_conflicting_gates_inside_one_batch(run_cli: Run, db_path: Path, tmp_path: Path) -> None:

@@ -151,7 +151,8 @@ class BudgetGroup(click.Group):
         if not standalone_mode:
             return super().main(argv, prog_name or PROG, complete_var, standalone_mode=False, **extra)
         if not argv:
-            click.echo(self.get_help(click.Context(self, info_name=prog_name or PROG)), err=True)
+            context = click.Context(self, info_name=prog_name or PROG, **(self.context_settings or {}))
+            click.echo(self.get_help(context), err=True)
             sys.exit(CANNOT_RUN)
         previous = _on_sigterm(_raise_terminated)
         try:

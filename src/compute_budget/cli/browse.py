@@ -86,7 +86,8 @@ def show_command(budget_id: str | None, db: str | None, gate_id: str | None, ver
     for check in failing:
         kinds = ", ".join(dict.fromkeys(finding.kind.value for finding in check.findings))
         say(
-            f"{'error' if verify else 'warning'}: budget_id {check.budget_id} (seq {check.seq}) does not hold: "
+            # With --verify this is the result (exit 1), not an error: "error:" lines mean the command could not run.
+            f"{'' if verify else 'warning: '}budget_id {check.budget_id} (seq {check.seq}) does not hold: "
             f"{kinds}; run `compute-budget audit` for the whole store"
         )
     if verify and failing:
