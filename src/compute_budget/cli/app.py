@@ -112,6 +112,8 @@ class BudgetGroup(click.Group):
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
+        except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: as Abort, so Click prints no empty line before ours
+            raise click.Abort() from stop
         except BrokenPipeError:
             _silence_stdout()  # the reader went away (`| head`): not an error worth a message
             ctx.exit(0)
