@@ -174,6 +174,18 @@ def test_a_run_that_cannot_start_still_writes_its_reports(
     assert reason in text
 
 
+def test_a_dash_is_no_report_file(
+    run_cli: Run, recorded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--output -` and `--report json:-` wrote a file named '-' in the working folder; '-' is refused."""
+    monkeypatch.chdir(tmp_path)
+    for argv in (("--output", "-"), ("--report", "json:-")):
+        status, out, err = run_cli("audit", "--db", str(recorded), *argv)
+        assert (status, out) == (2, "")
+        assert "'-' names no file here" in err
+    assert not (tmp_path / "-").exists()
+
+
 def test_a_command_line_that_does_not_parse_never_writes_over_the_database(
     run_cli: Run, recorded: Path, tmp_path: Path
 ) -> None:

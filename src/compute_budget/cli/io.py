@@ -121,6 +121,10 @@ def check_writable(
     atomically replaces the path, which would turn a device name into an ordinary file. `doing` says what the
     command does to the database ("the database being audited").
     """
+    if path == "-":  # stdin for an INPUT; as an output it would quietly become a file named '-'
+        raise click.BadParameter(
+            "'-' names no file here: leave the option out to write to stdout, or name a file", param_hint=option
+        )
     target = os.path.realpath(path)
     from compute_budget.store.backend import locate  # here: `--help` and `decide` load no database code
 
