@@ -192,7 +192,7 @@ def test_a_command_line_that_does_not_parse_never_writes_over_the_database(
     """The error reports of a usage error go through the same guards: a report path that is the database is left
     alone, the others say why."""
     before = recorded.read_bytes()
-    status, _, _ = run_cli("audit", "--db", str(recorded), "--jobs", "0", "--report", f"junit:{recorded}",
+    status, _, _ = run_cli("audit", "--db", str(recorded), "--no-such-option", "--report", f"junit:{recorded}",
                            "--report", f"json:{tmp_path / 'a.json'}")
     assert status == 2
     assert recorded.read_bytes() == before
