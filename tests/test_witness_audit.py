@@ -344,3 +344,39 @@ def test_another_logs_cosignature_and_a_fork_filed_in_the_store_are_reported(
     found = sorted((item["kind"], item["seq"]) for item in report["findings"])
     assert found == sorted((kind, seq) for _, _, kind, seq in planted)
     assert report["witnessed_size"] == 5
+
+
+def test_the_stored_cosignature_scan_is_linear_in_its_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no size ever reaching the quorum (two witness keys required, one witness cosigning every size), each
+    size change re-ranked every size seen so far: quadratic, minutes at 100,000 sizes. The K-th timestamp is now
+    worked out for one size per check. Counted in calls, not timed."""
+    from compute_budget.auditor import witnessed as module
+    from compute_budget.core.log.cosignature import generate_witness
+    from compute_budget.core.log.note import format_checkpoint
+
+    sizes = 2000
+    now = int(time.time())
+    texts = {size: format_checkpoint(ORIGIN, size, bytes(32), "0" * 64) for size in range(1, sizes + 1)}
+    rows = [(size, texts[size], WITNESS.cosign(texts[size], now - 5).line()) for size in range(sizes, 0, -1)]
+
+    class Rows:
+        def cosignatures_newest_first(self, at_most: int) -> list[tuple[int, str, str]]:
+            return rows
+
+        def link_at(self, seq: int) -> None:
+            return None
+
+    calls = {"kth_of": 0}
+    real_kth_of = module.WitnessPolicy.kth_of
+
+    def counted(self: module.WitnessPolicy, newest: dict[object, int]) -> tuple[int, int | None]:
+        calls["kth_of"] += 1
+        return real_kth_of(self, newest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(module.WitnessPolicy, "kth_of", counted)
+    monkeypatch.setattr(module, "_placement", lambda snapshot, origin, filed, text, max_seq: (filed, None))
+    policy = module.WitnessPolicy((WITNESS.verifier(), generate_witness("w2").verifier()), 2, 86400, now)
+    size, findings = module.witnessed(Rows(), policy, ORIGIN, (), sizes)  # type: ignore[arg-type]
+    assert size == 0
+    assert [finding.kind.value for finding in findings] == ["unwitnessed_rows"]
+    assert calls["kth_of"] <= 2 * sizes

@@ -43,8 +43,11 @@ class WitnessPolicy:
     quorum: int
     max_age: int
     now: int  # the audit's start, seconds since the epoch
-    # Each (text, line) is verified once per audit, however many times the store or the given notes repeat it.
-    judged: dict[tuple[str, str], LineJudgement] = field(default_factory=dict, compare=False, repr=False)
+    # Each (text, line) is verified once per policy, however many times the store or the given notes repeat it. Not
+    # an init field: a copy made with dataclasses.replace (another clock) starts with no judgements.
+    judged: dict[tuple[str, str], LineJudgement] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
 
     def judge(self, text: str, line: str) -> LineJudgement:
         """Verify `line` as a cosignature of the checkpoint `text` under every witness key it claims."""
@@ -165,6 +168,7 @@ class _CosignatureScan:
         self._placed: dict[str, int | None] = {}  # checkpoint text -> the size it counts for (None: it counts for none)
         self._failed: dict[WitnessKey, int] = {}
         self._reported: set[tuple[int, str, str]] = set()
+        self._best = -1  # the largest size K keys cosigned so far: kept as rows come, so each check is O(1)
 
     def add(self, filed: int, text: str, line: str) -> None:
         judgement = self._policy.judge(text, line)
@@ -180,14 +184,14 @@ class _CosignatureScan:
         newest = self._newest.setdefault(size, {})
         for key, timestamp in judgement.valid:
             newest[key] = max(timestamp, newest.get(key, -1))
+        if size > self._best and len(newest) >= self._policy.quorum:
+            self._best = size
 
     def best_at_or_above(self, low: int) -> tuple[int, int | None] | None:
         """The largest size at or above `low` that K witness keys cosigned, with the K-th newest timestamp."""
-        for size in sorted((size for size in self._newest if size >= low), reverse=True):
-            count, kth = self._policy.kth_of(self._newest[size])
-            if count >= self._policy.quorum:
-                return size, kth
-        return None
+        if self._best < 0 or self._best < low:
+            return None
+        return self._best, self._policy.kth_of(self._newest[self._best])[1]
 
     def _report_failing(self, key: WitnessKey, filed: int) -> None:
         failed = self._failed.get(key, 0) + 1
