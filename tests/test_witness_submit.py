@@ -168,6 +168,22 @@ def test_a_cosignature_is_filed_at_its_checkpoint_size_whatever_another_witness_
     assert report.witnessed_size == 5
 
 
+def test_a_cosignature_the_store_cannot_keep_is_no_success(served: Served, tmp_path: Path) -> None:
+    """The witness cosigns, but the store swallows the row (a hand-made RAISE(IGNORE) trigger, caught by the
+    row count): the result said 'cosigned' and `witness submit` exited 0 with nothing kept. Now it is a warning."""
+    from tests.backends import execute
+
+    with _open(tmp_path) as store:
+        store.record_many(gate_lines(3))
+    execute(str(tmp_path / "store.db"),
+            "CREATE TRIGGER swallow BEFORE INSERT ON compute_budget_cosignatures BEGIN SELECT RAISE(IGNORE); END")
+    with BudgetStore.open(str(tmp_path / "store.db"), allow_unsigned=True) as store:
+        submitted = store.submit_to_witnesses([f"http://127.0.0.1:{served.port}={WITNESS_KEY}"])
+    assert [item.cosigned for item in submitted] == [False]
+    assert "could not keep it" in (submitted[0].reason or "")
+    assert _stored_cosignatures(tmp_path) == []
+
+
 def test_a_409_gets_one_retry_from_the_size_the_witness_holds(served: Served, tmp_path: Path) -> None:
     """The witness already cosigned size 3 (sent by someone else); the store knows nothing of it, sends old 0, is
     told 3, and retries from 3 with a proof: cosigned, and both sizes are kept."""

@@ -116,7 +116,11 @@ def submit(session: StoreSession, note: str, targets: Sequence[WitnessTarget], *
         _keep(session, checkpoint.size, text, sizes, lines)
     except (ComputeBudgetError, SQLAlchemyError, NoteError) as error:
         for target in targets:
-            outcome.setdefault(target, Submitted(target, False, f"not submitted: {error}"))
+            done = outcome.get(target)
+            if done is not None and done.cosigned:  # cosigned, but nothing of it was kept: not a success
+                outcome[target] = Submitted(target, False, f"cosigned, but the store could not keep it: {error}")
+            else:
+                outcome.setdefault(target, Submitted(target, False, f"not submitted: {error}"))
     return [outcome.get(target, Submitted(target, False, "not submitted")) for target in targets]
 
 
