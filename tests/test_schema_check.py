@@ -307,3 +307,28 @@ def test_an_emptied_or_dropped_revision_record_is_schema_tampered_and_migrate_re
     assert audit(store).clean
     with BudgetStore.open(store) as opened:
         assert opened.record(gate_lines(1, prefix="new")[0]).new
+
+
+def test_migrate_says_nothing_was_repaired_when_a_problem_survives(tmp_path: Path) -> None:
+    """A column order migrate cannot restore, beside a trigger it can drop: migrate used to announce every repair,
+    then fail and roll them back. Now it is one error saying it changed nothing and what to do instead, and the
+    trigger is still there (nothing was committed)."""
+    import sqlite3
+
+    target = str(tmp_path / "store.db")
+    with BudgetStore.open(target) as opened:
+        opened.record_many(gate_lines(2))
+    execute(target,
+            "CREATE TRIGGER keep BEFORE UPDATE ON alembic_version BEGIN SELECT RAISE(IGNORE); END",
+            "ALTER TABLE compute_budget_witness_sizes RENAME TO old_sizes",
+            "CREATE TABLE compute_budget_witness_sizes (id INTEGER PRIMARY KEY, tree_size INTEGER NOT NULL, "
+            "witness_name TEXT NOT NULL, witness_key_id VARCHAR(8) NOT NULL, recorded_at TEXT NOT NULL)",
+            "DROP TABLE old_sizes")
+    said: list[str] = []
+    with pytest.raises(StoreDamaged, match="cannot repair this, and changed nothing") as raised:
+        BudgetStore.migrate(target, on_restore=said.extend)
+    assert "copy --through" in str(raised.value)
+    assert said == []
+    with sqlite3.connect(target) as connection:
+        names = [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")]
+    assert "keep" in names

@@ -103,17 +103,18 @@ def schema_state(connection: Connection) -> tuple[SchemaState, str | None]:
     return SchemaState.AHEAD, revision
 
 
-def repair_revision(connection: Connection) -> None:
+def repair_revision(connection: Connection) -> bool:
     """Record this release's head revision in `alembic_version` (spec 9.7), the table made again as Alembic makes it
-    when it was dropped, and emptied of any other record first."""
-    tables = set(inspect(connection).get_table_names())
-    if "alembic_version" not in tables:
+    when it was dropped (then True: roles need their grants on it again), and emptied of any other record first."""
+    made = "alembic_version" not in set(inspect(connection).get_table_names())
+    if made:
         connection.execute(text(
             "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL, "
             "CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num))"
         ))
     connection.execute(text("DELETE FROM alembic_version"))
     connection.execute(text("INSERT INTO alembic_version (version_num) VALUES (:head)"), {"head": head_revision()})
+    return made
 
 
 def upgrade_to_head(connection: Connection) -> None:

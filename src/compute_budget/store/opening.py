@@ -85,29 +85,34 @@ def migrate_store(
                 require_head(location, state, revision)
             if connection.dialect.name == "sqlite":
                 refuse_edited_sqlite_schema(connection)
-            cleared = clear_foreign(connection)  # before any write: a trigger could swallow the repair itself
-            if cleared and on_restore is not None:
-                on_restore(cleared)
+            # Repairs are said only once they hold (the transaction commits them): a repair that did not hold is
+            # one error, and nothing changes.
+            repaired = clear_foreign(connection)  # before any write: a trigger could swallow the repair itself
             if state is SchemaState.REVISION_TAMPERED:
                 # Spec 9.7: the tables are already head's; only the record is wrong (or gone). Repair the record
                 # (the guard is checked next, as on every migrate).
-                repair_revision(connection)
+                made = repair_revision(connection)
                 recorded = "no revision" if revision is None else f"revision {revision!r}"
-                if on_restore is not None:
-                    on_restore([
-                        f"repaired the schema's bookkeeping: alembic_version recorded {recorded} under this "
-                        f"release's head tables; it now records {head_revision()}"
-                    ])
+                repaired.append(
+                    f"repaired the schema's bookkeeping: alembic_version recorded {recorded} under this release's "
+                    f"head tables; it now records {head_revision()}"
+                    + (" (the table was made anew: run `compute-budget grants` again for every role)"
+                       if made and connection.dialect.name == "postgresql" else "")
+                )
             elif state is not SchemaState.AT_HEAD:
                 upgrade_to_head(connection)
             problems = schema_problems(connection)
             if problems:
                 restore_guard(connection)
-                if on_restore is not None:
-                    on_restore(problems)
+                repaired += problems
             left = schema_problems(connection)
-            if left:  # never report a repair that did not hold: the transaction is rolled back
-                raise StoreDamaged(f"{location.display}: migrate could not repair the schema: {left[0]}")
+            if left:
+                raise StoreDamaged(
+                    f"{location.display}: migrate cannot repair this, and changed nothing: {left[0]}; restore the "
+                    "database from a backup, or salvage its rows into a new store with `compute-budget copy --through`"
+                )
+            if repaired and on_restore is not None:
+                on_restore(repaired)
             seal_on_open(connection, origin, create_origin=True)
     except SQLAlchemyError as error:
         raise translate(error, location) from None
