@@ -174,6 +174,19 @@ def test_a_run_that_cannot_start_still_writes_its_reports(
     assert reason in text
 
 
+def test_an_error_report_never_replaces_the_kept_checkpoint(run_cli: Run, recorded: Path, tmp_path: Path) -> None:
+    """A report path that is also --save-checkpoint: the audit refuses it (named twice), and neither that refusal
+    nor a usage error writes an error report over the checkpoint kept from last night (the next --since)."""
+    kept = tmp_path / "cp.json"
+    assert run_cli("audit", "--db", str(recorded), "--save-checkpoint", str(kept))[0] == 0
+    before = kept.read_bytes()
+    for extra in ((), ("--no-such-option",)):
+        status, _, _ = run_cli("audit", "--db", str(recorded), "--save-checkpoint", str(kept),
+                               "--report", f"json:{kept}", *extra)
+        assert status == 2
+        assert kept.read_bytes() == before
+
+
 def test_a_dash_is_no_report_file(
     run_cli: Run, recorded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

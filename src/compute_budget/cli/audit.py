@@ -88,6 +88,7 @@ def _reports_for_usage_error(args: list[str], error: click.UsageError) -> None:
     db = dbs[-1] if dbs else None
     inputs = [("--checkpoint", path) for path in _option_values(args, "--checkpoint")]
     inputs += [("--since", path) for path in _option_values(args, "--since")]
+    inputs += [("--save-checkpoint", path) for path in _option_values(args, "--save-checkpoint")]
     key_files = [("--cosign", path) for path in _option_values(args, "--cosign")]
     key_files += [("--trusted-key", item) for item in _option_values(args, "--trusted-key") if os.path.exists(item)]
     writable = []
@@ -209,7 +210,10 @@ def audit_command(
             ["--output"] * bool(output_path) + ["--report"] * len(reports), targets, strict=True
         ):
             try:
-                check_writable(option, path, db=db, keep=inputs)
+                # The kept checkpoint is never a report either: an error report there would lose the next night's
+                # --since anchor.
+                kept = [("--save-checkpoint", save_path)] if save_path else []
+                check_writable(option, path, db=db, keep=[*inputs, *kept])
                 check_keys_apart(key_files, [(option, path)])  # a key is never an output, not even an error report
                 writable.append((target_format, path))
             except click.BadParameter as error:
