@@ -332,3 +332,18 @@ def test_migrate_says_nothing_was_repaired_when_a_problem_survives(tmp_path: Pat
     with sqlite3.connect(target) as connection:
         names = [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")]
     assert "keep" in names
+
+
+@pytest.mark.postgres
+def test_a_dropped_revision_record_in_a_shared_postgresql_schema_is_repaired(pg_url: str) -> None:
+    """Beside another application's table, a dropped alembic_version made the store 'not a compute-budget
+    database' (the tables were compared for equality, not inclusion): it is schema_tampered and migrate repairs
+    it, saying to rerun grants since the table is new."""
+    with BudgetStore.open(pg_url) as opened:
+        opened.record_many(gate_lines(2))
+    execute(pg_url, "CREATE TABLE orders (id int)", "DROP TABLE alembic_version")
+    assert [finding.kind.value for finding in audit(pg_url).findings] == ["schema_tampered"]
+    said: list[str] = []
+    BudgetStore.migrate(pg_url, on_restore=said.extend)
+    assert any("run `compute-budget grants` again" in line for line in said)
+    assert audit(pg_url).clean

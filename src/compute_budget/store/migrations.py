@@ -79,10 +79,11 @@ def schema_state(connection: Connection) -> tuple[SchemaState, str | None]:
     tables = set(inspect(connection).get_table_names())
     if not tables:
         return SchemaState.EMPTY, None
+    # This release's head tables are all there (a PostgreSQL schema may hold other applications' tables beside them).
+    head_tables = HEAD_TABLES - {"alembic_version"} <= tables
     if "alembic_version" not in tables:
-        # This release's head tables with the bookkeeping table dropped: edited like a wrong revision (spec 9.7).
-        foreign = tables != HEAD_TABLES - {"alembic_version"}
-        return (SchemaState.FOREIGN if foreign else SchemaState.REVISION_TAMPERED), None
+        # The head tables with the bookkeeping table dropped: edited like a wrong revision (spec 9.7).
+        return (SchemaState.REVISION_TAMPERED if head_tables else SchemaState.FOREIGN), None
     if "version_num" not in {column["name"] for column in inspect(connection).get_columns("alembic_version")}:
         return SchemaState.FOREIGN, None  # a table of that name, but not Alembic's
     # What Alembic's MigrationContext.get_current_revision reads, without importing Alembic.
@@ -91,12 +92,12 @@ def schema_state(connection: Connection) -> tuple[SchemaState, str | None]:
         return SchemaState.AHEAD, ",".join(sorted(str(version) for version in versions))
     revision = str(versions[0]) if versions and versions[0] is not None else None
     if revision is None:
-        if tables == HEAD_TABLES:  # the head tables, their revision record emptied (spec 9.7)
+        if head_tables:  # the head tables, their revision record emptied (spec 9.7)
             return SchemaState.REVISION_TAMPERED, None
         return (SchemaState.EMPTY, None) if tables == {"alembic_version"} else (SchemaState.FOREIGN, None)
     if revision == head_revision():
         return (SchemaState.AT_HEAD if TABLE_NAME in tables else SchemaState.TABLE_MISSING), revision
-    if tables == HEAD_TABLES:
+    if head_tables:
         return SchemaState.REVISION_TAMPERED, revision
     if revision in known_revisions():
         return SchemaState.BEHIND, revision
