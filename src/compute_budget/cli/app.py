@@ -48,8 +48,8 @@ class CannotRun(click.ClickException):
         say(f"error: {self.format_message()}")
 
 
-# Subcommands that live in modules of their own, loaded when asked for: `decide`, `--version` and `--help` start
-# without them (issue 23). Each module registers its commands on the group as it loads.
+# Subcommands that live in modules of their own, loaded when named: `decide` and `--version` start without them
+# (issue 23); `--help` loads them to list their help. Each module registers its commands on the group as it loads.
 LAZY_COMMANDS = {
     "record": "compute_budget.cli.record",
     "show": "compute_budget.cli.browse",
@@ -163,7 +163,7 @@ class BudgetGroup(click.Group):
         except click.exceptions.Exit as done:
             sys.exit(done.exit_code)
         except click.UsageError as error:
-            if type(error).__name__ == "NoArgsIsHelpError" and error.ctx is not None:
+            if isinstance(error, click.exceptions.NoArgsIsHelpError) and error.ctx is not None:
                 # A group named without a subcommand (`witness`): its help, as the program itself without one.
                 click.echo(error.ctx.get_help(), err=True)
                 sys.exit(CANNOT_RUN)
