@@ -195,8 +195,10 @@ def test_opening_a_store_imports_no_alembic(tmp_path: Path) -> None:
     assert finished.stdout.strip() == "[]"
 
 
-def test_several_version_rows_are_a_revision_this_release_does_not_know(tmp_path: Path) -> None:
-    """A version table holding two rows (branches, never written by this release) is refused as ahead."""
+def test_several_version_rows_beside_the_head_tables_are_an_edited_record(tmp_path: Path) -> None:
+    """A version table holding two rows (never written by this release's linear history) beside exactly this
+    release's tables is an edit of the bookkeeping (spec 9.7: readable, reported, repaired by migrate); it was
+    refused as a newer release's. With a table of ours this release does not know, it is still ahead."""
     path = tmp_path / "store.db"
     with BudgetStore.open(path) as store:
         store.record_many(gate_lines(1))
@@ -204,6 +206,14 @@ def test_several_version_rows_are_a_revision_this_release_does_not_know(tmp_path
         connection.execute("INSERT INTO alembic_version (version_num) VALUES ('zzzz')")
     from compute_budget.store.migrations import SchemaState, schema_state
 
+    engine = create_store_engine(locate(str(path)), readonly=True)
+    try:
+        with engine.connect() as connection:
+            assert schema_state(connection) == (SchemaState.REVISION_TAMPERED, f"{head_revision()},zzzz")
+    finally:
+        engine.dispose()
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE compute_budget_from_a_newer_release (id INTEGER)")
     engine = create_store_engine(locate(str(path)), readonly=True)
     try:
         with engine.connect() as connection:

@@ -288,22 +288,24 @@ def test_a_rule_or_row_level_security_on_a_store_table_is_schema_tampered(pg_url
     assert audit(pg_url).clean
 
 
-@pytest.mark.parametrize("edit", ["DELETE FROM alembic_version", "DROP TABLE alembic_version"])
+@pytest.mark.parametrize(
+    "edit", ["DELETE FROM alembic_version", "DROP TABLE alembic_version", "INSERT INTO alembic_version VALUES ('0004')"]
+)
 def test_an_emptied_or_dropped_revision_record_is_schema_tampered_and_migrate_repairs_it(
     store: str, edit: str, run_cli: Run
 ) -> None:
-    """Spec 9.7 for a revision record that is gone, not just wrong: it was 'not a compute-budget database' to
-    every command, migrate included. Now the audit runs every check and reports schema_tampered, writers refuse,
-    and one migrate records the head revision again."""
+    """Spec 9.7 for a revision record that is gone, or doubled, not just wrong: it was 'not a compute-budget
+    database' (or 'unknown to this release') to every command, migrate included. Now the audit runs every check
+    and reports schema_tampered, writers refuse, and one migrate records the head revision again."""
     execute(store, edit)
     findings = audit(store).findings
     assert [finding.kind.value for finding in findings] == ["schema_tampered"]
-    assert "records no revision" in findings[0].detail
+    assert ("0004,0005" if edit.startswith("INSERT") else "records no revision") in findings[0].detail
     with BudgetStore.open(store) as opened, pytest.raises(StoreDamaged):
         opened.record(gate_lines(1, prefix="new")[0])
     status, _, err = run_cli("migrate", "--db", store)
     assert status == 0, err
-    assert "recorded no revision" in err
+    assert ("recorded revision '0004,0005'" if edit.startswith("INSERT") else "recorded no revision") in err
     assert audit(store).clean
     with BudgetStore.open(store) as opened:
         assert opened.record(gate_lines(1, prefix="new")[0]).new

@@ -79,8 +79,11 @@ def schema_state(connection: Connection) -> tuple[SchemaState, str | None]:
     tables = set(inspect(connection).get_table_names())
     if not tables:
         return SchemaState.EMPTY, None
-    # This release's head tables are all there (a PostgreSQL schema may hold other applications' tables beside them).
-    head_tables = HEAD_TABLES - {"alembic_version"} <= tables
+    # The store's tables are exactly this release's head tables (spec 9.7). Only compute_budget_* tables count: a
+    # PostgreSQL schema may hold other applications' tables beside them, while a newer release's added table of
+    # ours makes the store "ahead", never "tampered" (migrate must not rewrite a newer release's record).
+    ours = {table for table in tables if table.startswith("compute_budget_")}
+    head_tables = ours == HEAD_TABLES - {"alembic_version"}
     if "alembic_version" not in tables:
         # The head tables with the bookkeeping table dropped: edited like a wrong revision (spec 9.7).
         return (SchemaState.REVISION_TAMPERED if head_tables else SchemaState.FOREIGN), None
@@ -89,7 +92,10 @@ def schema_state(connection: Connection) -> tuple[SchemaState, str | None]:
     # What Alembic's MigrationContext.get_current_revision reads, without importing Alembic.
     versions = [row[0] for row in connection.execute(text("SELECT version_num FROM alembic_version"))]
     if len(versions) > 1:  # branches: never written by this release's linear history
-        return SchemaState.AHEAD, ",".join(sorted(str(version) for version in versions))
+        listed = ",".join(sorted(str(version) for version in versions))
+        # Beside this release's head tables, a second record is an edit of the bookkeeping (spec 9.7), not a newer
+        # release's branches.
+        return (SchemaState.REVISION_TAMPERED if head_tables else SchemaState.AHEAD), listed
     revision = str(versions[0]) if versions and versions[0] is not None else None
     if revision is None:
         if head_tables:  # the head tables, their revision record emptied (spec 9.7)
