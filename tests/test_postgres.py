@@ -257,3 +257,48 @@ def test_a_server_limit_is_named_not_taken_for_a_full_connection_table(pg_url: s
     assert "temp_file_limit" in message
     assert "connection slots" not in message
     assert "nothing was written" in message
+
+
+@pytest.mark.postgres
+def test_a_server_that_ends_the_connection_mid_scan_is_one_clear_error(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The audit's scan whose backend is terminated (a fast shutdown, pg_terminate_backend) between two batches:
+    an 'unexpected OperationalError' (the close of the dead connection failed first, untranslated), and a scan
+    dropped unfinished printed 'Exception ignored'. Now StoreUnavailable saying the server ended the connection,
+    and nothing unraisable."""
+    import gc
+    import sys
+
+    from sqlalchemy import create_engine
+
+    from compute_budget import StoreUnavailable
+
+    with BudgetStore.open(pg_url) as store:
+        store.record_many(gate_lines(3000))
+    admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
+    unraisable: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+
+    def end_the_others() -> None:
+        with admin.connect() as connection:
+            connection.exec_driver_sql(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+
+    try:
+        with BudgetStore.open(pg_url, readonly=True) as store:
+            batches = store.scan(0, 3000, batch_rows=1000)
+            assert len(next(batches)) == 1000
+            end_the_others()
+            with pytest.raises(StoreUnavailable, match="ended the connection"):
+                next(batches)
+            dropped = store.scan(0, 3000, batch_rows=1000)
+            assert len(next(dropped)) == 1000
+            end_the_others()
+            del dropped
+            gc.collect()
+    finally:
+        admin.dispose()
+    assert unraisable == []

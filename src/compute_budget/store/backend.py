@@ -302,7 +302,12 @@ def _translate_sqlstate(code: str, text: str, location: Location) -> ComputeBudg
         return StoreUnavailable(f"cannot use {where}: the server has no such database {database!r} (create it first)")
     if code in ("08001", "08004", "08006") or code.startswith("08"):
         return StoreUnavailable(f"cannot connect to PostgreSQL at {where}: the server is down or unreachable")
-    if code in ("57P01", "57P02", "57P03"):
+    if code == "57P01":  # admin_shutdown: a fast shutdown, or pg_terminate_backend, ended this very connection
+        return StoreUnavailable(
+            f"the PostgreSQL server at {where} ended the connection (shut down, or told to end it): whatever this "
+            "command was writing was not committed; run it again once the server is back"
+        )
+    if code in ("57P02", "57P03"):
         return StoreUnavailable(f"PostgreSQL at {where} is shutting down or starting up; try again shortly")
     if code == "53300":
         return StoreUnavailable(f"PostgreSQL at {where} has no connection slots left (too many connections)")

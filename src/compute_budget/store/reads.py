@@ -9,6 +9,7 @@ from collections.abc import Generator, Iterator
 from typing import Any
 
 from sqlalchemy import Connection
+from sqlalchemy.exc import SQLAlchemyError
 
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
@@ -225,7 +226,10 @@ class Reads:
                 for partition in result.partitions(batch_rows):
                     yield [decode_row(row) for row in partition]
             finally:
-                result.close()
+                # A server that went away fails the close as well: the error that stopped the scan says why (and a
+                # scan dropped unfinished must not print "Exception ignored" when it is collected).
+                with contextlib.suppress(SQLAlchemyError):
+                    result.close()
 
 
 def stored_root(connection: Connection, seal: SealStatements, head: ChainHead, location: Location) -> bytes:

@@ -78,7 +78,11 @@ class Reading:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         assert self._connection is not None
-        self._connection.close()
+        try:
+            self._connection.close()
+        except SQLAlchemyError as closing:  # a server that went away fails the close too
+            if error is None:
+                raise translate(closing, self._session.location) from None
         if isinstance(error, SQLAlchemyError):
             raise translate(error, self._session.location) from None
 
