@@ -269,6 +269,7 @@ def test_a_server_that_ends_the_connection_mid_scan_is_one_clear_error(
     and nothing unraisable."""
     import gc
     import sys
+    import warnings
 
     from sqlalchemy import create_engine
 
@@ -288,7 +289,8 @@ def test_a_server_that_ends_the_connection_mid_scan_is_one_clear_error(
             )
 
     try:
-        with BudgetStore.open(pg_url, readonly=True) as store:
+        with warnings.catch_warnings(record=True) as warned, BudgetStore.open(pg_url, readonly=True) as store:
+            warnings.simplefilter("always")
             batches = store.scan(0, 3000, batch_rows=1000)
             assert len(next(batches)) == 1000
             end_the_others()
@@ -297,8 +299,9 @@ def test_a_server_that_ends_the_connection_mid_scan_is_one_clear_error(
             dropped = store.scan(0, 3000, batch_rows=1000)
             assert len(next(dropped)) == 1000
             end_the_others()
-            del dropped
+            del batches, dropped
             gc.collect()
     finally:
         admin.dispose()
     assert unraisable == []
+    assert [str(item.message) for item in warned if "still open" in str(item.message)] == []  # psycopg's cursor

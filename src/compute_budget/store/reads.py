@@ -226,10 +226,26 @@ class Reads:
                 for partition in result.partitions(batch_rows):
                     yield [decode_row(row) for row in partition]
             finally:
-                # A server that went away fails the close as well: the error that stopped the scan says why (and a
-                # scan dropped unfinished must not print "Exception ignored" when it is collected).
-                with contextlib.suppress(SQLAlchemyError):
-                    result.close()
+                _close_scan(connection, result)
+
+
+def _close_scan(connection: Connection, result: Any) -> None:
+    """Close a PostgreSQL scan's server-side cursor. When the server went away the close fails too: then the driver's
+    connection is closed and the cursor closed locally, so that the error that stopped the scan is the one said, and
+    neither a close error nor psycopg's 'deleted while still open' warning follows it (a scan dropped unfinished is
+    closed when it is collected)."""
+    cursor = getattr(result, "cursor", None)
+    with contextlib.suppress(SQLAlchemyError):
+        result.close()
+    if cursor is None or getattr(cursor, "closed", True):
+        return
+    try:
+        cursor.close()
+    except Exception:  # the server is gone: close the socket, and the cursor then closes locally
+        with contextlib.suppress(Exception):
+            connection.connection.driver_connection.close()  # type: ignore[union-attr]
+        with contextlib.suppress(Exception):
+            cursor.close()
 
 
 def stored_root(connection: Connection, seal: SealStatements, head: ChainHead, location: Location) -> bytes:
