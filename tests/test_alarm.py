@@ -340,3 +340,25 @@ def test_a_witness_url_that_is_no_url_is_one_line(run_cli: Run, tmp_path: Path, 
         assert "unexpected" not in err
         assert err.count("\n") == 1
     assert not (tmp_path / "s.db").exists()
+
+
+def test_a_truncated_tail_is_said_to_be_truncated_not_rewritten(run_cli: Run, tmp_path: Path) -> None:
+    """The last rows deleted (with the guard lifted) under a --since checkpoint of the old head: the headline said
+    'rewritten consistently from a row in seq 1..20' and advised salvaging through 0, an empty store. It now names
+    the missing rows and salvages the rows that are left."""
+    from tests.backends import execute
+
+    db = tmp_path / "store.db"
+    gates = tmp_path / "gates.jsonl"
+    gates.write_text("\n".join(gate_lines(20)) + "\n")
+    assert run_cli("record", str(gates), "--db", str(db))[0] == 0
+    status, _, err = run_cli("audit", "--db", str(db), "--save-checkpoint", str(tmp_path / "cp.json"))
+    assert status == 0, err
+    execute(str(db), "DELETE FROM compute_budget_decisions WHERE seq > 18", lift_guard=True)
+    status, out, _ = run_cli("audit", "--db", str(db), "--since", str(tmp_path / "cp.json"))
+    assert status == 1
+    first, what_now = out.splitlines()[1:3]
+    assert first.startswith("0 rows affected: history was truncated: the store ends at seq 18")
+    assert "rows 19..20 are gone" in first
+    assert "rewritten" not in first
+    assert "--through 18" in what_now

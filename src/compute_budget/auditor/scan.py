@@ -139,9 +139,11 @@ def _with_rewritten_range(target: str | os.PathLike[str] | None, report: AuditRe
     smallest mismatched size, and at or before that size."""
     if report.affected_rows:
         return report
+    # A checkpoint past the store's end is truncation, not a rewrite: it bounds nothing among the rows there are.
     mismatched = [
         finding.seq for finding in report.findings
-        if finding.kind is FindingKind.CHECKPOINT_MISMATCH and finding.seq is not None and finding.seq > 0
+        if finding.kind is FindingKind.CHECKPOINT_MISMATCH and finding.seq is not None
+        and 0 < finding.seq <= report.head.seq
     ]
     if not mismatched:
         return report

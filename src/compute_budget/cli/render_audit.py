@@ -99,6 +99,21 @@ def _first_screen(report: AuditReport) -> list[str]:
             f"salvage the rows before seq {first} (`compute-budget copy {escaped(report.database)} NEW --through "
             f"{first - 1}`; docs/incident.md)",
         ]
+    beyond = [
+        finding.seq for finding in report.findings
+        if finding.kind is FindingKind.CHECKPOINT_MISMATCH and finding.seq is not None and finding.seq > report.head.seq
+    ]
+    if not rows and beyond:
+        end, claimed = report.head.seq, max(beyond)
+        hidden = any(finding.kind is FindingKind.SCHEMA_TAMPERED for finding in report.findings)
+        maybe = " (or hidden from this role: see schema_tampered below)" if hidden else ""
+        return [
+            f"0 rows affected: history was truncated: the store ends at seq {end}, but a checkpoint names {claimed} "
+            f"rows, so rows {end + 1}..{claimed} are gone{maybe}",
+            f"  what now      keep the evidence; restore the missing rows from a backup; rows 1..{end} can be "
+            f"salvaged to go on (`compute-budget copy {escaped(report.database)} NEW --through {end}`; "
+            "docs/incident.md)",
+        ]
     if not rows:
         kinds = ", ".join(report.findings_by_kind())
         return [
