@@ -220,3 +220,20 @@ def test_a_writer_holding_exactly_the_printed_grants_records_and_signs(
         assert (status, out) == (2, "")
         assert f"role '{name}' cannot append to table compute_budget_tree_nodes" in err
         assert "GRANT SELECT, INSERT ON TABLE public.compute_budget_tree_nodes" in err
+
+
+@pytest.mark.postgres
+def test_a_writer_on_an_empty_database_is_told_the_schema_is_the_owners(run_cli: Run, pg_url: str) -> None:
+    """A writer role recording into a database with no store yet: it used to be told 'only the owner can
+    migrate', naming nothing. The line now gives the server's words (which object it may not use) and says to run
+    migrate as the owner, then grants."""
+    name = f"writer_{uuid.uuid4().hex[:8]}"
+    statements = [f"GRANT CONNECT ON DATABASE \"{_database(pg_url)}\" TO {name}",
+                  "REVOKE CREATE ON SCHEMA public FROM PUBLIC"]
+    with role_with(pg_url, statements, name) as writer:
+        status, out, err = run_cli("record", EXAMPLES, "--db", writer)
+    assert (status, out) == (2, "")
+    assert err.count("\n") == 1
+    assert "permission denied for schema public" in err
+    assert "run `compute-budget migrate` as the owner" in err
+    assert f"compute-budget grants --role {name} --writer" in err

@@ -365,7 +365,7 @@ def require_guard_once(connection: Connection, location: Location) -> None:
                 raise
             raise StoreDamaged(
                 f"{location.display}: table alembic_version is gone (the schema's bookkeeping was dropped by hand); "
-                f"refusing to append: run `compute-budget migrate --db {location.display}`, then "
+                f"refusing to append: run `compute-budget migrate --db {location.display}` as the store's owner, then "
                 "`compute-budget audit`"
             ) from None
     elif connection.dialect.name == "sqlite":
@@ -388,9 +388,10 @@ def require_guard(connection: Connection, location: Location) -> None:
     problems = schema_problems(connection)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        owner = " as the store's owner" if location.backend == "postgresql" else ""
         raise StoreDamaged(
             f"{location.display}: {problems[0]}{more}; refusing to append: run `compute-budget migrate --db "
-            f"{location.display}` to restore the append-only guard, then `compute-budget audit`"
+            f"{location.display}`{owner} to restore the append-only guard, then `compute-budget audit`"
         )
 
 

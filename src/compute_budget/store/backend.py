@@ -20,7 +20,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.pool import QueuePool
 
-from compute_budget.errors import ArgumentTypeError, ComputeBudgetError, NotABudgetStore, StoreUnavailable
+from compute_budget.errors import ArgumentTypeError, ComputeBudgetError, NotABudgetStore, StoreUnavailable, clip
 from compute_budget.store.table import TABLE_NAME
 
 ENV_VAR = "COMPUTE_BUDGET_DB"
@@ -184,11 +184,13 @@ def _on_read_only_filesystem(path: Path) -> bool:
     return True
 
 
-def permission_denied(role: object, where: str) -> StoreUnavailable:
-    """The one message for a PostgreSQL role that may not do what was asked."""
+def permission_denied(role: object, where: str, detail: str = "permission denied") -> StoreUnavailable:
+    """The one message for a PostgreSQL role that may not do what was asked; `detail` is the server's own words
+    (which name the object: "permission denied for table alembic_version")."""
     return StoreUnavailable(
-        f"role {role!r} may not do this on {where} (permission denied): only the owner can migrate; `compute-budget "
-        f"grants --role {role} --writer` (or `--auditor`) prints the grants a role needs to record (or to read)"
+        f"role {role!r} may not do this on {where} ({clip(detail, 120)}): creating or migrating the schema is the "
+        f"owner's (run `compute-budget migrate` as the owner); `compute-budget grants --role {role} --writer` (or "
+        "`--auditor`) prints the grants a role needs to record (or to read), to run again after a migrate"
     )
 
 
@@ -322,7 +324,7 @@ def _translate_sqlstate(code: str, text: str, location: Location) -> ComputeBudg
             "nothing was written"
         )
     if code == "42501":
-        return permission_denied(role, where)
+        return permission_denied(role, where, text)
     if code == "25006":
         return StoreUnavailable(f"cannot write to {where}: the connection is read-only")
     return None
