@@ -303,9 +303,10 @@ def test_an_emptied_or_dropped_revision_record_is_schema_tampered_and_migrate_re
     assert ("0004,0005" if edit.startswith("INSERT") else "records no revision") in findings[0].detail
     with BudgetStore.open(store) as opened, pytest.raises(StoreDamaged):
         opened.record(gate_lines(1, prefix="new")[0])
-    status, _, err = run_cli("migrate", "--db", store)
+    status, out, err = run_cli("migrate", "--db", store)
     assert status == 0, err
     assert ("recorded revision '0004,0005'" if edit.startswith("INSERT") else "recorded no revision") in err
+    assert out.startswith("schema at head revision ")  # a repair, not "migrated from ... to head"
     assert audit(store).clean
     with BudgetStore.open(store) as opened:
         assert opened.record(gate_lines(1, prefix="new")[0]).new

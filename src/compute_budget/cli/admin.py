@@ -27,7 +27,8 @@ def migrate_command(db: str | None, origin: str | None) -> None:
         repaired.extend(problems)
 
     before, after = BudgetStore.migrate(db, origin=origin, on_restore=restored)
-    if before == after and repaired:  # not "already at head": this run changed the schema
+    record_repaired = any(problem.startswith("repaired the schema's bookkeeping") for problem in repaired)
+    if repaired and (before == after or record_repaired):  # a repair, not "already at head" nor a migration
         click.echo(f"schema at head revision {after}; repaired {len(repaired)} problem(s) (listed above)")
     elif before == after:
         click.echo(f"schema already at head revision {after}")
