@@ -350,3 +350,18 @@ def test_a_dropped_revision_record_in_a_shared_postgresql_schema_is_repaired(pg_
     BudgetStore.migrate(pg_url, on_restore=said.extend)
     assert any("run `compute-budget grants` again" in line for line in said)
     assert audit(pg_url).clean
+
+
+def test_list_and_show_warn_when_the_schema_is_not_this_releases(store: str, run_cli: Run) -> None:
+    """A reader may not see every row when the schema was changed (row-level security hides rows from a role):
+    `list` and `show` still answer, with one warning line pointing at the audit; an intact store gets none."""
+    status, _, err = run_cli("list", "--db", store)
+    assert (status, err) == (0, "")
+    _drop_guard(store)
+    for argv in (("list", "--db", store), ("show", "--gate", "gate-0000000", "--db", store)):
+        status, out, err = run_cli(*argv)
+        assert status == 0
+        assert "gate-0000000" in out
+        assert err.startswith("compute-budget: warning: trigger ")
+        assert "run `compute-budget audit`" in err.splitlines()[0]
+    assert run_cli("list", "--db", store)[1]

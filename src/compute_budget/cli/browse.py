@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import re
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from compute_budget.cli.app import say
 from compute_budget.cli.commands import SEQ, cli, db_option, json_line
 from compute_budget.errors import StoreDamaged, clip
+
+if TYPE_CHECKING:
+    from compute_budget.store import BudgetStore
 
 
 @cli.command("show")
@@ -41,6 +45,7 @@ def show_command(budget_id: str | None, db: str | None, gate_id: str | None, ver
             )
     shown: list[tuple[str, StoredDecision | None, RowCheck]] = []
     with BudgetStore.open(db, readonly=True) as store:
+        warn_if_schema_differs(store)
         where = store.location.display
         if gate_id is not None:
             ids = [stored.decision.budget_id for stored in store.find_by_gate(gate_id)]
@@ -130,6 +135,7 @@ def list_command(
 
     filters = (status, reason, policy_version, gate_id, after_seq, before_seq, limit)
     with BudgetStore.open(db, readonly=True) as store:
+        warn_if_schema_differs(store)
         rows = store.iter_decisions(
             status=status,
             reason_code=reason,
@@ -155,3 +161,13 @@ def _shown(text: str) -> str:
     from compute_budget.cli.render import shown
 
     return shown(text)
+
+
+def warn_if_schema_differs(store: BudgetStore) -> None:
+    """One warning line when the schema is not what this release made (the audit's check): a row-level security
+    policy, say, hides rows from this role, and what is listed or shown may not be all there is."""
+    with store.snapshot() as snapshot:
+        problems = snapshot.schema_problems()
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        say(f"warning: {problems[0]}{more}: what is shown may not be all the store holds; run `compute-budget audit`")
