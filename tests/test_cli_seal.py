@@ -395,6 +395,12 @@ def test_the_witness_round(
                              "--format", "json")
     assert status == 1
     assert [f["kind"] for f in json.loads(out)["findings"]] == ["bad_signature"]
+    unsigned = tmp_path / "unsigned.json"
+    status, _, err = run_cli("audit", "--db", signed, "--trusted-key", writer, "--save-checkpoint", str(unsigned))
+    assert status == 0
+    assert f"warning: {unsigned} is an unsigned JSON checkpoint" in err  # it would be bad_signature tomorrow
+    status, _, err = run_cli("audit", "--db", signed, "--save-checkpoint", str(unsigned))
+    assert (status, "unsigned JSON checkpoint" in err) == (0, False)  # no keys trusted: JSON is all it needs
 
 
 def test_cosign_refuses_a_store_that_no_longer_extends_its_last_cosignature(

@@ -327,6 +327,11 @@ def _audit_and_report(
         elif report.clean:
             write_atomically(save_path, report.head_checkpoint().to_json() + "\n")
             say(f"saved checkpoint seq {report.head.seq} to {save_path}")
+            if keys:  # spec 8: with --trusted-key a given checkpoint must carry a trusted signature
+                say(
+                    f"warning: {save_path} is an unsigned JSON checkpoint: given to --since or --checkpoint with "
+                    "--trusted-key it is bad_signature; add --cosign KEY to sign it (and trust that key too)"
+                )
         else:
             say(f"audit not clean: checkpoint {save_path} was not written")
     if not report.clean:
