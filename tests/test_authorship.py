@@ -125,6 +125,7 @@ def test_after_a_key_rotation_the_new_key_needs_a_peer_or_an_adoption(
     assert status == 2
     assert "rows 1..6 were appended by no trusted writer" in err
     assert "--peer-key" in err
+    assert "the newest stored one is signed by writer-2025" in err  # who did sign, so the operator can judge
     status, out, err = run_cli("record", gates_file(tmp_path, 2, "new"), "--db", store_target,
                                "--signing-key", str(new), "--peer-key", old_verifier)
     assert status == 0, err

@@ -27,7 +27,7 @@ from compute_budget.core.leaf import unreadable_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.log.merkle import CompactRange
-from compute_budget.core.log.note import SignerKey, VerifierKey, verify_note
+from compute_budget.core.log.note import SignerKey, VerifierKey, parse_note, verify_note
 from compute_budget.core.seal import StoredCheckpoint, extends
 from compute_budget.core.verify import RangeResult, check_row
 from compute_budget.errors import CheckpointError, InputError, NoteError, StoreDamaged, WriterStateError
@@ -197,6 +197,22 @@ def newest_stored_note(connection: Connection, seal: SealStatements) -> str | No
     return value if isinstance(value, str) else None
 
 
+def _signed_by_others(connection: Connection, seal: SealStatements) -> str:
+    """Who signed the newest stored checkpoint, when no trusted writer did: a key that is not this log's writer (an
+    auditor's, say) is then told apart from rows nobody signed."""
+    note = newest_stored_note(connection, seal)
+    if note is None:
+        return ""
+    try:
+        names = sorted({signature.name for signature in parse_note(note)[1]})
+    except NoteError:
+        return ""
+    if not names:
+        return ""
+    return (f"; the newest stored one is signed by {', '.join(names[:3])}: if that is a writer of this log, trust it "
+            "with --peer-key, or sign with its key; a key that only audits is no writer's")
+
+
 def holds_checkpoints(connection: Connection, seal: SealStatements) -> bool:
     """True when the store holds any checkpoint entry at all (readable or not)."""
     return connection.exec_driver_sql(seal.any_checkpoint).first() is not None
@@ -244,7 +260,7 @@ def check_signed_head(
         return Authorised(size)  # an empty store, no checkpoint
     if adopt_through is None:
         since = f"the newest checkpoint a trusted writer signed covers {size}" if trusted else "no trusted writer " \
-            "signed any checkpoint of this origin"
+            "signed any checkpoint of this origin" + _signed_by_others(connection, seal)
         raise StoreDamaged(
             f"refusing to sign: rows {size + 1}..{head.seq} were appended by no trusted writer ({since}); nothing "
             f"was written. Review them (`compute-budget list --after-seq {size}`), then adopt them with "
