@@ -62,6 +62,12 @@ def start(folder: Path) -> str:
         shutil.chown(sockets, "postgres", "postgres")
         shutil.chown(password_file, "postgres", "postgres")
         folder.chmod(0o755)
+        reachable = subprocess.run(_as_server_user(["test", "-x", str(folder)]), check=False).returncode == 0
+        if not reachable:  # a parent folder the server's user may not enter (mktemp -d makes them 0700)
+            raise RuntimeError(
+                f"the postgres user cannot reach {folder}: a folder above it is not searchable (mode 0700?); "
+                "use a folder it can enter, such as one under /tmp"
+            )
     port = _free_port()
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, "check": True}
     subprocess.run(
@@ -100,7 +106,10 @@ def stop(folder: Path) -> None:
 if __name__ == "__main__":
     action, where = sys.argv[1], Path(sys.argv[2])
     if action == "start":
-        print(start(where))
+        try:
+            print(start(where))
+        except (RuntimeError, subprocess.CalledProcessError) as error:
+            raise SystemExit(f"pg_cluster start: {error}") from None
     elif action == "stop":
         stop(where)
     else:
