@@ -187,6 +187,17 @@ def test_an_error_report_never_replaces_the_kept_checkpoint(run_cli: Run, record
         assert kept.read_bytes() == before
 
 
+def test_a_usage_error_beside_an_unusable_db_is_still_the_usage_error(run_cli: Run, tmp_path: Path) -> None:
+    """Writing the error reports of a usage error needs the database's location (the guards); an unusable --db
+    there must not replace the usage error with its own: a warning, then the usage error, exit 2."""
+    status, out, err = run_cli("audit", "--db", f"sqlite:///{tmp_path / 'x.db'}?mode=ro", "--no-such-option",
+                               "--report", f"json:{tmp_path / 'a.json'}")
+    assert (status, out) == (2, "")
+    lines = err.splitlines()
+    assert lines[0].startswith("compute-budget: warning: no report file replaced: ")
+    assert lines[1].startswith("compute-budget: error: No such option")
+
+
 def test_a_dash_is_no_report_file(
     run_cli: Run, recorded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -53,7 +53,10 @@ class AuditCommand(click.Command):
         try:
             return super().parse_args(ctx, list(args))
         except click.UsageError as error:
-            _reports_for_usage_error(list(args), error)
+            try:
+                _reports_for_usage_error(list(args), error)
+            except Exception as failed:  # the usage error is what to say; an unusable --db must not replace it
+                say(f"warning: no report file replaced: {clip(str(failed), 200)}")
             raise
 
 
