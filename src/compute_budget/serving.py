@@ -78,6 +78,14 @@ class ClientGone(Exception):
     answered (the servers reply with a bare 400 nobody reads, instead of logging a traceback)."""
 
 
+async def answer_client_gone(_request: Any, _error: Exception) -> Any:
+    """The exception handler both servers register for `ClientGone`: a bare 400 that nobody reads, and no traceback
+    in the log (nothing was done: the body never arrived)."""
+    from starlette.responses import Response
+
+    return Response(status_code=400)
+
+
 async def read_body(receive_stream: AsyncIterator[bytes], limit: int) -> bytes | None:
     """A request body read as it streams in, or None as soon as it is over `limit` bytes (nothing more is read).
     `ClientGone` when the client disconnects before the body is complete."""

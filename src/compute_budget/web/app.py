@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.policy.types import ComputeBudgetStatus
 from compute_budget.errors import ComputeBudgetError
-from compute_budget.serving import ClientGone, allowed_hosts, host_of, read_body
+from compute_budget.serving import ClientGone, allowed_hosts, answer_client_gone, host_of, read_body
 from compute_budget.store import BudgetStore
 from compute_budget.store.browse import DecisionFilter, Page
 from compute_budget.web import model
@@ -295,11 +295,7 @@ class Workbench:
 
     async def audit_run(self, request: Request) -> Response:
         """POST /audit/run: start an audit from the audit page's form, then show the audit page."""
-        try:
-            fields = await _fields(request)
-        except ClientGone:
-            return Response(status_code=400)  # the client is gone: no audit, nobody to answer
-        status, message = await run_in_threadpool(self._start_audit, request, fields)
+        status, message = await run_in_threadpool(self._start_audit, request, await _fields(request))
         if message is None:
             return RedirectResponse("/audit", status_code=303)
         title = "An audit is already running" if status == 409 else "Bad request"
@@ -307,11 +303,7 @@ class Workbench:
 
     async def api_audit_run(self, request: Request) -> Response:
         """POST /api/audit/run: start an audit (fields in the query or a form body)."""
-        try:
-            fields = await _fields(request)
-        except ClientGone:
-            return Response(status_code=400)  # the client is gone: no audit, nobody to answer
-        status, message = await run_in_threadpool(self._start_audit, request, fields)
+        status, message = await run_in_threadpool(self._start_audit, request, await _fields(request))
         if message is not None:
             return JSONResponse({"error": message}, status_code=status)
         run = self.audits.latest()
@@ -466,7 +458,8 @@ def create_app(
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        exception_handlers={HTTPException: http_error, ComputeBudgetError: store_error},
+        # A client gone before its form arrived (`read_body`): no audit starts, nobody to answer.
+        exception_handlers={HTTPException: http_error, ComputeBudgetError: store_error, ClientGone: answer_client_gone},
     )
     return Guard(app, bench, allowed_hosts=allowed_hosts)
 

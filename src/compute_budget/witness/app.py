@@ -12,7 +12,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from compute_budget.serving import ClientGone, allowed_hosts, host_of, read_body
+from compute_budget.serving import ClientGone, allowed_hosts, answer_client_gone, host_of, read_body
 from compute_budget.witness.protocol import MAX_BODY_BYTES, TEXT, Answer, Witness
 
 __all__ = ["HostGuard", "allowed_hosts", "create_witness_app"]
@@ -48,10 +48,7 @@ def create_witness_app(witness: Witness, hosts: frozenset[str]) -> ASGIApp:
         declared = request.headers.get("content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
             return _response(Answer(413, f"the body is over {MAX_BODY_BYTES} bytes\n"))
-        try:
-            body = await read_body(request.stream(), MAX_BODY_BYTES)
-        except ClientGone:
-            return Response(status_code=400)  # the client is gone before its body: nothing checked or stored
+        body = await read_body(request.stream(), MAX_BODY_BYTES)  # ClientGone: see the app's exception handlers
         if body is None:
             return _response(Answer(413, f"the body is over {MAX_BODY_BYTES} bytes\n"))
         return _response(await run_in_threadpool(locked_add, body))
@@ -66,7 +63,9 @@ def create_witness_app(witness: Witness, hosts: frozenset[str]) -> ASGIApp:
         routes=[
             Route("/add-checkpoint", add_checkpoint, methods=["POST"]),
             Route("/latest", latest, methods=["GET"]),
-        ]
+        ],
+        # A submitter gone before its body arrived: nothing checked or stored, nobody to answer.
+        exception_handlers={ClientGone: answer_client_gone},
     )
     return HostGuard(app, hosts)
 
