@@ -9,37 +9,24 @@ import logging
 import re
 import socket
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 
 from compute_budget import BudgetStore
-from compute_budget.serving import allowed_hosts, bind
+from compute_budget.serving import allowed_hosts
 from compute_budget.web.app import create_app
 from compute_budget.web.server import server_config
 from tests.conftest import gate_lines
+from tests.witnessing import serving_in_thread
 
 
 def _serve(db: str, host: str, extra: tuple[str, ...] = ()) -> Iterator[int]:
     app = create_app(db, allowed_hosts=tuple(allowed_hosts(host, extra)))
-    sock = bind(host, 0)
-    server = uvicorn.Server(server_config(app, header_timeout=1.0))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert server.started
-    try:
-        yield int(sock.getsockname()[1])
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+    with serving_in_thread(server_config(app, header_timeout=1.0), host) as port:
+        yield port
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import http.client
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,11 +77,21 @@ def served(tmp_path: Path) -> Iterator[Served]:
         WITNESS, {ORIGIN: [LOG.verifier()], "example.org/other": [OTHER.verifier()]}, state,
         clock=lambda: int(time.time()),
     )
-    sock = bind("127.0.0.1", 0)
     config = uvicorn.Config(
         create_witness_app(witness, allowed_hosts("127.0.0.1", ())), log_level="warning", access_log=False,
         lifespan="off", http=header_timeout_protocol(1.0), timeout_keep_alive=1, limit_concurrency=50,
     )
+    try:
+        with serving_in_thread(config, "127.0.0.1") as port:
+            yield Served(port, state)
+    finally:
+        state.close()
+
+
+@contextmanager
+def serving_in_thread(config: uvicorn.Config, host: str) -> Iterator[int]:
+    """Serve `config`'s app with uvicorn in a thread on a free port of `host`; yields the port, stops it after."""
+    sock = bind(host, 0)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -88,8 +99,9 @@ def served(tmp_path: Path) -> Iterator[Served]:
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.01)
     assert server.started
-    yield Served(sock.getsockname()[1], state)
-    server.should_exit = True
-    thread.join(10)
-    sock.close()
-    state.close()
+    try:
+        yield int(sock.getsockname()[1])
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
