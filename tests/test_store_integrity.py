@@ -228,3 +228,18 @@ def test_the_writer_shortcut_sees_a_guard_change_on_both_backends(store: str) ->
         with pytest.raises(StoreDamaged, match="refusing to append"):
             opened.record(gate_lines(1, prefix="third")[0])
     assert len(rows(store)) == 12
+
+
+@pytest.mark.postgres
+def test_the_writer_shortcut_sees_a_guard_function_altered_without_its_body(pg_url: str) -> None:
+    """`ALTER FUNCTION ... SECURITY DEFINER` changes a guard function's definition but not its source text: the
+    writer's catalog fingerprint hashed the source alone, so a long-lived writer skipped the full check that reports
+    it. The fingerprint hashes the whole definition now, as the full check compares it."""
+    from tests.backends import execute
+
+    with BudgetStore.open(pg_url) as opened:
+        opened.record(gate_lines(1, prefix="first")[0])
+        opened.record(gate_lines(1, prefix="second")[0])  # the shortcut taken: nothing changed
+        execute(pg_url, "ALTER FUNCTION compute_budget_decisions_append_only() SECURITY DEFINER")
+        with pytest.raises(StoreDamaged, match="was altered"):
+            opened.record(gate_lines(1, prefix="third")[0])

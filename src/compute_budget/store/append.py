@@ -331,8 +331,9 @@ _POSTGRESQL_FINGERPRINT = (
     "|| pg_get_triggerdef(t.oid), ',' ORDER BY c.relname, t.tgname) "
     "FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
     "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND NOT t.tgisinternal), "
-    "(SELECT string_agg(p.proname || ':' || md5(p.prosrc), ',' ORDER BY p.proname) FROM pg_proc p "
-    "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = current_schema()), "
+    # The whole definition, as the full check compares it: SECURITY DEFINER or a SET leaves prosrc as it was.
+    "(SELECT string_agg(p.proname || ':' || md5(pg_get_functiondef(p.oid)), ',' ORDER BY p.proname) FROM pg_proc p "
+    "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = current_schema() AND p.prokind <> 'a'), "
     "(SELECT string_agg(table_name || '.' || column_name || ':' || data_type || ':' || is_nullable, ',' "
     "ORDER BY table_name, ordinal_position) FROM information_schema.columns WHERE table_schema = current_schema()), "
     "(SELECT string_agg(version_num, ',') FROM alembic_version), "
