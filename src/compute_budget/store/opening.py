@@ -105,7 +105,7 @@ def migrate_store(
             if problems:
                 restore_guard(connection)
                 repaired += problems
-            left = schema_problems(connection)
+            left = schema_problems(connection) if problems else []  # nothing restored: nothing to check again
             if left:
                 raise StoreDamaged(
                     f"{location.display}: migrate cannot repair this, and changed nothing: {left[0]}; restore the "

@@ -186,7 +186,8 @@ def _sqlite_problems(connection: Connection) -> list[str]:
         columns = [str(row[1]) for row in connection.exec_driver_sql(f"PRAGMA table_info({table})")]
         if columns:
             problems += _columns(table, columns)
-    return problems + [_foreign_problem(name, table) for table, name in foreign_triggers(connection)]
+    foreign = sorted((table, name) for table, name, _ in triggers if table not in GUARDED_COLUMNS)
+    return problems + [_foreign_problem(name, table) for table, name in foreign]
 
 
 def _foreign_problem(name: str, table: str) -> str:
