@@ -15,7 +15,7 @@ import pytest
 
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey, WitnessSigner, with_cosignatures
-from compute_budget.core.log.note import SignerKey, VerifierKey, verify_note
+from compute_budget.core.log.note import SignerKey, VerifierKey, sign_note, verify_note
 from tests.backends import query, rows
 from tests.conftest import REPO_ROOT, gate_lines
 from tests.sealing import rewrite_consistently
@@ -733,3 +733,42 @@ def test_verify_proofs_output_is_terminal_safe(
     assert "\x1b" not in out
     assert "\u202e" not in out
     assert out.count("\n") == 1
+
+
+def test_cosign_keeps_only_the_signatures_it_verified(
+    run_cli: Run, signed: str, keys: dict[str, tuple[Path, str]], tmp_path: Path
+) -> None:
+    """An insider plants checkpoint rows at the head's size: one signed by a key nobody trusts, one carrying a bogus
+    line under the writer's name and key hash. The auditor's kept note took the first stored note of that size as it
+    was: the planted lines travelled in, the writer's real signature could drop out, and the next night's --since
+    failed on the auditor's own file. Now it holds the writer's verified signature and the auditor's, nothing else."""
+    import base64
+
+    from tests.backends import execute
+    from tests.sealing import signer
+
+    writer, auditor = (VerifierKey.parse(keys[name][1]) for name in ("writer", "auditor"))
+    text = Checkpoint.from_note(query(signed, "SELECT note FROM compute_budget_checkpoints ORDER BY id DESC")[0][0])
+    body = text.note_text()
+    stranger = signer("stranger")
+    bogus = f"— {writer.name} " + base64.b64encode(writer.key_hash.to_bytes(4, "big") + bytes(64)).decode() + "\n"
+    for key_name, key_hash, note in (
+        (stranger.name, f"{stranger.key_hash:08x}", sign_note(body, stranger)),
+        ("other", "00000000", body + "\n" + bogus),
+    ):
+        execute(signed, (
+            "INSERT INTO compute_budget_checkpoints (tree_size, key_name, key_hash, note, recorded_at) "
+            "VALUES (28, :name, :hash, :note, 'x')", {"name": key_name, "hash": key_hash, "note": note},
+        ))
+    saved = tmp_path / "kept.note"
+    status, out, err = run_cli("audit", "--db", signed, "--trusted-key", keys["writer"][1],
+                               "--save-checkpoint", str(saved), "--cosign", str(keys["auditor"][0]))
+    assert status == 0, out + err
+    kept = saved.read_text()
+    lines = kept.split("\n\n", 1)[1].splitlines()
+    assert [line.split()[1] for line in lines] == [writer.name, auditor.name]
+    outcome = verify_note(kept, [writer, auditor])
+    assert (outcome.ok, len(outcome.verified)) == (True, 2)
+    status, out, _ = run_cli("audit", "--db", signed, "--since", str(saved), "--trusted-key", keys["writer"][1],
+                             "--trusted-key", keys["auditor"][1])
+    assert status == 0, out

@@ -235,12 +235,15 @@ def cosign(
     report: AuditReport,
     signer: SignerKey,
     given: Iterable[Checkpoint] = (),
+    trusted: Iterable[VerifierKey] = (),
 ) -> str:
     """The head's checkpoint note after a clean audit, signed by the auditor's `signer` (a witness cosignature).
 
-    When the store holds the writer's signed checkpoint of exactly this head, the cosignature is added to it, so
-    the note carries both. Refuses (`StoreDamaged`) when the store no longer extends the newest checkpoint this key
-    signed for the origin (stored, or among the `given` ones), as every signer must.
+    The note carries the signatures of exactly this head that the stored checkpoints hold *and* that verify under
+    the `trusted` writer keys (the audit's --trusted-key), then the auditor's: a line planted in the store (another
+    key's, or a bogus one under a writer's name) is never vouched for. Refuses (`StoreDamaged`) when the store no
+    longer extends the newest checkpoint this key signed for the origin (stored, or among the `given` ones), as
+    every signer must.
     """
     if not report.clean:
         raise AuditError("only a clean audit is cosigned")
@@ -270,10 +273,29 @@ def cosign(
                     f"refusing to cosign with key {signer.name}: the store no longer extends {where}, which this key "
                     f"signed at size {old.seq} ({outcome.message})"
                 )
-        base = next(
-            (stored.note for stored in snapshot.checkpoints_at(size) if stored.note.startswith(text + "\n")), None
-        )
-    return add_signature(base, signer) if base is not None else sign_note(text, signer)
+        kept = _verified_lines(text, [stored.note for stored in snapshot.checkpoints_at(size)], trusted)
+    if not kept:
+        return sign_note(text, signer)
+    return add_signature(text + "\n" + "".join(line.line() for line in kept), signer)
+
+
+def _verified_lines(text: str, notes: Iterable[str], trusted: Iterable[VerifierKey]) -> list[Signature]:
+    """The signatures of `text` among `notes` that verify under one of the `trusted` keys, each once."""
+    keys = {(key.name, key.key_hash): key for key in trusted}
+    message = text.encode("utf-8")
+    kept: list[Signature] = []
+    for note in notes:
+        try:
+            note_text, signatures = parse_note(note)
+        except NoteError:
+            continue
+        if note_text != text:
+            continue
+        for signature in signatures:
+            key = keys.get((signature.name, signature.key_hash))
+            if key is not None and signature not in kept and key.verify(message, signature.signature):
+                kept.append(signature)
+    return kept
 
 
 __all__ = ["ConsistencyProof", "ProofBundle", "cosign", "prove", "prove_consistency"]

@@ -325,7 +325,7 @@ def _audit_and_report(
             from compute_budget.auditor.proofs import cosign
 
             given = [item for item in (checkpoint, since) if item is not None]
-            write_atomically(save_path, cosign(db, report, cosigner, given))
+            write_atomically(save_path, cosign(db, report, cosigner, given, keys))
             say(f"saved checkpoint seq {report.head.seq} to {save_path}")
         elif report.clean:
             write_atomically(save_path, report.head_checkpoint().to_json() + "\n")
