@@ -79,3 +79,25 @@ def test_the_test_extra_alone_runs_a_test_that_needs_mypy(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert re.search(r"\b[1-9]\d* passed\b", done.stdout), done.stdout[-500:]
     assert not re.search(r"\b(failed|error|errors|skipped)\b", done.stdout.splitlines()[-1]), done.stdout[-500:]
+
+
+@pytest.mark.slow
+def test_no_database_file_is_tracked_outside_the_test_fixtures() -> None:
+    """A database committed by accident (a stray `h.db` once sat at the root) is a file nobody audits: only
+    tests/data/ may hold database fixtures, each read by a test."""
+    listed = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "ls-files", "-z"], capture_output=True, check=False,
+    )
+    if listed.returncode != 0:
+        assert not (REPO_ROOT / ".git").exists(), listed.stderr
+        pytest.skip("not a git checkout (an unpacked sdist): no tracked files to check")
+    tracked = [name for name in listed.stdout.decode("utf-8").split("\0") if name]
+    assert "pyproject.toml" in tracked
+    stray = []
+    for name in tracked:
+        path = REPO_ROOT / name
+        with path.open("rb") as handle:
+            is_database = handle.read(16) == b"SQLite format 3\x00"
+        if (is_database or name.endswith((".db", ".sqlite", ".sqlite3"))) and not name.startswith("tests/data/"):
+            stray.append(name)
+    assert stray == []
