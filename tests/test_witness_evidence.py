@@ -82,7 +82,22 @@ def test_a_note_refused_at_the_proof_check_at_the_cosigned_size_is_judged_at_onc
     assert served.post(body(0, note(8)))[0] == 200
     assert served.post(body(8, _junk(note(8), 1), proof=JUNK_PROOF))[0] == 422
     assert served.post(body(8, note(8, tree=FORK), proof=JUNK_PROOF))[0] == 422
-    assert [(item.label, item.size) for item in served.state.evidence(ORIGIN)[0]] == [("fork", 8)]
+    other = sign_note(_text(8, "cd" * 32), LOG)
+    assert served.post(body(8, other, proof=JUNK_PROOF))[0] == 422
+    kept = served.state.evidence(ORIGIN)[0]
+    assert [(item.label, item.size) for item in kept] == [("fork", 8), ("extension_mismatch", 8)]
+    assert served.state.pending(ORIGIN) == ([], 0)
+
+
+def test_a_pending_note_of_another_text_with_the_same_root_is_promoted_as_extension_mismatch(served: Served) -> None:
+    """Where 9.9.3 (same root: dropped) meets 9.9.4 (one text per size): a pending note whose root the witness
+    later cosigns with another text is `extension_mismatch` evidence, as it would be if it came after."""
+    assert served.post(body(0, note(8)))[0] == 200
+    other = sign_note(_text(16, "cd" * 32), LOG)
+    assert served.post(body(8, other, proof=JUNK_PROOF))[0] == 422
+    assert served.post(body(8, note(16)))[0] == 200
+    kept, _ = served.state.evidence(ORIGIN)
+    assert [(item.label, item.size, item.note) for item in kept] == [("extension_mismatch", 16, other)]
     assert served.state.pending(ORIGIN) == ([], 0)
 
 
