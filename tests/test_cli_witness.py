@@ -16,7 +16,10 @@ from pathlib import Path
 import pytest
 
 from compute_budget.core.log.cosignature import WitnessSigner
-from tests.witnessing import LOG, ORIGIN, WITNESS, body, note
+from compute_budget.core.log.merkle import MemoryTree, leaf_hash, root_from_reader
+from compute_budget.core.log.note import format_checkpoint, sign_note
+from compute_budget.witness import state as state_module
+from tests.witnessing import FORK, LOG, ORIGIN, TREE, WITNESS, Served, body, note
 
 Run = Callable[..., tuple[int, str, str]]
 LOG_ARG = f"{ORIGIN}={LOG.verifier().format()}"
@@ -115,3 +118,34 @@ def test_a_non_loopback_bind_needs_allow_host_and_show_needs_a_state(run_cli: Ru
     status, _, err = run_cli("witness", "show", "--state", str(tmp_path / "missing.db"))
     assert status == 2
     assert "no witness state" in err
+
+
+def test_show_prints_conclusive_evidence_and_pending_notes_apart(
+    run_cli: Run, served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28 d, k: `witness show` prints the conclusive evidence with its label (`fork`, `extension_mismatch`)
+    and, apart, the pending notes (refused at the proof check), each with the count past its cap."""
+    monkeypatch.setattr(state_module, "MAX_EVIDENCE_PER_ORIGIN", 2)
+    monkeypatch.setattr(state_module, "MAX_PENDING_PER_ORIGIN", 1)
+    root8 = body(0, note(8)).decode().split("\n")[4]
+    assert served.post(body(0, note(8)))[0] == 200
+    other_text = sign_note(format_checkpoint(ORIGIN, 8, root_from_reader(TREE, 8), "cd" * 32), LOG)
+    assert served.post(body(8, other_text))[0] == 409
+    assert served.post(body(8, note(8, tree=FORK)))[0] == 409
+    third = note(8, tree=MemoryTree(leaf_hash(b"third %d" % index) for index in range(8)))
+    assert served.post(body(8, third))[0] == 409
+    for size in (12, 13):
+        assert served.post(body(8, note(size), proof=[leaf_hash(b"junk")]))[0] == 422
+    status, out, err = run_cli("witness", "show", "--state", str(served.state.path))
+    assert status == 0, err
+    fork_root = body(0, note(8, tree=FORK)).decode().split("\n")[4]
+    root12 = body(0, note(12)).decode().split("\n")[4]
+    assert out.splitlines() == [
+        f"{ORIGIN}\tsize 8\troot {root8}",
+        f"{ORIGIN}\tfork evidence: 2 conclusive note(s) (and 1 more not kept)",
+        f"  extension_mismatch: size 8 root {root8}",
+        f"  fork: size 8 root {fork_root}",
+        f"{ORIGIN}\tpending: 1 note(s) whose proof did not verify, not evidence until the witness cosigns their "
+        "size (and 1 more not kept)",
+        f"  pending: size 12 root {root12}",
+    ]

@@ -68,6 +68,21 @@ def test_allow_host_names_another_host(store_db: str) -> None:
         assert _get("127.0.0.1", port, "/api/decisions", {"Host": "other.internal"})[0] == 400
 
 
+@pytest.mark.parametrize("host", ["[::1].attacker.example", "[::1]x", "[::1]:8765:1", "localhost:8765:1", "[::1]:port"])
+def test_a_host_header_is_one_exact_name_or_ip_literal(store_db: str, host: str) -> None:
+    """Issue 28 m / spec 9.9.6: the Workbench took `[::1].attacker.example` for `[::1]` (the Host check is shared
+    with the witness, in serving.py). A Host that is not exactly a name or an IP literal with at most `:port` after
+    it is refused; the exact names still pass."""
+    from starlette.testclient import TestClient
+
+    with TestClient(create_app(store_db, allowed_hosts=tuple(allowed_hosts("127.0.0.1")))) as client:
+        refused = client.get("/api/decisions", headers={"Host": host})
+        assert refused.status_code == 400
+        assert "budget_id" not in refused.text
+        for exact in ("[::1]", "[::1]:8765", "localhost:8765", "127.0.0.1"):
+            assert client.get("/api/decisions", headers={"Host": exact}).status_code == 200
+
+
 def test_silent_and_slow_connections_are_closed(store_db: str) -> None:
     """Idle sockets and a request head that never ends are closed by the server (1 s here): a bounded number of
     them cannot starve the workbench."""

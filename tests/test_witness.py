@@ -75,8 +75,10 @@ def test_the_checks_come_in_the_spec_order(served: Served) -> None:
     assert served.post(body(8, note(8, tree=FORK)))[:2] == (409, "8\n")  # same size, another root
     assert served.post(body(8, note(16, tree=FORK), tree=FORK))[0] == 422
     kept, dropped = served.state.evidence(ORIGIN)
-    assert {item.reason for item in kept} == {"409 same size", "422 proof"}
+    assert [(item.label, item.size) for item in kept] == [("fork", 8)]  # only check 7's refusal is conclusive
     assert dropped == 0
+    pending, _ = served.state.pending(ORIGIN)
+    assert [item.size for item in pending] == [16]  # the first note refused at 6 for size 16; size 8 was settled
     assert served.state.latest(ORIGIN).size == 8  # type: ignore[union-attr]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import ipaddress
+import re
 import socket
 from collections.abc import AsyncIterator, Iterable, MutableMapping
 from typing import Any
@@ -61,16 +62,18 @@ def allowed_hosts(bound: str, extra: Iterable[str] = ()) -> frozenset[str]:
     return frozenset(f"[{name}]" if ":" in name and not name.startswith("[") else name for name in names)
 
 
-def host_of(scope: MutableMapping[str, Any]) -> str:
-    """The name in an ASGI request's Host header, lowercased, without its port (``[::1]:8765`` gives ``[::1]``)."""
-    host = ""
+_HOST_HEADER = re.compile(r"(\[[0-9a-f:.]+\]|[^\[\]:@/\\\s]+)(?::[0-9]{1,5})?")
+
+
+def host_of(scope: MutableMapping[str, Any]) -> str | None:
+    """The name in an ASGI request's Host header, lowercased, without its port (``[::1]:8765`` gives ``[::1]``);
+    None when the header is not one exact name or IP literal with at most ``:port`` after it (spec 9.9.6: so
+    ``[::1].attacker.example`` is no ``[::1]``), or is missing."""
     for name, value in scope.get("headers", []):
         if name == b"host":
-            host = value.decode("latin-1").lower()
-            break
-    if host.startswith("["):
-        return host.split("]", 1)[0] + "]"
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+            found = _HOST_HEADER.fullmatch(value.decode("latin-1").lower())
+            return found.group(1) if found else None
+    return None
 
 
 class ClientGone(Exception):

@@ -16,6 +16,7 @@ from compute_budget.cli.serve import WORKBENCH_PACKAGES
 
 if TYPE_CHECKING:
     from compute_budget.core.log.note import VerifierKey
+    from compute_budget.witness.state import WitnessState
 
 DEFAULT_STATE = "witness.db"
 
@@ -90,7 +91,8 @@ def witness_serve_command(
 @click.option("--state", "state_path", default=DEFAULT_STATE, show_default=True, metavar="FILE",
               help="The witness's state file.")
 def witness_show_command(state_path: str) -> None:
-    """Print, per log, the latest cosigned size and root (base64), and the fork evidence kept."""
+    """Print, per log, the latest cosigned size and root (base64), the conclusive fork evidence (labelled fork or
+    extension_mismatch) and, apart, the pending notes (refused at the proof check, not yet shown to be forks)."""
     from compute_budget.witness.state import WitnessState
 
     state = WitnessState(state_path, create=False)
@@ -101,14 +103,27 @@ def witness_show_command(state_path: str) -> None:
         for cosigned in latest:
             click.echo(f"{escaped(cosigned.origin)}\tsize {cosigned.size}\troot {cosigned.root}")
         for origin in state.origins_with_evidence():
-            kept, dropped = state.evidence(origin)
-            more = f" (and {dropped} more not kept)" if dropped else ""
-            click.echo(f"{escaped(origin)}\tfork evidence: {len(kept)} refused note(s){more}")
-            for refused in kept:
-                size, root = [*refused.note.split("\n"), "", "", ""][1:3]
-                click.echo(f"  {refused.reason}: size {escaped(size)} root {escaped(root)}")
+            _show_evidence(state, origin)
     finally:
         state.close()
+
+
+def _show_evidence(state: WitnessState, origin: str) -> None:
+    """One log's conclusive evidence, then its pending notes, each with the count of notes past its cap."""
+    kept, dropped = state.evidence(origin)
+    more = f" (and {dropped} more not kept)" if dropped else ""
+    click.echo(f"{escaped(origin)}\tfork evidence: {len(kept)} conclusive note(s){more}")
+    for item in kept:
+        click.echo(f"  {item.label}: size {item.size} root {escaped(item.root)}")
+    pending, dropped = state.pending(origin)
+    if pending or dropped:
+        more = f" (and {dropped} more not kept)" if dropped else ""
+        click.echo(
+            f"{escaped(origin)}\tpending: {len(pending)} note(s) whose proof did not verify, not evidence until "
+            f"the witness cosigns their size{more}"
+        )
+        for note in pending:
+            click.echo(f"  pending: size {note.size} root {escaped(note.root)}")
 
 
 @witness_group.command("submit")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import re
+import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -23,7 +24,19 @@ from compute_budget.core.log.note import (
     verify_note,
 )
 from compute_budget.errors import NoteError
-from compute_budget.witness.state import Evidence, Latest, WitnessState, keep_evidence, keep_latest
+from compute_budget.witness.state import (
+    MAX_SIZE,
+    Evidence,
+    EvidenceLabel,
+    Latest,
+    Pending,
+    WitnessState,
+    base64_root,
+    conflict,
+    keep_evidence,
+    keep_latest,
+    keep_pending,
+)
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_PROOF_LINES = 63
@@ -66,8 +79,10 @@ def parse_submission(body: bytes) -> Submission | Answer:
         return Answer(400, "no empty line between the old size and proof, and the checkpoint\n")
     lines = head.split("\n")
     old = _OLD_LINE.fullmatch(lines[0])
-    if old is None or int(old.group(1)) > 2**64 - 1:
+    if old is None:
         return Answer(400, "the first line must be 'old <size>' (decimal, no leading zeros)\n")
+    if int(old.group(1)) > MAX_SIZE:
+        return Answer(400, "old is 2^63 or more: no log is that large\n")
     if len(lines) - 1 > MAX_PROOF_LINES:
         return Answer(400, f"more than {MAX_PROOF_LINES} proof lines\n")
     proof: list[bytes] = []
@@ -84,6 +99,8 @@ def parse_submission(body: bytes) -> Submission | Answer:
         checkpoint = parse_tlog_checkpoint(checkpoint_text)
     except NoteError as error:
         return Answer(400, f"{error}\n")
+    if checkpoint.size > MAX_SIZE:
+        return Answer(400, "the checkpoint's size is 2^63 or more: no log is that large\n")
     return Submission(int(old.group(1)), tuple(proof), note, checkpoint, checkpoint_text, tuple(signatures))
 
 
@@ -103,7 +120,8 @@ class Witness:
         self._clock = clock
 
     def add_checkpoint(self, body: bytes) -> Answer:
-        """POST /add-checkpoint: checks 1-7 of spec 9.4 in order, then 200 with the cosignature line."""
+        """POST /add-checkpoint: checks 1-7 of spec 9.4 in order (with 9.9.3, 9.9.4, 9.9.6), then 200 with the
+        cosignature line."""
         parsed = parse_submission(body)
         if isinstance(parsed, Answer):
             return parsed
@@ -116,6 +134,7 @@ class Witness:
             return Answer(403, "no signature verifies under this log's keys\n")
         if parsed.old > checkpoint.size:
             return Answer(400, "old is above the checkpoint's size\n")
+        kept = Kept(parsed.text, base64_root(checkpoint.root), _verified_lines(parsed, verification))
         with self.state.transaction() as connection:
             latest = self.state.latest(checkpoint.origin, connection)
             known_size = latest.size if latest is not None else 0
@@ -123,18 +142,35 @@ class Witness:
                 return Answer(409, f"{known_size}\n", SIZE_TYPE)
             known_root = base64.b64decode(latest.root) if latest is not None else b""
             if not self._consistent(parsed, known_root):
-                keep_evidence(connection, Evidence(checkpoint.origin, parsed.note, "422 proof", self._clock()))
+                self._refused_proof(connection, latest, checkpoint, kept)
                 return Answer(422, "the consistency proof does not verify\n")
-            if parsed.old == checkpoint.size and latest is not None and known_root != checkpoint.root:
-                keep_evidence(connection, Evidence(checkpoint.origin, parsed.note, "409 same size", self._clock()))
+            label: EvidenceLabel | None = None
+            if latest is not None and parsed.old == checkpoint.size:  # check 7, and one text per size (9.9.4)
+                label = conflict(latest, kept.text, kept.root)
+            if label is not None:  # C2SP would cosign another text of the same root: spec 9.9.4 refuses it
+                keep_evidence(connection, self._evidence(checkpoint, kept, label))
                 return Answer(409, f"{known_size}\n", SIZE_TYPE)
             now = self._clock()
             cosignature = self.signer.cosign(parsed.text, now)
             keep_latest(connection, Latest(
-                checkpoint.origin, checkpoint.size, base64.b64encode(checkpoint.root).decode("ascii"),
-                parsed.text, _verified_lines(parsed, verification), now,
+                checkpoint.origin, checkpoint.size, kept.root, parsed.text, kept.signatures, now,
             ))
         return Answer(200, cosignature.line())
+
+    def _refused_proof(
+        self, connection: sqlite3.Connection, latest: Latest | None, checkpoint: TlogCheckpoint, kept: Kept
+    ) -> None:
+        """Check 6 refused the note: at the size the witness cosigned it is judged at once (another text is
+        conclusive, the same text nothing); at a larger size it is pending until the witness cosigns that size."""
+        if latest is not None and latest.size == checkpoint.size:
+            label = conflict(latest, kept.text, kept.root)
+            if label is not None:
+                keep_evidence(connection, self._evidence(checkpoint, kept, label))
+            return
+        keep_pending(connection, Pending(checkpoint.origin, checkpoint.size, kept.root, kept.note, self._clock()))
+
+    def _evidence(self, checkpoint: TlogCheckpoint, kept: Kept, label: EvidenceLabel) -> Evidence:
+        return Evidence(checkpoint.origin, checkpoint.size, kept.root, kept.note, label, self._clock())
 
     @staticmethod
     def _consistent(parsed: Submission, known_root: bytes) -> bool:
@@ -154,12 +190,29 @@ class Witness:
 
 
 def _verified_lines(parsed: Submission, verification: NoteVerification) -> str:
-    """The note's signature lines that verify under the log's keys (one good line each; bad lines are dropped)."""
+    """The note's signature lines that verify under the log's keys: the first good line of each key, in key order.
+    Junk lines (unknown keys, bad signatures) are dropped, so they cannot make one signed text many notes."""
     keys = {(key.name, key.key_hash): key for key in verification.verified}
     message = parsed.text.encode("utf-8")
-    kept = [
-        line
-        for line in parsed.signatures
-        if (key := keys.get((line.name, line.key_hash))) is not None and key.verify(message, line.signature)
-    ]
-    return "".join(line.line() for line in dict.fromkeys(kept))
+    good: dict[tuple[str, int], Signature] = {}
+    for line in parsed.signatures:
+        slot = (line.name, line.key_hash)
+        key = keys.get(slot)
+        if slot not in good and key is not None and key.verify(message, line.signature):
+            good[slot] = line
+    return "".join(good[slot].line() for slot in sorted(good))
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """What the witness keeps of a note: its checkpoint text, root (base64) and the log signature lines that
+    verified; `note` is the signed note made of them (the evidence a third party can check)."""
+
+    text: str
+    root: str
+    signatures: str
+
+    @property
+    def note(self) -> str:
+        """The checkpoint text, an empty line, the verified log signature lines."""
+        return self.text + "\n" + self.signatures
