@@ -30,6 +30,7 @@ from compute_budget.store.authorship import signing_writers, writer_keys
 from compute_budget.store.backend import Location
 from compute_budget.store.browse import Browsing
 from compute_budget.store.history import import_history
+from compute_budget.store.keys import verifier_key
 from compute_budget.store.opening import migrate_store, open_engine, remove_unused_sqlite
 from compute_budget.store.plan import collector_paused
 from compute_budget.store.reads import Reads
@@ -185,7 +186,7 @@ class BudgetStore(Browsing):
         appended = self._appender.append([gate], results=True, ahead=False, skip_conflicts=False)
         assert appended.results is not None
         _, item, new, seq = appended.results[0]
-        return RecordResult(item.decision, new, seq, appended.witness_warnings)
+        return RecordResult(item.decision, new, seq, appended.witness_warnings, appended.witnessed)
 
     def record_many(
         self,
@@ -229,7 +230,7 @@ class BudgetStore(Browsing):
         )
         return BatchResult(
             appended.new, appended.present, appended.head, per_gate, skipped, appended.adopted, appended.adopted_after,
-            appended.state_created, appended.witness_warnings,
+            appended.state_created, appended.witness_warnings, appended.witnessed,
         )
 
     def import_history(
@@ -276,11 +277,18 @@ class BudgetStore(Browsing):
         return self._appender.sign_head(writers)
 
     def submit_to_witnesses(
-        self, witnesses: Iterable[WitnessTarget | str], *, timeout: float = DEFAULT_TIMEOUT_SECONDS
+        self,
+        witnesses: Iterable[WitnessTarget | str],
+        *,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        trusted_keys: Iterable[VerifierKey | str] = (),
     ) -> list[Submitted]:
         """Send the newest stored signed checkpoint to each witness (spec 9.5, `witness submit`) and store what
-        they cosign; one `Submitted` per witness, in order. `StoreUnavailable` when no signed checkpoint is stored."""
-        return self._appender.submit_newest(witness_targets(witnesses), timeout=timeout)
+        they cosign; one `Submitted` per witness, in order. With `trusted_keys` (the writers' verifier keys, or
+        files holding them) the newest one that verifies under one of them; without, the newest, unverified.
+        `StoreUnavailable` when no such checkpoint is stored."""
+        trusted = tuple(dict.fromkeys(verifier_key(key) for key in trusted_keys))
+        return self._appender.submit_newest(witness_targets(witnesses), timeout=timeout, trusted=trusted)
 
     # -- reading -------------------------------------------------------------------------------------------
 
