@@ -36,6 +36,7 @@ from compute_budget.store.authorship import (
 )
 from compute_budget.store.backend import Location, begin_write, translate
 from compute_budget.store.grants import Role, require_grants
+from compute_budget.store.keys import verifier_key
 from compute_budget.store.plan import ChunkPlan, plan_chunk, prepared_chunks
 from compute_budget.store.reads import stored_root
 from compute_budget.store.schema_check import schema_problems
@@ -274,22 +275,23 @@ class Appender:
         return sealing.frontier_at(connection, self._seal, head.seq)
 
     def submit_newest(
-        self, witnesses: tuple[WitnessTarget, ...], *, timeout: float, trusted: tuple[VerifierKey, ...] = ()
+        self, witnesses: tuple[WitnessTarget, ...], *, timeout: float, trusted: Iterable[VerifierKey | str] = ()
     ) -> list[Submitted]:
         """Send the newest stored signed checkpoint to `witnesses` (spec 9.5's `witness submit`): with `trusted`
-        keys, the newest one that verifies under one of them (spec 9.9, issue item r); else the newest, unverified."""
+        keys, the newest one that verifies under one of them; else the newest, unverified."""
+        keys = tuple(dict.fromkeys(verifier_key(key) for key in trusted))
         location = self._session.location
         if self._session.readonly:
             raise ReadOnlyStore(f"{location.display} was opened read-only: submitting stores what witnesses cosign")
         with self._session.reading() as connection:
-            if not trusted:
+            if not keys:
                 note = newest_stored_note(connection, self._seal)
             else:
                 origin = sealing.read_origin(connection, self._seal)
-                found = newest_trusted(connection, self._seal, origin, trusted, set()) if origin is not None else None
+                found = newest_trusted(connection, self._seal, origin, keys, set()) if origin is not None else None
                 note = found[0].note if found is not None else None
                 if note is None and holds_checkpoints(connection, self._seal):
-                    names = ", ".join(dict.fromkeys(key.name for key in trusted))
+                    names = ", ".join(dict.fromkeys(key.name for key in keys))
                     raise StoreUnavailable(
                         f"{location.display} holds no checkpoint that verifies under the trusted keys ({names}): "
                         "give the writer's verifier key, or run `compute-budget audit` to see what is stored"

@@ -30,7 +30,6 @@ from compute_budget.store.authorship import signing_writers, writer_keys
 from compute_budget.store.backend import Location
 from compute_budget.store.browse import Browsing
 from compute_budget.store.history import import_history
-from compute_budget.store.keys import verifier_key
 from compute_budget.store.opening import migrate_store, open_engine, remove_unused_sqlite
 from compute_budget.store.plan import collector_paused
 from compute_budget.store.reads import Reads
@@ -277,18 +276,13 @@ class BudgetStore(Browsing):
         return self._appender.sign_head(writers)
 
     def submit_to_witnesses(
-        self,
-        witnesses: Iterable[WitnessTarget | str],
-        *,
-        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        self, witnesses: Iterable[WitnessTarget | str], *, timeout: float = DEFAULT_TIMEOUT_SECONDS,
         trusted_keys: Iterable[VerifierKey | str] = (),
     ) -> list[Submitted]:
-        """Send the newest stored signed checkpoint to each witness (spec 9.5, `witness submit`) and store what
-        they cosign; one `Submitted` per witness, in order. With `trusted_keys` (the writers' verifier keys, or
-        files holding them) the newest one that verifies under one of them; without, the newest, unverified.
-        `StoreUnavailable` when no such checkpoint is stored."""
-        trusted = tuple(dict.fromkeys(verifier_key(key) for key in trusted_keys))
-        return self._appender.submit_newest(witness_targets(witnesses), timeout=timeout, trusted=trusted)
+        """Send the newest stored signed checkpoint (with `trusted_keys`, writers' verifier keys or files holding
+        them: the newest that verifies under one) to each witness (spec 9.5, `witness submit`) and store what they
+        cosign; one `Submitted` per witness, in order. `StoreUnavailable` when no such checkpoint is stored."""
+        return self._appender.submit_newest(witness_targets(witnesses), timeout=timeout, trusted=trusted_keys)
 
     # -- reading -------------------------------------------------------------------------------------------
 
