@@ -171,9 +171,10 @@ def test_a_planted_witness_size_neither_stops_nor_steers_the_submitter(
 def test_old_is_the_largest_cosignature_that_verifies_and_that_the_store_extends(
     served: Served, relay: Relay, store_target: str, tmp_path: Path
 ) -> None:
-    """Planted above the real cosignature of size 3: a line that does not verify (size 5), the witness's valid
-    cosignature of a fork of this log (size 4: the store does not extend it), and of another log's checkpoint filed
-    at size 4. None of them is `old`: the next append sends `old 3` and is cosigned at once."""
+    """Planted above the real cosignature of size 3: a line that does not verify (size 5), the real one copied under
+    size 5, the witness's valid cosignature of a fork of this log (size 4: the store does not extend it), and of
+    another log's checkpoint filed at size 4. None of them is `old`: the next append sends `old 3` and is cosigned
+    at once."""
     from compute_budget.core.log.merkle import root_from_reader
     from compute_budget.core.log.note import format_checkpoint
 
@@ -190,6 +191,7 @@ def test_old_is_the_largest_cosignature_that_verifies_and_that_the_store_extends
                              "line": line})
         for size, text, line in (
             (5, genuine_text, bogus),
+            (5, genuine_text, genuine_line),
             (4, fork, WITNESS.cosign(fork, now).line()),
             (4, other, WITNESS.cosign(other, now).line()),
         )
@@ -198,6 +200,67 @@ def test_old_is_the_largest_cosignature_that_verifies_and_that_the_store_extends
         assert store.record_many(gate_lines(2, prefix="next")).witness_warnings == ()
     assert relay.olds == ["old 0", "old 3"]
     assert served.state.latest(ORIGIN).size == 5  # type: ignore[union-attr]
+
+
+def test_a_flood_of_planted_cosignatures_costs_one_warning_within_the_timeout(
+    relay: Relay, store_target: str, tmp_path: Path
+) -> None:
+    """Thousands of distinct lines planted under the witness's name and key ID, none of which verifies: checking
+    them must not hold the writer past `witness_timeout`; that witness gets one warning saying why, the rows stay
+    recorded, and nothing is sent to it."""
+    with _open(store_target, tmp_path) as store:
+        store.record_many(gate_lines(3))
+    text = parse_note(query(store_target, "SELECT note FROM compute_budget_checkpoints")[0][0])[0]
+    now = int(time.time())
+    signed = WITNESS.cosign(text, now).signature[8:]  # after the timestamp: the Ed25519 signature
+    key_id = WITNESS.key_id.to_bytes(4, "big")
+    lines = [  # each dated a second earlier: distinct, well formed, and each costs a verification that fails
+        f"— {WITNESS.name} {base64.b64encode(key_id + (now - i).to_bytes(8, 'big') + signed).decode()}\n"
+        for i in range(1, 4001)
+    ]
+    execute(store_target, *[
+        (PLANT_COSIGNATURE, {"size": 3, "name": WITNESS.name, "key_id": WITNESS_ID, "checkpoint": text, "line": line})
+        for line in lines
+    ])
+    store = BudgetStore.open(store_target, origin=ORIGIN, signing_key=LOG, writer_state=str(tmp_path / "writer.state"),
+                             witnesses=[f"{relay.url}={WITNESS_KEY}"], witness_timeout=0.2)
+    with store:
+        began = time.monotonic()
+        result = store.record_many(gate_lines(1, prefix="more"))
+        elapsed = time.monotonic() - began
+    assert result.new == 1
+    assert elapsed < 1.5
+    assert len(result.witness_warnings) == 1
+    assert "took longer than the timeout" in result.witness_warnings[0]
+    assert relay.olds == []
+
+
+def test_an_answer_that_is_not_http_is_a_warning_not_a_thread_traceback(tmp_path: Path) -> None:
+    """A server on the witness's URL that answers with no HTTP status line: the request thread died with a
+    traceback (BadStatusLine) and the writer waited for the whole timeout. Now it is one warning at once."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+
+    def answer() -> None:
+        connection, _ = listener.accept()
+        connection.recv(65536)
+        connection.sendall(b"garbage\r\n\r\n")
+        connection.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}={WITNESS_KEY}"
+        with _open(str(tmp_path / "store.db"), tmp_path, url) as store:
+            began = time.monotonic()
+            result = store.record_many(gate_lines(2))
+            elapsed = time.monotonic() - began
+    finally:
+        listener.close()
+    assert result.new == 2
+    assert len(result.witness_warnings) == 1
+    assert "unreachable (" in result.witness_warnings[0]
+    assert elapsed < 3.0
 
 
 # -- b: a 409 is a claim ----------------------------------------------------------------------------------------

@@ -30,7 +30,14 @@ from sqlalchemy.exc import SQLAlchemyError
 from compute_budget.core.log.cosignature import WitnessKey, valid_cosignatures
 from compute_budget.core.log.merkle import NodeReader, consistency_proof, root_from_reader
 from compute_budget.core.log.note import CheckpointBody, parse_checkpoint, parse_note
-from compute_budget.errors import ComputeBudgetError, InputError, NoteError, StoreUnavailable
+from compute_budget.errors import (
+    ComputeBudgetError,
+    InputError,
+    MerkleError,
+    NoteError,
+    StoreDamaged,
+    StoreUnavailable,
+)
 from compute_budget.store import seal as sealing
 from compute_budget.store.backend import begin_write
 from compute_budget.store.keys import witness_key
@@ -202,7 +209,8 @@ def _cosigned_size(
     a checkpoint of this log whose root is the store's root at that size; 0 if none; None when the deadline passes
     first. Newest first, stopping at the first that holds: an honest store checks one cosignature per append."""
     size, last_id, now = checkpoint.size, 2**63 - 1, int(time.time())
-    roots: dict[int, bytes] = {}  # the store's root at each size looked at (a fork's cosignatures share sizes)
+    roots: dict[int, bytes | None] = {}  # the store's root at each size looked at (a fork's cosignatures share sizes)
+    seen: set[tuple[int, object, object]] = set()  # a row copied at the same size is verified once
     while time.monotonic() < deadline:
         with tolerant_text(connection):  # an undecodable planted row is skipped, not a failure of every witness
             rows = connection.exec_driver_sql(
@@ -210,16 +218,28 @@ def _cosigned_size(
             ).fetchall()
         for row in rows:
             last_id, size = int(row[0]), int(row[1])
+            if (size, row[2], row[3]) in seen:
+                continue
+            seen.add((size, row[2], row[3]))
             body = _cosigned_body(row[2], row[3], key, now)
             if body is None or body.size != size or body.origin != checkpoint.origin:
                 continue
             if size not in roots:
-                roots[size] = root_from_reader(reader, size)
+                roots[size] = _root_at(reader, size)
             if roots[size] == body.root:
                 return size
         if len(rows) < sealing.NEWEST_PAGE_ROWS:
             return 0
     return None
+
+
+def _root_at(reader: NodeReader, size: int) -> bytes | None:
+    """The store's root at `size`, or None where its tree cannot say (damaged: not a size it extends; the proof,
+    or the audit, says the rest)."""
+    try:
+        return root_from_reader(reader, size)
+    except (MerkleError, StoreDamaged):
+        return None
 
 
 def _cosigned_body(text: object, line: object, key: WitnessKey, now: int) -> CheckpointBody | None:
