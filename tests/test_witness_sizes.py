@@ -301,6 +301,7 @@ def test_an_impostors_409_is_not_stored_and_the_real_witness_is_asked_next_time(
 def test_a_url_password_is_sent_as_basic_auth_and_never_shown(relay: Relay, tmp_path: Path) -> None:
     """`http://user:s3cret@host` broke every request (the user information was taken for part of the port) and was
     printed whole. Now it is sent as HTTP Basic authentication and messages, results and reprs show `***@`."""
+    from compute_budget.errors import InputError
     from compute_budget.store.witnessing import WitnessTarget
 
     host = relay.url.removeprefix("http://")
@@ -318,6 +319,12 @@ def test_a_url_password_is_sent_as_basic_auth_and_never_shown(relay: Relay, tmp_
     assert "s3cret" not in repr(parsed)
     assert "s3cret" not in parsed.label
     assert "***@" in repr(parsed)
+    for typed in (f"user:s3cret@127.0.0.1={WITNESS_KEY}", "http://user:s3cret@127.0.0.1",
+                  f"ftp://user:s3cret@127.0.0.1={WITNESS_KEY}"):
+        with pytest.raises(InputError) as refused:
+            WitnessTarget.parse(typed)
+        assert "s3cret" not in str(refused.value)
+        assert "***@127.0.0.1" in str(refused.value)
     assert all("s3cret" not in str(row) for row in query(store_path, "SELECT * FROM compute_budget_cosignatures"))
 
 

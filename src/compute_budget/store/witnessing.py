@@ -57,6 +57,15 @@ def redacted_url(text: str) -> str:
     return _USERINFO.sub(r"\1***@", text)
 
 
+def _shown(typed: str) -> str:
+    """What the user typed as a URL, for an error line: redacted, and with no "//" (``user:pw@host``) everything
+    up to its last "@" hidden too."""
+    shown = redacted_url(typed)
+    if "//" not in shown and "@" in shown:
+        shown = "***@" + shown.rpartition("@")[2]
+    return shown[:80]
+
+
 @dataclass(frozen=True, slots=True)
 class WitnessTarget:
     """A witness to submit to: the URL prefix of its `/add-checkpoint` and `/latest`, and its verifier key.
@@ -71,9 +80,8 @@ class WitnessTarget:
         """Read ``URL=KEY`` (split at the first ``=``; KEY a witness verifier key or a file holding one)."""
         url, equals, key_text = text.partition("=")
         if not equals or not key_text:
-            shown = redacted_url(text)[:80]
-            raise InputError(f"{shown!r} is not URL=WITNESS_KEY (a witness's URL, '=', its verifier key)")
-        shown = redacted_url(url)[:80]
+            raise InputError(f"{_shown(text)!r} is not URL=WITNESS_KEY (a witness's URL, '=', its verifier key)")
+        shown = _shown(url)
         try:
             parts = urllib.parse.urlsplit(url)
             _ = parts.port  # a port that is not a number from 0 to 65535 raises here, not at the first request
