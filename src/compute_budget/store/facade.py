@@ -83,7 +83,7 @@ class BudgetStore(Browsing):
         `UnsignedAppendRefused` unless `allow_unsigned=True` (which also ignores the environment's key).
         `witnesses` (``URL=KEY`` or `WitnessTarget`s, spec 9.5): after each signed append, its checkpoint goes to
         each witness, waiting at most `witness_timeout` seconds; results carry a warning per witness that did not
-        cosign, and the rows stay recorded.
+        cosign and `witnessed` (cosigned, asked), and the rows stay recorded.
         """
         peers = tuple(peer_keys)
         targets = witness_targets(witnesses)
