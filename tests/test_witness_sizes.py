@@ -383,6 +383,7 @@ def test_witness_submit_with_trusted_keys_skips_a_planted_newer_note(
     status, _, err = run_cli("witness", "submit", "--db", store_target, "--witness", witness, "--trusted-key", nobody)
     assert status == 2
     assert "no checkpoint that verifies under the trusted keys (example.org/nobody)" in err
+    assert err.count("\n") == 1  # the error alone: nothing was sent, so no word of an unverified note
     status, out, err = run_cli("witness", "submit", "--db", store_target, "--witness", witness,
                                "--trusted-key", LOG.verifier().format())
     assert status == 0, err

@@ -140,15 +140,15 @@ def witness_submit_command(
     if sqlite_path is not None and not sqlite_path.exists():
         with BudgetStore.open(db, readonly=True):
             pass  # the reader's own "does not exist" message; a writer would create an empty file
-    if not keys:  # a planted newer note would be sent as it is: said, as `prove` says it (spec 9.9, item r)
-        _say("warning: without --trusted-key the checkpoint sent is the newest stored one, unverified: give the "
-             "writer's verifier key to send only one it signed")
     with BudgetStore.open(db, allow_unsigned=True) as store:
         try:
             submitted = store.submit_to_witnesses(targets, timeout=witness_timeout, trusted_keys=keys)
         except BaseException:
             store.discard_if_unused()  # a mistyped --db must not leave an empty database behind
             raise
+    if not keys:  # a planted newer note would have been sent as it is (issue 28 r): said once, after it was sent
+        _say("warning: without --trusted-key the checkpoint sent is the newest stored one, unverified: give the "
+             "writer's verifier key to send only one it signed")
     for item in submitted:
         if item.reason is None:
             click.echo(f"cosigned by {escaped(item.witness.label)}")

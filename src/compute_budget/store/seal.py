@@ -158,8 +158,8 @@ class SealStatements:
             f"AND (tree_size < {m} OR (tree_size = {m} AND id < {m})) "
             f"ORDER BY tree_size DESC, id DESC LIMIT {PAGE_ROWS}"
         )
-        # One witness's stored cosignatures, newest first from a (size, id) cursor; rows whose values are not of
-        # their column's type are skipped. A small page: the first row almost always answers.
+        # One witness's stored cosignatures, newest first from a (size, id) cursor, skipping a size that is not an
+        # integer (the caller skips text that is not text). A small page: the first row almost always answers.
         self.witness_cosignatures_desc = (
             f"SELECT id, tree_size, checkpoint, line FROM {COSIGNATURES_TABLE} WHERE witness_name = {m} "
             f"AND witness_key_id = {m} AND tree_size = CAST(tree_size AS BIGINT) "
