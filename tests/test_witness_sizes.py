@@ -328,12 +328,12 @@ def test_a_url_password_is_sent_as_basic_auth_and_never_shown(relay: Relay, tmp_
     assert all("s3cret" not in str(row) for row in query(store_path, "SELECT * FROM compute_budget_cosignatures"))
 
 
-def test_no_command_prints_or_reports_a_url_password(run_cli: Run, tmp_path: Path) -> None:
+def test_no_command_prints_or_reports_a_url_password(run_cli: Run, store_target: str, tmp_path: Path) -> None:
     """`record --witness`, `witness submit --witness`, `audit --witness-url` (its error line and its JSON report)
     and a malformed URL: the password is shown as `***@`, never in clear."""
     gates = tmp_path / "gates.jsonl"
     gates.write_text("\n".join(gate_lines(2)) + "\n")
-    db = str(tmp_path / "cli.db")
+    db = store_target
     down = f"http://user:s3cret@127.0.0.1:{_closed_port()}={WITNESS_KEY}"
     report = tmp_path / "report.json"
     runs = [
@@ -396,13 +396,15 @@ def test_witness_submit_with_trusted_keys_skips_a_planted_newer_note(
 # -- 12: record says how many witnesses cosigned ----------------------------------------------------------------
 
 
-def test_record_says_how_many_witnesses_cosigned(served: Served, run_cli: Run, tmp_path: Path) -> None:
+def test_record_says_how_many_witnesses_cosigned(
+    served: Served, run_cli: Run, store_target: str, tmp_path: Path
+) -> None:
     """A successful `record --witness` said nothing about the witness; now `cosigned by 1/1 witnesses` on stderr,
     and `1/2` when one of two is down (after its warning). Nothing new: nothing sent, nothing said."""
     gates = tmp_path / "gates.jsonl"
     gates.write_text("\n".join(gate_lines(2)) + "\n")
     key = str(_key_file(tmp_path))
-    db = str(tmp_path / "cli.db")
+    db = store_target
     up = f"http://127.0.0.1:{served.port}={WITNESS_KEY}"
     status, _, err = run_cli("record", str(gates), "--db", db, "--signing-key", key, "--origin", ORIGIN,
                              "--witness", up)
