@@ -87,7 +87,8 @@ def misbehaving() -> Iterator[Callable[[float, int], str]]:
 
 def test_each_signed_append_is_cosigned_and_stored(served: Served, tmp_path: Path) -> None:
     """The checkpoint of every append goes to the witness, from the size it holds with a proof; the cosignature
-    verifies and is stored with the checkpoint text it covers; the witness's size is kept, append-only."""
+    verifies and is stored with the checkpoint text it covers; the witness-sizes table is no longer written (spec
+    9.9.1: the next `old` comes from the stored cosignature)."""
     url = f"http://127.0.0.1:{served.port}={WITNESS_KEY}"
     with _open(tmp_path, url) as store:
         first = store.record_many(gate_lines(5))
@@ -98,7 +99,7 @@ def test_each_signed_append_is_cosigned_and_stored(served: Served, tmp_path: Pat
     assert [size for size, _, _ in stored] == [5, 6]
     for _, text, line in stored:
         assert valid_cosignatures(text + "\n" + line, [WITNESS.verifier()], now=int(time.time()))
-    assert _sizes(tmp_path) == [5, 6]
+    assert _sizes(tmp_path) == []
     assert served.state.latest(ORIGIN).size == 6  # type: ignore[union-attr]
 
 
@@ -162,7 +163,7 @@ def test_a_cosignature_is_filed_at_its_checkpoint_size_whatever_another_witness_
     assert len(result.witness_warnings) == 1
     assert "holds size 2" in result.witness_warnings[0]
     assert [size for size, _, _ in _stored_cosignatures(tmp_path)] == [5]
-    assert sorted(_sizes(tmp_path)) == [2, 2, 5]
+    assert _sizes(tmp_path) == []  # nothing read from a 409 body is stored (spec 9.9.1)
     report = audit(str(tmp_path / "store.db"), trusted_keys=[LOG.verifier()], witness_keys=[WITNESS.verifier()])
     assert report.clean, report.findings
     assert report.witnessed_size == 5
@@ -186,7 +187,7 @@ def test_a_cosignature_the_store_cannot_keep_is_no_success(served: Served, tmp_p
 
 def test_a_409_gets_one_retry_from_the_size_the_witness_holds(served: Served, tmp_path: Path) -> None:
     """The witness already cosigned size 3 (sent by someone else); the store knows nothing of it, sends old 0, is
-    told 3, and retries from 3 with a proof: cosigned, and both sizes are kept."""
+    told 3, and retries from 3 with a proof computed from its own tree: cosigned; no size is stored."""
     with _open(tmp_path) as store:
         store.record_many(gate_lines(3))
         note = store.signed_checkpoint([LOG], writer_state=str(tmp_path / "writer.state"))
@@ -197,7 +198,8 @@ def test_a_409_gets_one_retry_from_the_size_the_witness_holds(served: Served, tm
     with _open(tmp_path, f"http://127.0.0.1:{served.port}={WITNESS_KEY}") as store:
         result = store.record_many(gate_lines(2, prefix="more"))
     assert result.witness_warnings == ()
-    assert _sizes(tmp_path) == [3, 5]
+    assert _sizes(tmp_path) == []
+    assert [size for size, _, _ in _stored_cosignatures(tmp_path)] == [5]
     assert served.state.latest(ORIGIN).size == 5  # type: ignore[union-attr]
 
 
@@ -255,11 +257,15 @@ def test_record_and_witness_submit_from_the_shell(served: Served, run_cli: Run, 
 def test_copy_keeps_witness_sizes_and_cosignatures_and_salvage_keeps_none(
     served: Served, run_cli: Run, tmp_path: Path
 ) -> None:
-    """A whole copy carries the witness tables as stored; `copy --through` (spec 9.8) starts a new origin with no
-    cosignature and no witness size."""
+    """A whole copy carries the witness tables as stored (a size row left by an older release included);
+    `copy --through` (spec 9.8) starts a new origin with no cosignature and no witness size."""
+    from tests.backends import execute
+
     with _open(tmp_path, f"http://127.0.0.1:{served.port}={WITNESS_KEY}") as store:
         store.record_many(gate_lines(4))
     source = str(tmp_path / "store.db")
+    execute(source, "INSERT INTO compute_budget_witness_sizes (witness_name, witness_key_id, tree_size, recorded_at) "
+            "VALUES ('witness.example/w1', '00000000', 4, 'then')")
     assert run_cli("copy", source, str(tmp_path / "copy.db"))[0] == 0
     assert query(str(tmp_path / "copy.db"), "SELECT tree_size, line FROM compute_budget_cosignatures") == query(
         source, "SELECT tree_size, line FROM compute_budget_cosignatures"
@@ -275,8 +281,12 @@ def test_the_witness_tables_are_append_only(served: Served, tmp_path: Path) -> N
     """The guard covers the new tables: an UPDATE or DELETE of a stored cosignature or size is refused."""
     import sqlite3
 
+    from tests.backends import execute
+
     with _open(tmp_path, f"http://127.0.0.1:{served.port}={WITNESS_KEY}") as store:
         store.record_many(gate_lines(2))
+    execute(str(tmp_path / "store.db"), "INSERT INTO compute_budget_witness_sizes (witness_name, witness_key_id, "
+            "tree_size, recorded_at) VALUES ('witness.example/w1', '00000000', 2, 'then')")
     with sqlite3.connect(tmp_path / "store.db") as connection:
         for statement in ("UPDATE compute_budget_cosignatures SET tree_size = 1",
                           "DELETE FROM compute_budget_witness_sizes"):
@@ -285,12 +295,13 @@ def test_the_witness_tables_are_append_only(served: Served, tmp_path: Path) -> N
 
 
 def test_witnessing_works_the_same_on_both_backends(served: Served, store_target: str, tmp_path: Path) -> None:
-    """On SQLite and PostgreSQL alike: cosigned, stored, and the witness's size kept."""
+    """On SQLite and PostgreSQL alike: cosigned and stored; no witness size written (spec 9.9.1)."""
     with BudgetStore.open(
         store_target, origin=ORIGIN, signing_key=LOG, writer_state=str(tmp_path / "writer.state"),
         witnesses=[f"http://127.0.0.1:{served.port}={WITNESS_KEY}"],
     ) as store:
         assert store.record_many(gate_lines(3)).witness_warnings == ()
         assert store.record(gate_lines(1, prefix="one")[0]).witness_warnings == ()
-    for table in ("compute_budget_cosignatures", "compute_budget_witness_sizes"):
-        assert [row[0] for row in query(store_target, f"SELECT tree_size FROM {table} ORDER BY id")] == [3, 4]
+    assert [row[0] for row in query(store_target, "SELECT tree_size FROM compute_budget_cosignatures ORDER BY id")] == [
+        3, 4]
+    assert query(store_target, "SELECT count(*) FROM compute_budget_witness_sizes") == [(0,)]

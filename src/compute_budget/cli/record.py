@@ -169,6 +169,8 @@ def record_command(
             say(f"wrote {_plural(len(result.conflicts), 'skipped gate')} to {rejects_path}")
         for warning in result.witness_warnings:
             say(warning)
+        if result.witnessed is not None:
+            say(f"cosigned by {result.witnessed[0]}/{result.witnessed[1]} witnesses")
 
 
 def _plural(count: int, noun: str) -> str:

@@ -133,27 +133,37 @@ def _show_evidence(state: WitnessState, origin: str) -> None:
               help="A witness (URL prefix = its verifier key, type 0x04); repeatable.")
 @click.option("--witness-timeout", "witness_timeout", type=click.FloatRange(min=0, min_open=True), default=5.0,
               show_default=True, metavar="SECONDS", help="Wait at most this long for the witnesses.")
-def witness_submit_command(db: str | None, witnesses: tuple[str, ...], witness_timeout: float) -> None:
+@click.option("--trusted-key", "trusted_keys", metavar="KEY", multiple=True,
+              help="A writer's verifier key (name+hash+key) or a file holding one; repeatable: send the newest stored "
+              "checkpoint that verifies under one of them.")
+def witness_submit_command(
+    db: str | None, witnesses: tuple[str, ...], witness_timeout: float, trusted_keys: tuple[str, ...]
+) -> None:
     """Send the store's newest signed checkpoint to each witness and keep what they cosign (spec 9.5): how a
-    writer catches up after a witness was down.
+    writer catches up after a witness was down. With --trusted-key, the newest one a trusted writer signed.
 
     Exit 0 every witness cosigned; 1 one refused or could not be reached (one line each); 2 cannot run.
     """
     from compute_budget.store import BudgetStore
     from compute_budget.store.backend import locate
+    from compute_budget.store.keys import verifier_key
     from compute_budget.store.witnessing import witness_targets
 
     targets = witness_targets(witnesses)  # a malformed URL=KEY is said before the store is looked at
+    keys = [verifier_key(item) for item in trusted_keys]
     sqlite_path = locate(db).sqlite_path
     if sqlite_path is not None and not sqlite_path.exists():
         with BudgetStore.open(db, readonly=True):
             pass  # the reader's own "does not exist" message; a writer would create an empty file
     with BudgetStore.open(db, allow_unsigned=True) as store:
         try:
-            submitted = store.submit_to_witnesses(targets, timeout=witness_timeout)
+            submitted = store.submit_to_witnesses(targets, timeout=witness_timeout, trusted_keys=keys)
         except BaseException:
             store.discard_if_unused()  # a mistyped --db must not leave an empty database behind
             raise
+    if not keys:  # a planted newer note would have been sent as it is (issue 28 r): said once, after it was sent
+        _say("warning: without --trusted-key the checkpoint sent is the newest stored one, unverified: give the "
+             "writer's verifier key to send only one it signed")
     for item in submitted:
         if item.reason is None:
             click.echo(f"cosigned by {escaped(item.witness.label)}")

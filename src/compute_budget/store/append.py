@@ -32,9 +32,11 @@ from compute_budget.store.authorship import (
     check_state,
     holds_checkpoints,
     newest_stored_note,
+    newest_trusted,
 )
 from compute_budget.store.backend import Location, begin_write, translate
 from compute_budget.store.grants import Role, require_grants
+from compute_budget.store.keys import verifier_key
 from compute_budget.store.plan import ChunkPlan, plan_chunk, prepared_chunks
 from compute_budget.store.reads import stored_root
 from compute_budget.store.schema_check import schema_problems
@@ -57,6 +59,7 @@ class Appended:
     adopted_after: int = 0
     state_created: bool = False
     witness_warnings: tuple[str, ...] = ()
+    witnessed: tuple[int, int] | None = None  # (cosigned, asked) when the new checkpoint went to witnesses
 
 
 class _StoredAlready(Exception):
@@ -146,6 +149,7 @@ class Appender:
         if note is not None and self.witnesses:  # spec 9.5: after the commit and the state file, never before
             submitted = submit(self._session, note, self.witnesses, timeout=self.witness_timeout)
             appended.witness_warnings = tuple(item.warning for item in submitted if item.warning is not None)
+            appended.witnessed = (sum(item.cosigned for item in submitted), len(submitted))
         return appended
 
     def _begin(
@@ -270,13 +274,28 @@ class Appender:
             return sealing.build_tree(connection, self._sql, self._seal, head.seq)
         return sealing.frontier_at(connection, self._seal, head.seq)
 
-    def submit_newest(self, witnesses: tuple[WitnessTarget, ...], *, timeout: float) -> list[Submitted]:
-        """Send the newest stored signed checkpoint to `witnesses` (spec 9.5's `witness submit`)."""
+    def submit_newest(
+        self, witnesses: tuple[WitnessTarget, ...], *, timeout: float, trusted: Iterable[VerifierKey | str] = ()
+    ) -> list[Submitted]:
+        """Send the newest stored signed checkpoint to `witnesses` (spec 9.5's `witness submit`): with `trusted`
+        keys, the newest one that verifies under one of them; else the newest, unverified."""
+        keys = tuple(dict.fromkeys(verifier_key(key) for key in trusted))
         location = self._session.location
         if self._session.readonly:
             raise ReadOnlyStore(f"{location.display} was opened read-only: submitting stores what witnesses cosign")
         with self._session.reading() as connection:
-            note = newest_stored_note(connection, self._seal)
+            if not keys:
+                note = newest_stored_note(connection, self._seal)
+            else:
+                origin = sealing.read_origin(connection, self._seal)
+                found = newest_trusted(connection, self._seal, origin, keys, set()) if origin is not None else None
+                note = found[0].note if found is not None else None
+                if note is None and holds_checkpoints(connection, self._seal):
+                    names = ", ".join(dict.fromkeys(key.name for key in keys))
+                    raise StoreUnavailable(
+                        f"{location.display} holds no checkpoint that verifies under the trusted keys ({names}): "
+                        "give the writer's verifier key, or run `compute-budget audit` to see what is stored"
+                    )
         if note is None:
             raise StoreUnavailable(f"{location.display} holds no signed checkpoint to submit: record with a key first")
         return submit(self._session, note, witnesses, timeout=timeout)

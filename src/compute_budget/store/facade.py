@@ -83,7 +83,7 @@ class BudgetStore(Browsing):
         `UnsignedAppendRefused` unless `allow_unsigned=True` (which also ignores the environment's key).
         `witnesses` (``URL=KEY`` or `WitnessTarget`s, spec 9.5): after each signed append, its checkpoint goes to
         each witness, waiting at most `witness_timeout` seconds; results carry a warning per witness that did not
-        cosign, and the rows stay recorded.
+        cosign and `witnessed` (cosigned, asked), and the rows stay recorded.
         """
         peers = tuple(peer_keys)
         targets = witness_targets(witnesses)
@@ -185,7 +185,7 @@ class BudgetStore(Browsing):
         appended = self._appender.append([gate], results=True, ahead=False, skip_conflicts=False)
         assert appended.results is not None
         _, item, new, seq = appended.results[0]
-        return RecordResult(item.decision, new, seq, appended.witness_warnings)
+        return RecordResult(item.decision, new, seq, appended.witness_warnings, appended.witnessed)
 
     def record_many(
         self,
@@ -229,7 +229,7 @@ class BudgetStore(Browsing):
         )
         return BatchResult(
             appended.new, appended.present, appended.head, per_gate, skipped, appended.adopted, appended.adopted_after,
-            appended.state_created, appended.witness_warnings,
+            appended.state_created, appended.witness_warnings, appended.witnessed,
         )
 
     def import_history(
@@ -276,11 +276,13 @@ class BudgetStore(Browsing):
         return self._appender.sign_head(writers)
 
     def submit_to_witnesses(
-        self, witnesses: Iterable[WitnessTarget | str], *, timeout: float = DEFAULT_TIMEOUT_SECONDS
+        self, witnesses: Iterable[WitnessTarget | str], *, timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        trusted_keys: Iterable[VerifierKey | str] = (),
     ) -> list[Submitted]:
-        """Send the newest stored signed checkpoint to each witness (spec 9.5, `witness submit`) and store what
-        they cosign; one `Submitted` per witness, in order. `StoreUnavailable` when no signed checkpoint is stored."""
-        return self._appender.submit_newest(witness_targets(witnesses), timeout=timeout)
+        """Send the newest stored signed checkpoint (with `trusted_keys`, writers' verifier keys or files holding
+        them: the newest that verifies under one) to each witness (spec 9.5, `witness submit`) and store what they
+        cosign; one `Submitted` per witness, in order. `StoreUnavailable` when no such checkpoint is stored."""
+        return self._appender.submit_newest(witness_targets(witnesses), timeout=timeout, trusted=trusted_keys)
 
     # -- reading -------------------------------------------------------------------------------------------
 

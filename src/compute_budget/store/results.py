@@ -17,6 +17,7 @@ class RecordResult:
     new: bool
     seq: int
     witness_warnings: tuple[str, ...] = ()  # one line per witness that did not cosign (spec 9.5)
+    witnessed: tuple[int, int] | None = None  # (cosigned, asked): how many witnesses cosigned the new checkpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,7 @@ class BatchResult:
     adopted_after: int = 0
     writer_state_created: bool = False  # `init_writer_state` made the state from the store's own checkpoint
     witness_warnings: tuple[str, ...] = ()  # one line per witness that did not cosign (spec 9.5)
+    witnessed: tuple[int, int] | None = None  # (cosigned, asked): how many witnesses cosigned the new checkpoint
 
 
 @dataclass(frozen=True, slots=True)

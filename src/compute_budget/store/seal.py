@@ -138,15 +138,11 @@ class SealStatements:
             f"INSERT INTO {PROVENANCE_TABLE} (id, source_origin, through_seq, root, chain_hash, recorded_at) "
             f"VALUES (1, {m}, {m}, {m}, {m}, {m})"
         )
-        # Witnesses (spec 9.5, migration 0005). A size that is not an integer (set by hand) is skipped, so the
-        # writer then starts that witness from 0 and the witness's 409 tells it the truth.
+        # Witnesses (spec 9.5, migration 0005). The witness-sizes table is only copied now (`copy`): a submitter
+        # reads a witness's size from its cosignatures (spec 9.9.1).
         self.insert_witness_size = (
             f"INSERT INTO {WITNESS_SIZES_TABLE} (witness_name, witness_key_id, tree_size, recorded_at) "
             f"VALUES ({m}, {m}, {m}, {m})"
-        )
-        self.witness_size = (
-            f"SELECT tree_size FROM {WITNESS_SIZES_TABLE} WHERE witness_name = {m} AND witness_key_id = {m} "
-            "AND tree_size = CAST(tree_size AS BIGINT) ORDER BY id DESC LIMIT 1"
         )
         self.insert_cosignature = (
             f"INSERT INTO {COSIGNATURES_TABLE} (tree_size, witness_name, witness_key_id, timestamp, checkpoint, line, "
@@ -161,6 +157,14 @@ class SealStatements:
             "BIGINT) AND checkpoint = CAST(checkpoint AS TEXT) AND line = CAST(line AS TEXT) "
             f"AND (tree_size < {m} OR (tree_size = {m} AND id < {m})) "
             f"ORDER BY tree_size DESC, id DESC LIMIT {PAGE_ROWS}"
+        )
+        # One witness's stored cosignatures, newest first from a (size, id) cursor, skipping a size that is not an
+        # integer (the caller skips text that is not text). A small page: the first row almost always answers.
+        self.witness_cosignatures_desc = (
+            f"SELECT id, tree_size, checkpoint, line FROM {COSIGNATURES_TABLE} WHERE witness_name = {m} "
+            f"AND witness_key_id = {m} AND tree_size = CAST(tree_size AS BIGINT) "
+            f"AND (tree_size < {m} OR (tree_size = {m} AND id < {m})) "
+            f"ORDER BY tree_size DESC, id DESC LIMIT {NEWEST_PAGE_ROWS}"
         )
         self.copy_witness_sizes = (
             f"SELECT id, witness_name, witness_key_id, tree_size, recorded_at FROM {WITNESS_SIZES_TABLE} "

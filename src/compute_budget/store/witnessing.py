@@ -1,44 +1,78 @@
-"""Submitting a writer's checkpoints to witnesses (spec 9.5), after the append committed.
+"""Submitting a writer's checkpoints to witnesses (spec 9.5, as 9.9.1 amends it), after the append committed.
 
-Each witness gets the newest signed checkpoint, with `old` = the size it last cosigned for this store (kept in
-the store, append-only, updated on every 200 and 409) and the consistency proof from there, all witnesses in
-parallel. A 409 gets one retry from the size it returned. Valid cosignatures are stored with the checkpoint text
-they cover. A witness that is down, slow or refusing never loses a record and never holds the caller longer than
-the timeout: it becomes one warning line.
+Each witness gets the newest signed checkpoint, with `old` = the size of the largest stored cosignature of that
+witness that verifies under its key and is of a checkpoint this store extends (0 if none), and the consistency
+proof from there, all witnesses in parallel. What the store says about a witness is a claim anyone who can write
+the database can make, so a size is only ever taken from a cosignature checked here, never from the witness-sizes
+table. A 409 gets one retry from the size it returned when the store can prove from it (at most the checkpoint
+sent); nothing read from a 409 body is stored. Valid cosignatures are stored with the checkpoint text they cover.
+A witness that is down, slow or refusing never loses a record and never holds the caller longer than the timeout:
+it becomes one warning line. A URL's user information is never shown (spec 9.9.6): it is sent as HTTP Basic
+authentication, and messages show `***@`.
 """
 
 from __future__ import annotations
 
 import base64
+import http.client
+import re
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from compute_budget.core.log.cosignature import WitnessKey, valid_cosignatures
-from compute_budget.core.log.merkle import consistency_proof
+from compute_budget.core.log.merkle import NodeReader, consistency_proof, root_from_reader
 from compute_budget.core.log.note import CheckpointBody, parse_checkpoint, parse_note
-from compute_budget.errors import ComputeBudgetError, InputError, NoteError, StoreUnavailable
+from compute_budget.errors import (
+    ComputeBudgetError,
+    InputError,
+    MerkleError,
+    NoteError,
+    StoreDamaged,
+    StoreUnavailable,
+)
 from compute_budget.store import seal as sealing
 from compute_budget.store.backend import begin_write
 from compute_budget.store.keys import witness_key
 from compute_budget.store.session import StoreSession, utc_now
+from compute_budget.store.text_codec import tolerant_text
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
 SIZE_TYPE = "text/x.tlog.size"
 MAX_ANSWER_BYTES = 64 * 1024
+MAX_SIZE_DIGITS = 19  # a size of 2^63 or more is no size (spec 9.9.6); longer text is not even converted
+# The user information of a URL: what follows "//" up to the last "@" before the host's end (urlsplit's rule).
+_USERINFO = re.compile(r"(//)[^/?#]*@")
+
+
+def redacted_url(text: str) -> str:
+    """`text` with any URL user information (``user:password@``) shown as ``***@`` (spec 9.9.6)."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
+def _shown(typed: str) -> str:
+    """What the user typed as a URL, for an error line: redacted, and with no "//" (``user:pw@host``) everything
+    up to its last "@" hidden too."""
+    shown = redacted_url(typed)
+    if "//" not in shown and "@" in shown:
+        shown = "***@" + shown.rpartition("@")[2]
+    return shown[:80]
 
 
 @dataclass(frozen=True, slots=True)
 class WitnessTarget:
-    """A witness to submit to: the URL prefix of its `/add-checkpoint` and `/latest`, and its verifier key."""
+    """A witness to submit to: the URL prefix of its `/add-checkpoint` and `/latest`, and its verifier key.
 
-    url: str
+    A ``user:password@`` in the URL is sent as HTTP Basic authentication and never shown (`label`, `repr`)."""
+
+    url: str = field(repr=False)  # may hold a password: shown only through `shown_url`
     key: WitnessKey
 
     @classmethod
@@ -46,20 +80,42 @@ class WitnessTarget:
         """Read ``URL=KEY`` (split at the first ``=``; KEY a witness verifier key or a file holding one)."""
         url, equals, key_text = text.partition("=")
         if not equals or not key_text:
-            raise InputError(f"{text[:80]!r} is not URL=WITNESS_KEY (a witness's URL, '=', its verifier key)")
+            raise InputError(f"{_shown(text)!r} is not URL=WITNESS_KEY (a witness's URL, '=', its verifier key)")
+        shown = _shown(url)
         try:
             parts = urllib.parse.urlsplit(url)
             _ = parts.port  # a port that is not a number from 0 to 65535 raises here, not at the first request
         except ValueError as error:
-            raise InputError(f"witness URL {url[:80]!r} is not a URL: {error}") from None
+            raise InputError(f"witness URL {shown!r} is not a URL: {redacted_url(str(error))}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
-            raise InputError(f"witness URL {url[:80]!r} is not an http:// or https:// prefix (no query or fragment)")
+            raise InputError(f"witness URL {shown!r} is not an http:// or https:// prefix (no query or fragment)")
         return cls(url.rstrip("/"), witness_key(key_text))
+
+    def __repr__(self) -> str:
+        return f"WitnessTarget(url={self.shown_url!r}, key={self.key!r})"
+
+    @property
+    def shown_url(self) -> str:
+        """The URL as messages show it: its user information, if any, as ``***@``."""
+        return redacted_url(self.url)
 
     @property
     def label(self) -> str:
-        """How a message names the witness: its key name and URL."""
-        return f"witness {self.key.name} at {self.url}"
+        """How a message names the witness: its key name and URL (without its user information)."""
+        return f"witness {self.key.name} at {self.shown_url}"
+
+    def request(self, path: str, data: bytes | None = None) -> urllib.request.Request:
+        """A request for `path` under the URL prefix, its user information moved into an Authorization header (a
+        URL holding it cannot be requested, and an error message could show it)."""
+        parts = urllib.parse.urlsplit(self.url)
+        userinfo, at, host = parts.netloc.rpartition("@")
+        headers = {"Content-Type": "text/plain"} if data is not None else {}
+        if at:
+            user, _, password = userinfo.partition(":")
+            pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}".encode()
+            headers["Authorization"] = "Basic " + base64.b64encode(pair).decode("ascii")
+        url = urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", "")) + path
+        return urllib.request.Request(url, data=data, method="POST" if data is not None else "GET", headers=headers)
 
 
 def witness_targets(values: Iterable[WitnessTarget | str]) -> tuple[WitnessTarget, ...]:
@@ -94,26 +150,24 @@ class _Attempt:
 
 
 def submit(session: StoreSession, note: str, targets: Sequence[WitnessTarget], *, timeout: float) -> list[Submitted]:
-    """Send `note` (a signed checkpoint of this store) to every target; store sizes and cosignatures; never raise
-    for a witness's sake (a store that cannot take the results is a warning too)."""
+    """Send `note` (a signed checkpoint of this store) to every target; store the cosignatures; never raise for a
+    witness's sake (a store that cannot take the results is a warning too)."""
     deadline = time.monotonic() + timeout
     text = parse_note(note)[0]
     checkpoint = parse_checkpoint(text)
     outcome: dict[WitnessTarget, Submitted] = {}
     try:
-        attempts = _plan(session, checkpoint, dict.fromkeys(targets), outcome)
+        attempts = _plan(session, checkpoint, dict.fromkeys(targets), outcome, deadline)
         _send(attempts, note, deadline)
-        sizes, lines, retry = _judge(attempts, note, checkpoint, outcome, final=False)
+        lines, retry = _judge(attempts, note, checkpoint, outcome, final=False)
         if retry and time.monotonic() < deadline:
-            again = _plan(session, checkpoint, retry, outcome)
+            again = _plan(session, checkpoint, retry, outcome, deadline)
             _send(again, note, deadline)
-            more_sizes, more_lines, _ = _judge(again, note, checkpoint, outcome, final=True)
-            sizes += more_sizes
-            lines += more_lines
+            lines += _judge(again, note, checkpoint, outcome, final=True)[0]
         else:
             for target in retry:
                 outcome[target] = Submitted(target, False, "did not answer the retry in time")
-        _keep(session, checkpoint.size, text, sizes, lines)
+        _keep(session, checkpoint.size, text, lines)
     except (ComputeBudgetError, SQLAlchemyError, NoteError) as error:
         for target in targets:
             done = outcome.get(target)
@@ -129,25 +183,83 @@ def _plan(
     checkpoint: CheckpointBody,
     wanted: dict[WitnessTarget, int | None],
     outcome: dict[WitnessTarget, Submitted],
+    deadline: float,
 ) -> list[_Attempt]:
-    """One attempt per target: `old` (given, else the stored size) and the proof from it, read in one transaction."""
+    """One attempt per target: `old` (given, else the size of its newest cosignature the store can back) and the
+    proof from it, computed from the stored tree, read in one transaction."""
     attempts = []
     with session.reading() as connection:
         reader = sealing.tree_reader(connection, session.seal, checkpoint.size)
         for target, given in wanted.items():
             old = given
             if old is None:
-                row = connection.exec_driver_sql(session.seal.witness_size, (target.key.name, _key_id(target))).first()
-                old = int(row[0]) if row is not None else 0
-            if old > checkpoint.size:
+                old = _cosigned_size(connection, session.seal, reader, checkpoint, target.key, deadline)
+            if old is None:
                 outcome[target] = Submitted(target, False, (
-                    f"it has cosigned size {old} of this log, above this store's {checkpoint.size}: was the store "
-                    "rolled back? (see docs/incident.md)"
+                    "not submitted: checking the store's cosignatures of this witness took longer than the timeout "
+                    "(many planted rows? run `compute-budget audit`)"
                 ))
                 continue
             proof = consistency_proof(reader, old, checkpoint.size) if 0 < old < checkpoint.size else []
             attempts.append(_Attempt(target, old, proof))
     return attempts
+
+
+def _cosigned_size(
+    connection: Connection,
+    seal: sealing.SealStatements,
+    reader: NodeReader,
+    checkpoint: CheckpointBody,
+    key: WitnessKey,
+    deadline: float,
+) -> int | None:
+    """The size of the largest stored cosignature by `key` (at most the checkpoint's size) that verifies and is of
+    a checkpoint of this log whose root is the store's root at that size; 0 if none; None when the deadline passes
+    first. Newest first, stopping at the first that holds: an honest store checks one cosignature per append."""
+    size, last_id, now = checkpoint.size, 2**63 - 1, int(time.time())
+    roots: dict[int, bytes | None] = {}  # the store's root at each size looked at (a fork's cosignatures share sizes)
+    seen: set[tuple[int, object, object]] = set()  # a row copied at the same size is verified once
+    while time.monotonic() < deadline:
+        with tolerant_text(connection):  # an undecodable planted row is skipped, not a failure of every witness
+            rows = connection.exec_driver_sql(
+                seal.witness_cosignatures_desc, (key.name, f"{key.key_id:08x}", size, size, last_id)
+            ).fetchall()
+        for row in rows:
+            last_id, size = int(row[0]), int(row[1])
+            if (size, row[2], row[3]) in seen:
+                continue
+            seen.add((size, row[2], row[3]))
+            body = _cosigned_body(row[2], row[3], key, now)
+            if body is None or body.size != size or body.origin != checkpoint.origin:
+                continue
+            if size not in roots:
+                roots[size] = _root_at(reader, size)
+            if roots[size] == body.root:
+                return size
+        if len(rows) < sealing.NEWEST_PAGE_ROWS:
+            return 0
+    return None
+
+
+def _root_at(reader: NodeReader, size: int) -> bytes | None:
+    """The store's root at `size`, or None where its tree cannot say (damaged: not a size it extends; the proof,
+    or the audit, says the rest)."""
+    try:
+        return root_from_reader(reader, size)
+    except (MerkleError, StoreDamaged):
+        return None
+
+
+def _cosigned_body(text: object, line: object, key: WitnessKey, now: int) -> CheckpointBody | None:
+    """The checkpoint `text` when `line` is `key`'s valid cosignature of it, else None."""
+    if not isinstance(text, str) or not isinstance(line, str):
+        return None
+    try:
+        if not valid_cosignatures(text + "\n" + line, [key], now=now):
+            return None
+        return parse_checkpoint(text)
+    except NoteError:
+        return None
 
 
 def _send(attempts: list[_Attempt], note: str, deadline: float) -> None:
@@ -166,9 +278,7 @@ def _send(attempts: list[_Attempt], note: str, deadline: float) -> None:
 
 
 def _post(attempt: _Attempt, body: bytes, timeout: float) -> None:
-    request = urllib.request.Request(
-        attempt.target.url + "/add-checkpoint", data=body, method="POST", headers={"Content-Type": "text/plain"}
-    )
+    request = attempt.target.request("/add-checkpoint", body)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             attempt.answer = (response.status, response.read(MAX_ANSWER_BYTES).decode("utf-8", "replace"),
@@ -176,9 +286,9 @@ def _post(attempt: _Attempt, body: bytes, timeout: float) -> None:
     except urllib.error.HTTPError as error:
         attempt.answer = (error.code, error.read(MAX_ANSWER_BYTES).decode("utf-8", "replace"),
                           error.headers.get("Content-Type", "") if error.headers else "")
-    except (OSError, ValueError) as error:
-        reason = getattr(error, "reason", None) or error
-        attempt.answer = f"unreachable ({reason})"
+    except (OSError, ValueError, http.client.HTTPException) as error:  # HTTPException: an answer that is not HTTP
+        reason = str(getattr(error, "reason", None) or error) or type(error).__name__
+        attempt.answer = f"unreachable ({redacted_url(reason)})"
 
 
 def _judge(
@@ -188,9 +298,8 @@ def _judge(
     outcome: dict[WitnessTarget, Submitted],
     *,
     final: bool,
-) -> tuple[list[tuple[WitnessTarget, int]], list[tuple[WitnessTarget, int, str]], dict[WitnessTarget, int | None]]:
-    """Sizes to store, cosignature lines to store, and the targets to retry (409) from the size they returned."""
-    sizes: list[tuple[WitnessTarget, int]] = []
+) -> tuple[list[tuple[WitnessTarget, int, str]], dict[WitnessTarget, int | None]]:
+    """Cosignature lines to store, and the targets to retry (409) from the size they returned."""
     lines: list[tuple[WitnessTarget, int, str]] = []
     retry: dict[WitnessTarget, int | None] = {}
     for attempt in attempts:
@@ -204,21 +313,28 @@ def _judge(
             if not found:
                 outcome[target] = Submitted(target, False, "answered 200 without a valid cosignature")
                 continue
-            sizes.append((target, checkpoint.size))
             lines.extend((target, timestamp, line) for timestamp, line in found)
             outcome[target] = Submitted(target, True, None)
         elif answer[0] == 409 and answer[2].split(";")[0].strip() == SIZE_TYPE and answer[1].strip().isdigit():
-            size = int(answer[1].strip())
-            sizes.append((target, size))
-            if final or size > checkpoint.size:
-                refusal = f"holds size {size} of this log; it refused this store's {checkpoint.size} (409)"
-                outcome[target] = Submitted(target, False, refusal)
+            claimed = answer[1].strip()
+            size = int(claimed) if len(claimed) <= MAX_SIZE_DIGITS else None
+            if size is not None and size <= checkpoint.size and not final:
+                retry[target] = size  # the proof from it comes from this store's own tree
             else:
-                retry[target] = size
+                outcome[target] = Submitted(target, False, _refusal(claimed, size, checkpoint.size))
         else:
             first = answer[1].strip().split("\n")[0][:120]
             outcome[target] = Submitted(target, False, f"refused with {answer[0]}: {first!r}")
-    return sizes, lines, retry
+    return lines, retry
+
+
+def _refusal(claimed: str, size: int | None, sent: int) -> str:
+    """The warning for a 409 not (or no longer) retried: the size the witness claims, which nothing stores."""
+    if size is not None and size <= sent:
+        return f"holds size {size} of this log; it refused this store's {sent} (409)"
+    shown = claimed if len(claimed) <= 40 else f"{claimed[:20]}...({len(claimed)} digits)"
+    return (f"claims size {shown} of this log, above the checkpoint sent ({sent}); not retried, nothing stored (was "
+            "the store rolled back, or is this not the witness? see docs/incident.md)")
 
 
 def _cosignature_lines(note: str, body: str, key: WitnessKey) -> list[tuple[int, str]]:
@@ -234,23 +350,13 @@ def _cosignature_lines(note: str, body: str, key: WitnessKey) -> list[tuple[int,
     return found
 
 
-def _keep(
-    session: StoreSession,
-    size: int,
-    text: str,
-    sizes: list[tuple[WitnessTarget, int]],
-    lines: list[tuple[WitnessTarget, int, str]],
-) -> None:
-    """Store the witnesses' sizes and cosignatures (with the checkpoint `text` they cover), append-only, in one
-    write transaction."""
-    if not sizes and not lines:
+def _keep(session: StoreSession, size: int, text: str, lines: list[tuple[WitnessTarget, int, str]]) -> None:
+    """Store the witnesses' cosignatures (with the checkpoint `text` they cover), append-only, in one write
+    transaction. The witness-sizes table is no longer written (spec 9.9.1): a size is read from cosignatures."""
+    if not lines:
         return
     now = utc_now()
     with begin_write(session.engine) as connection:
-        sealing.insert_counted(
-            connection, session.seal.insert_witness_size,
-            [(target.key.name, _key_id(target), witnessed, now) for target, witnessed in sizes], "witness sizes",
-        )
         sealing.insert_counted(
             connection, session.seal.insert_cosignature,
             [(size, target.key.name, _key_id(target), timestamp, text, line, now) for target, timestamp, line in lines],
@@ -270,9 +376,9 @@ def fetch_latest(target: WitnessTarget, origin: str, *, timeout: float = 10.0, n
     note carrying the log signatures it verified and a fresh cosignature. `StoreUnavailable` (the audit cannot
     run) when the witness cannot be reached, has cosigned nothing for the log, or answers with a cosignature that
     does not verify under its key or is more than 600 s old."""
-    url = f"{target.url}/latest?origin={urllib.parse.quote(origin, safe='')}"
+    request = target.request(f"/latest?origin={urllib.parse.quote(origin, safe='')}")
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             body = str(response.read(MAX_ANSWER_BYTES + 1).decode("utf-8", "replace"))
     except urllib.error.HTTPError as error:
         if error.code == 404:
@@ -281,8 +387,9 @@ def fetch_latest(target: WitnessTarget, origin: str, *, timeout: float = 10.0, n
                 "submit`), or leave this --witness-url out until it has"
             ) from None
         raise StoreUnavailable(f"{target.label} answered {error.code} to GET /latest") from None
-    except (OSError, ValueError) as error:
-        raise StoreUnavailable(f"{target.label} cannot be reached: {getattr(error, 'reason', None) or error}") from None
+    except (OSError, ValueError, http.client.HTTPException) as error:
+        reason = redacted_url(str(getattr(error, "reason", None) or error) or type(error).__name__)
+        raise StoreUnavailable(f"{target.label} cannot be reached: {reason}") from None
     clock = int(time.time()) if now is None else now
     try:
         found = valid_cosignatures(body, [target.key], now=clock)
