@@ -118,6 +118,16 @@ def _reports_for_usage_error(args: list[str], error: click.UsageError) -> None:
     help="Incremental: prove this checkpoint holds, then check only the rows after it.",
 )
 @click.option(
+    "--look-back",
+    "look_back",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="With --since: also re-check the N-th of the rows below the checkpoint due today (by UTC day number), "
+    "and the last partial tile of 256; N nightly audits in a row re-check every row. 0: off.",
+)
+@click.option(
     "--save-checkpoint", "save_path", metavar="FILE", help="Write the new head here, only when the audit is clean."
 )
 @click.option(
@@ -190,6 +200,7 @@ def audit_command(
     witness_quorum: int | None,
     max_witness_age: int,
     witness_urls: tuple[str, ...],
+    look_back: int,
 ) -> None:
     """Replay-audit the store read-only: exit 0 clean, 1 findings, 2 cannot run.
 
@@ -247,6 +258,7 @@ def audit_command(
             cosign_path,
             expected_origin,
             (witness_keys, witness_quorum, max_witness_age, witness_urls),
+            look_back=look_back,
         )
     except click.exceptions.Exit:
         raise  # a result (exit 0 or 1), its reports written
@@ -272,12 +284,17 @@ def _audit_and_report(
     cosign_path: str | None,
     expected_origin: str | None,
     witnessing: tuple[tuple[str, ...], int | None, int, tuple[str, ...]],
+    *,
+    look_back: int = 0,
 ) -> None:
     from compute_budget.auditor.scan import audit, load_checkpoint
     from compute_budget.cli.render_audit import render
     from compute_budget.errors import CheckpointError
     from compute_budget.store.keys import load_signer_key, verifier_key
 
+    if look_back and not since_path:  # a usage error: the look-back is below a --since checkpoint, none is given
+        raise click.BadParameter("--look-back re-checks rows below a --since checkpoint: give --since FILE too",
+                                 param_hint="--look-back")
     checkpoint = load_checkpoint(checkpoint_path) if checkpoint_path else None
     if since_path and not os.path.lexists(since_path):
         raise CheckpointError(
@@ -310,6 +327,7 @@ def _audit_and_report(
             witness_quorum=witness_quorum,
             max_witness_age=max_witness_age,
             witnessed_checkpoints=fetched,
+            look_back=look_back,
         )
     for warning in report.warnings:
         say(f"warning: {warning}")
