@@ -50,6 +50,26 @@ def test_n_consecutive_days_cover_every_full_tile() -> None:
         assert sorted(due) == list(range(FULL_TILES))
 
 
+def test_seven_nights_find_an_edit_in_every_full_tile(store: tuple[str, Checkpoint]) -> None:
+    """One row edited in each of the 7 full tiles (guard dropped and put back): each of 7 consecutive nights' look-back
+    re-derives exactly its own tile's row (t mod 7 == d mod 7), and together they find all seven."""
+    from compute_budget.auditor.look_back import look_below
+
+    target, since = store
+    edited = {tile: tile * TILE_SIZE + 1 + (tile * 37) % TILE_SIZE for tile in range(FULL_TILES)}
+    tamper(target, *(f"UPDATE compute_budget_decisions SET max_steps = 99 WHERE seq = {seq}"
+                     for seq in edited.values()))
+    found: set[int] = set()
+    with BudgetStore.open(target, readonly=True) as opened, opened.snapshot() as snapshot:
+        for day in range(DAY, DAY + N):
+            summary, findings, _ = look_below(snapshot, since, N, day, snapshot.max_seq())
+            rows = {finding.seq for finding in findings if finding.kind is FindingKind.REDERIVE_MISMATCH}
+            assert rows == {edited[day % N]}
+            assert summary.tiles == 2  # its full tile and the partial one
+            found |= rows
+    assert found == set(edited.values())
+
+
 def test_each_night_rechecks_its_slice_and_the_partial_tile(store: tuple[str, Checkpoint]) -> None:
     """Every night: one full tile (7 tiles, N = 7) and the partial last tile, clean; rows_checked counts only the
     new rows; the slice is the day number mod N."""
