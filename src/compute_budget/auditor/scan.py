@@ -19,6 +19,7 @@ import base64
 import dataclasses
 import functools
 import json
+import logging
 import multiprocessing
 import multiprocessing.pool
 import os
@@ -895,11 +896,17 @@ def _worker_pool(workers: int) -> multiprocessing.pool.Pool:
 
 def _quiet_worker() -> None:
     """A worker leaves Ctrl-C to the auditing process, which stops it, and dies at once on SIGTERM (a forked
-    worker would otherwise inherit the command line's handler and print a traceback as it goes). It also dies,
-    silently, within `ORPHAN_POLL_SECONDS` of its parent being killed outright (SIGKILL, the OOM killer), which
-    no handler sees: an orphan would go on reading the store and print a BrokenPipeError when done."""
+    worker would otherwise inherit the command line's handler and print a traceback as it goes), and prints none of
+    the database libraries' log lines. It also dies, silently, within `ORPHAN_POLL_SECONDS` of its parent being
+    killed outright (SIGKILL, the OOM killer), which no handler sees: an orphan would go on reading the store and
+    print a BrokenPipeError when done."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # A lost server is the parent's one line to say: the libraries' own log lines (SQLAlchemy's pool logs a failed
+    # close with a traceback) must not reach stderr from here. A forked worker has the command line's handlers already.
+    for name in ("sqlalchemy", "psycopg"):
+        if not logging.getLogger(name).handlers:
+            logging.getLogger(name).addHandler(logging.NullHandler())
     parent = os.getppid()
 
     def watch() -> None:
