@@ -8,13 +8,16 @@ In one run, on this machine, over the same store of N rows:
    and the row's ``gate_input``);
 3. the project with ``jobs=2``: the speed-up over jobs=1;
 4. the audit's peak memory (VmHWM, read inside a child process that runs only the audit) at N rows and at
-   10,000 rows.
+   10,000 rows;
+5. the nightly cost of the look-back (spec 9.9.7): `audit(since=..., look_back=7)` over the last
+   ``--nightly-new`` rows (default 10,000) against the same `--since` audit without it and against the full
+   audit (jobs=1 each). ``--nightly-only`` measures only this (and the full audit it compares with).
 
 Run: ``python benchmarks/bench_audit.py`` (builds a 1,000,000-row store with `record_many` first: several
 minutes), ``--count 10000`` for a smoke run, ``--db PATH`` to reuse (or build and keep) a store, e.g. one kept
 by ``bench_record.py --keep``; ``--profile`` profiles the jobs=1 audit under cProfile instead.
 Goals: ratio >= 0.5, jobs=2 speed-up >= 1.6x, peak memory < 200 MB at 1,000,000 rows and <= 1.5x the
-10,000-row figure.
+10,000-row figure; the look-back costs about 1/N of a full audit on top of the `--since` audit.
 """
 
 from __future__ import annotations
@@ -35,7 +38,10 @@ from pathlib import Path
 
 from bench_record import build_store, db_bytes, print_profile
 
+from compute_budget import BudgetStore
 from compute_budget.auditor.scan import audit
+from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.head import ChainHead
 
 TABLE = "compute_budget_decisions"
 COLUMNS = (
@@ -147,6 +153,49 @@ def profile(path: Path, rows: int, top: int) -> None:
     print_profile(profiler, rows, top)
 
 
+def checkpoint_at(path: Path, size: int) -> Checkpoint:
+    """The checkpoint of the store's first `size` rows (chain head and stored tree's root), as last night kept it."""
+    with BudgetStore.open(path, readonly=True) as store, store.snapshot() as snapshot:
+        link = snapshot.link_at(size)
+        if link is None:
+            raise SystemExit(f"the store has no row {size}")
+        return Checkpoint.from_head(
+            ChainHead(size, link[1], link[2]), origin=snapshot.origin(), root=snapshot.frontier(size).root()
+        )
+
+
+def nightly(path: Path, rows: int, new: int, look_back: int, repeat: int) -> dict[str, float]:
+    """Best-of-`repeat` seconds of the --since audit of the last `new` rows, of the same with the look-back, and of
+    the full audit (jobs=1 each), with the rows the look-back re-checked."""
+    since = checkpoint_at(path, rows - new)
+    best = {"since": float("inf"), "look_back": float("inf"), "full": float("inf"), "look_back_rows": 0.0}
+    for round_number in range(1, repeat + 1):
+        _say(f"nightly round {round_number}/{repeat}: --since of {new:,} new rows, with --look-back {look_back}, full")
+        for name, options in (("since", {}), ("look_back", {"look_back": look_back}), ("full", None)):
+            began = time.perf_counter()
+            report = audit(path) if options is None else audit(path, since=since, **options)
+            best[name] = min(best[name], time.perf_counter() - began)
+            if not report.clean:
+                raise SystemExit(f"the benchmark store does not audit clean: {report.findings[:3]}")
+            if report.look_back is not None:
+                best["look_back_rows"] = report.look_back.rows
+    return best
+
+
+def print_nightly(rows: int, new: int, look_back: int, best: dict[str, float]) -> None:
+    """The look-back's nightly cost as ratios to the --since audit alone and to a full audit."""
+    print(f"nightly  --since, {new:,} new rows   {best['since']:8.2f} s")
+    print(
+        f"nightly  + --look-back {look_back:<2}         {best['look_back']:8.2f} s  (re-checked "
+        f"{best['look_back_rows']:,.0f} rows below the checkpoint, {best['look_back_rows'] / rows:.1%} of {rows:,})"
+    )
+    print(f"full     audit jobs=1             {best['full']:8.2f} s")
+    print(
+        f"ratio    nightly with look-back / --since alone {best['look_back'] / best['since']:6.2f}x; "
+        f"/ full audit {best['look_back'] / best['full']:6.3f} (1/{look_back} = {1 / look_back:.3f}, plus the new rows)"
+    )
+
+
 def _count(path: Path) -> int:
     connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
@@ -167,9 +216,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="rounds; the best of each is reported (default 3)")
     parser.add_argument("--profile", action="store_true", help="profile the jobs=1 audit under cProfile instead")
     parser.add_argument("--top", type=int, default=25, help="functions shown by --profile (default 25)")
+    parser.add_argument("--nightly-new", type=int, default=10_000, help="new rows of the nightly audit (10,000)")
+    parser.add_argument("--look-back", type=int, default=7, help="the nightly audit's --look-back N (default 7)")
+    parser.add_argument("--nightly-only", action="store_true", help="measure only the nightly look-back's cost")
     args = parser.parse_args(argv)
-    if args.count < 1 or args.repeat < 1:
-        parser.error("--count and --repeat must be positive")
+    if args.count < 1 or args.repeat < 1 or args.look_back < 1:
+        parser.error("--count, --repeat and --look-back must be positive")
+    if not 0 < args.nightly_new < args.count:
+        parser.error("--nightly-new must be between 1 and --count")
 
     folder = Path(tempfile.mkdtemp(prefix="bench_audit_"))
     try:
@@ -180,6 +234,12 @@ def main(argv: list[str] | None = None) -> int:
         rows = _count(path)
         if args.profile:
             profile(path, rows, args.top)
+            return 0
+        if args.nightly_only:
+            _warm(path)
+            best = nightly(path, rows, args.nightly_new, args.look_back, args.repeat)
+            print(f"bench_audit --nightly-only: {rows:,} rows, {os.cpu_count()} CPUs, best of {args.repeat} round(s)")
+            print_nightly(rows, args.nightly_new, args.look_back, best)
             return 0
         small = folder / "small.db"
         _say(f"building a store of {SMALL:,} rows for the memory baseline ...")
@@ -206,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         little = peak_memory(small)
         big_parallel = peak_memory(path, jobs=2)
         big_auto = peak_memory(path, jobs="auto")
+        best_nightly = nightly(path, rows, args.nightly_new, args.look_back, args.repeat)
 
         project_rate = rows / project_seconds
         floor_rate = rows / floor_seconds
@@ -256,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{_mb(big_auto['workers_peak_kb']):.1f} MB ({verdict(auto_peak < GOAL_PEAK_MB)} "
             f"< {GOAL_PEAK_MB:.0f} MB)"
         )
+        print_nightly(rows, args.nightly_new, args.look_back, best_nightly)
         if args.keep and args.db is None:
             print(f"kept     {path} and {small}")
     finally:

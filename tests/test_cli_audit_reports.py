@@ -242,3 +242,86 @@ def test_a_missing_since_checkpoint_says_what_to_do(run_cli: Run, recorded: Path
     assert (status, out) == (2, "")
     assert f"compute-budget audit --db {recorded} --save-checkpoint {tmp_path / 'checkpoint.json'}" in err
     assert "lost or removed" in err
+
+
+def _disk_full_under(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writes to files in `folder` fail as on a full disk (ENOSPC, at the write itself); removing a file still works,
+    as it does on a full disk. Fault injection at the write seam: `os.fdopen` of a file there returns a stream that
+    cannot take a byte."""
+    import errno
+    import io
+    import os
+
+    real_fdopen = os.fdopen
+
+    class FullDisk(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        def __exit__(self, *args: object) -> None:
+            self.close()
+
+    def fdopen(fd: int, *args: object, **kwargs: object) -> object:
+        try:
+            where = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            where = None
+        if where is not None and where.parent == folder:
+            os.close(fd)
+            return FullDisk()
+        return real_fdopen(fd, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(os, "fdopen", fdopen)
+
+
+@pytest.mark.parametrize("store_target", ["sqlite", "postgresql"], indirect=True)
+def test_a_report_that_cannot_be_replaced_is_removed_and_said_once(
+    run_cli: Run, store_target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28 p: the disk holding the reports fills up after last night's CLEAN. The audit that cannot replace
+    its reports removes them (removing needs no space), warns once per report (not twice), and exits 2 naming them
+    in one error line; the text report still reaches stdout. Before, last night's `"clean": true` stayed."""
+    assert run_cli("record", EXAMPLES, "--db", store_target)[0] == 0
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    json_report, junit_report = reports / "audit.json", reports / "audit.xml"
+    options = ("--report", f"json:{json_report}", "--report", f"junit:{junit_report}")
+    assert run_cli("audit", "--db", store_target, *options)[0] == 0
+    assert json.loads(json_report.read_text())["clean"] is True  # last night's
+    _disk_full_under(reports, monkeypatch)
+    status, out, err = run_cli("audit", "--db", store_target, *options)
+    assert status == 2, err
+    assert not json_report.exists()
+    assert not junit_report.exists()
+    assert "CLEAN" in out
+    lines = err.splitlines()
+    for path in (json_report, junit_report):
+        said = [line for line in lines if line.startswith(f"compute-budget: warning: cannot write {path}")]
+        assert len(said) == 1, err
+        assert "No space left on device; removed it" in said[0]
+    errors = [line for line in lines if line.startswith("compute-budget: error:")]
+    assert len(errors) == 1, err
+    assert f"the audit finished (CLEAN), but {json_report}, {junit_report} could not be written" in errors[0]
+    assert len(lines) == len(set(lines)), err  # every warning once (PostgreSQL adds its role warning, once too)
+    assert [path.name for path in reports.iterdir()] == []  # no temporary file left behind
+
+
+def test_a_report_that_cannot_be_replaced_when_the_audit_cannot_run_is_removed(
+    run_cli: Run, recorded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The audit cannot run (its --since file is gone) and its report cannot be replaced: the report is removed,
+    said once, and the one error is the audit's own."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    json_report = reports / "audit.json"
+    assert run_cli("audit", "--db", str(recorded), "--report", f"json:{json_report}")[0] == 0
+    _disk_full_under(reports, monkeypatch)
+    status, _, err = run_cli(
+        "audit", "--db", str(recorded), "--since", str(tmp_path / "gone.json"), "--report", f"json:{json_report}"
+    )
+    assert status == 2
+    assert not json_report.exists()
+    lines = err.splitlines()
+    assert len(lines) == 2, err
+    assert lines[0].startswith(f"compute-budget: warning: cannot write {json_report}")
+    assert "does not exist" in lines[1]

@@ -305,3 +305,66 @@ def test_a_server_that_ends_the_connection_mid_scan_is_one_clear_error(
         admin.dispose()
     assert unraisable == []
     assert [str(item.message) for item in warned if "still open" in str(item.message)] == []  # psycopg's cursor
+
+
+# The audit, in a process of its own, with its progress callback stopping the server (a fast shutdown) after the first
+# batch it checked: the next read finds the server gone, in the auditing process and in any worker.
+_AUDIT_THEN_STOP = """
+import contextlib, subprocess, sys
+from compute_budget.auditor import scan
+import compute_budget.cli.audit as command
+from compute_budget.cli import main
+from tests import pg_cluster
+
+scan.MIN_ROWS_PER_JOB = 100  # split these few rows as a large store would be
+data = sys.argv[1]
+stopped = []
+
+@contextlib.contextmanager
+def stopping_progress():
+    def on_progress(done, total):
+        if done and not stopped:
+            stopped.append(done)
+            pg_ctl = pg_cluster.find_bin("pg_ctl")
+            subprocess.run(pg_cluster._as_server_user([pg_ctl, "-D", data, "-m", "fast", "-w", "stop"]),
+                           capture_output=True, check=True)
+    yield on_progress
+
+command.audit_progress = stopping_progress
+sys.argv = ["compute-budget", *sys.argv[2:]]
+main()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_server_stopped_mid_audit_is_one_line_for_a_read(jobs: str, tmp_path: Path) -> None:
+    """Issue 28 o: PostgreSQL stopped while `audit` reads (one process, or two): exit 2 and exactly one line on
+    stderr, no 'Error closing cursor' traceback from SQLAlchemy's logger, and wording fit for a command that only
+    reads (not 'whatever this command was writing was not committed')."""
+    import sys
+    import tempfile
+
+    from tests import pg_cluster
+
+    if not pg_cluster.available():
+        pytest.skip("no PostgreSQL server binaries here: install postgresql to stop a server mid-audit")
+    folder = Path(tempfile.mkdtemp(prefix="cb-audit-stopped-pg-")) / "cluster"
+    folder.parent.chmod(0o755)  # the server's user must reach it
+    url = pg_cluster.start(folder)
+    try:
+        with BudgetStore.open(url) as store:
+            store.record_many(gate_lines(12_000))
+        done = subprocess.run(
+            [sys.executable, "-c", _AUDIT_THEN_STOP, str(folder / "data"), "audit", "--db", url, "--jobs", jobs],
+            capture_output=True, text=True, timeout=120, check=False, cwd=Path(__file__).resolve().parent.parent,
+        )
+    finally:
+        pg_cluster.stop(folder)
+        folder.parent.rmdir()
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "ended the connection" in done.stderr or "closed the connection" in done.stderr, done.stderr
+    assert "writing" not in done.stderr
+    assert "run the command again once the server is back" in done.stderr

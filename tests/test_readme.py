@@ -235,6 +235,8 @@ def test_the_nightly_recipe_for_three_nights(tmp_path: Path) -> None:
     report = json.loads((logs / "audit.json").read_text())
     assert report["clean"] is False
     assert [finding["seq"] for finding in report["findings"] if finding["kind"] == "rederive_mismatch"] == [57]
+    assert report["look_back"]["n"] == 7  # the recipe looks back: here the 50 rows below the checkpoint, a partial tile
+    assert report["look_back"]["rows"] == 50
     failures, errors = junit_counts(logs / "audit.xml")
     assert failures != "0"
     assert errors == "0"

@@ -65,6 +65,25 @@ ACTIONS: dict[FindingKind, str] = {
 
 
 @dataclass(frozen=True, slots=True)
+class LookBack:
+    """What an `--since` audit's look-back (spec 9.9.7) re-checked below its checkpoint: slice `slice` of `n`
+    (the audit's UTC day number mod n), `tiles` tiles (the partial last one included) holding `rows` rows, in
+    `seconds`; `findings` of the report's findings are its own."""
+
+    n: int
+    slice: int
+    tiles: int
+    rows: int
+    seconds: float
+    findings: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report's JSON `look_back`."""
+        return {"n": self.n, "slice": self.slice, "tiles": self.tiles, "rows": self.rows,
+                "seconds": round(self.seconds, 3), "findings": self.findings}
+
+
+@dataclass(frozen=True, slots=True)
 class AuditReport:
     """What an audit found: `clean` iff no findings."""
 
@@ -93,6 +112,7 @@ class AuditReport:
     escalated: bool = False  # the --since checkpoint did not hold, so every row was checked
     # With no row to name, the seqs (first, last) a consistent rewrite lies in, bounded by stored checkpoints.
     rewritten_between: tuple[int, int] | None = None
+    look_back: LookBack | None = None  # what `--look-back N` re-checked below the --since checkpoint (None: off)
     # Derived from `findings` once (every rendering reads it, and per finding for `cause_seq`): see `affected_rows`.
     _affected: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
@@ -172,6 +192,7 @@ class AuditReport:
             "since": self.since.to_dict() if self.since else None,
             "mode": "incremental" if self.since and not self.escalated else "full",
             "escalated": self.escalated,
+            "look_back": self.look_back.to_dict() if self.look_back is not None else None,
             "affected_rows": {
                 "count": len(rows),
                 "first": rows[0] if rows else None,

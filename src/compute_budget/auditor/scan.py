@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import json
+import logging
 import multiprocessing
 import multiprocessing.pool
 import os
@@ -29,7 +31,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from compute_budget.auditor.report import AuditReport, utc_now
+from compute_budget.auditor.look_back import day_number, look_below
+from compute_budget.auditor.report import AuditReport, LookBack, utc_now
 from compute_budget.auditor.witnessed import DEFAULT_MAX_WITNESS_AGE, WitnessPolicy, given_note_findings, witnessed
 from compute_budget.core.leaf import unreadable_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint
@@ -84,6 +87,8 @@ def audit(
     witness_quorum: int | None = None,
     max_witness_age: int = DEFAULT_MAX_WITNESS_AGE,
     witnessed_checkpoints: Iterable[CheckpointLike] = (),
+    look_back: int = 0,
+    look_back_day: int | None = None,
 ) -> AuditReport:
     """Audit the store at `target` read-only. `checkpoint`: prove history extends it. `since`: prove it,
     then check only the rows after it. `through`: check only the rows up to this `seq` (with `since`, a `seq`
@@ -104,6 +109,11 @@ process gets at least `AUTO_ROWS_PER_JOB` rows to check, else one. The report's 
     K-th newest cosignature is over `max_witness_age` seconds old; the report's `witnessed_size` names it.
     `witnessed_checkpoints` (what `--witness-url` fetched from witnesses): the store must extend each.
 
+    `look_back` N (spec 9.9.7; needs `since`; 0: off) also re-derives and re-hashes the full tiles of 256 rows
+    below `since` whose number t has t mod N == d mod N, d the UTC day number of the audit's start (`look_back_day`
+    overrides it), and the partial last tile, and holds the root they and the other tiles' stored hashes give
+    against `since`'s: N audits on consecutive days re-check every row. The report's `look_back` says what it did.
+
     When `since` does not hold (history before it was rewritten), every row is checked after all, so the report
     names the rows that changed (`escalated`); the checkpoint mismatches follow from them.
 
@@ -115,6 +125,7 @@ process gets at least `AUTO_ROWS_PER_JOB` rows to check, else one. The report's 
         target, checkpoint=checkpoint, since=since, jobs=jobs, on_progress=on_progress, trusted_keys=trusted_keys,
         all_signatures=all_signatures, through=through, expected_origin=expected_origin, witness_keys=witness_keys,
         witness_quorum=witness_quorum, max_witness_age=max_witness_age, witnessed_checkpoints=witnessed_checkpoints,
+        look_back=(look_back, look_back_day),
     )
     if report.since is None or through is not None or not _since_broken(report):
         return _with_rewritten_range(target, report)
@@ -128,7 +139,7 @@ process gets at least `AUTO_ROWS_PER_JOB` rows to check, else one. The report's 
         witnessed_checkpoints=[*given, *witnessed_checkpoints],
     )
     return _with_rewritten_range(target, dataclasses.replace(
-        full, checkpoint=report.checkpoint, since=report.since, escalated=True,
+        full, checkpoint=report.checkpoint, since=report.since, escalated=True, look_back=report.look_back,
         elapsed_seconds=report.elapsed_seconds + full.elapsed_seconds, started_at=report.started_at,
     ))
 
@@ -158,8 +169,11 @@ def _with_rewritten_range(target: str | os.PathLike[str] | None, report: AuditRe
 
 
 def _since_broken(report: AuditReport) -> bool:
-    """True when the --since checkpoint does not hold: a checkpoint_mismatch at its seq."""
+    """True when the --since checkpoint does not hold: a checkpoint_mismatch at its seq, or anything the look-back
+    found below it (the checkpoint was kept only after a clean audit, so the rows under it changed since)."""
     assert report.since is not None
+    if report.look_back is not None and report.look_back.findings:
+        return True
     return any(
         finding.kind is FindingKind.CHECKPOINT_MISMATCH and finding.seq == report.since.seq
         for finding in report.findings
@@ -181,6 +195,7 @@ def _audit_once(
     witness_quorum: int | None,
     max_witness_age: int,
     witnessed_checkpoints: Iterable[CheckpointLike],
+    look_back: tuple[int, int | None] = (0, None),
 ) -> AuditReport:
     """One audit as `audit` describes, without the escalation from a broken --since."""
     if jobs != "auto" and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
@@ -189,6 +204,8 @@ def _audit_once(
         raise ArgumentTypeError(f"origin {expected_origin!r} is not a log origin (1 to 128 printable ASCII, no '+')")
     started = time.perf_counter()
     started_at = utc_now()
+    day = look_back[1] if look_back[1] is not None else day_number(time.time())
+    _check_look_back(look_back[0], day, since)
     checkpoint = as_checkpoint(checkpoint) if checkpoint is not None else None
     since = as_checkpoint(since) if since is not None else None
     from_witnesses = [as_checkpoint(item) for item in witnessed_checkpoints]
@@ -261,9 +278,15 @@ def _audit_once(
                 unattested += witness_findings
         tasks = [(low, high, anchor) for (low, high), anchor in zip(plan.ranges, anchors, strict=True)]
         processes = len(tasks)
+        looking_back = (
+            functools.partial(_look_back, store, since, look_back[0], day, plan.max_seq)
+            if look_back[0] and since is not None else None
+        )
+        looked_back: _LookedBack | None = None
         if processes > 1:
-            results = _run_parallel(store, tasks, seal, on_progress)
+            results, looked_back = _run_parallel(store, tasks, seal, on_progress, looking_back)
         else:
+            looked_back = looking_back() if looking_back is not None else None
             total = sum(high - low for low, high in plan.ranges)
             results = [
                 _audit_range(store, low, high, anchor, on_progress, total, seal.task(index))
@@ -284,6 +307,8 @@ def _audit_once(
         merged.policy_counts.update(result.policy_counts)
         if result.rows:
             last = ChainHead(result.last_seq, result.last_chain_hash, result.last_budget_id)
+    if looked_back is not None:
+        findings += looked_back[1]
     findings += tree_findings + outliers + unattested
     return AuditReport(
         database=database,
@@ -296,12 +321,7 @@ def _audit_once(
         checkpoint=checkpoint,
         since=since,
         jobs=processes,
-        warnings=(
-            f"the audit's database role may {', '.join(privileges)} the decisions table: the audit itself never "
-            "writes, but only a SELECT-only role guarantees that (see the README's PostgreSQL section)",
-        )
-        if privileges
-        else (),
+        warnings=_warnings(privileges, looked_back),
         policy_counts=dict(merged.policy_counts),
         started_at=started_at,
         finished_at=utc_now(),
@@ -312,7 +332,37 @@ def _audit_once(
         provenance=provenance,
         witnessed_size=witnessed_size,
         witness_keys=tuple(key.format() for key in policy.keys) if policy is not None else (),
+        look_back=looked_back[0] if looked_back is not None else None,
     )
+
+
+_LookedBack = tuple[LookBack, list[Finding], list[str]]
+
+
+def _warnings(privileges: list[str], looked_back: _LookedBack | None) -> tuple[str, ...]:
+    """The report's warnings: a role that could write, and what the look-back could not do."""
+    warnings = [
+        f"the audit's database role may {', '.join(privileges)} the decisions table: the audit itself never "
+        "writes, but only a SELECT-only role guarantees that (see the README's PostgreSQL section)"
+    ] if privileges else []
+    return (*warnings, *(looked_back[2] if looked_back is not None else ()))
+
+
+def _check_look_back(n: object, day: object, since: object) -> None:
+    """`look_back` is a whole number (0: off) and needs `since`; the day is a whole number."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ArgumentTypeError(f"look_back is a whole number of days (0: off), not {n!r}")
+    if isinstance(day, bool) or not isinstance(day, int):
+        raise ArgumentTypeError(f"look_back_day is a UTC day number, not {day!r}")
+    if n and since is None:
+        raise ArgumentTypeError("look_back looks back below a since checkpoint: give since too")
+
+
+def _look_back(store: BudgetStore, since: Checkpoint, n: int, day: int, max_seq: int) -> _LookedBack:
+    """The look-back (auditor.look_back), on a snapshot of its own: in the auditing process, while any workers
+    check the new rows."""
+    with store.snapshot() as snapshot:
+        return look_below(snapshot, since, n, day, max_seq)
 
 
 def _witness_policy(
@@ -811,9 +861,11 @@ def _run_parallel(
     tasks: list[tuple[int, int, tuple[int, str]]],
     seal: _Seal,
     on_progress: Callable[[int, int], None] | None,
-) -> list[tuple[RangeResult, TreeOutcome | None]]:
+    looking_back: Callable[[], _LookedBack] | None = None,
+) -> tuple[list[tuple[RangeResult, TreeOutcome | None]], _LookedBack | None]:
     """The first range in this process, the others each in a worker process, all at once: the parent would
-    otherwise only wait, and its store is open already. Progress counts this process's rows as they go and
+    otherwise only wait, and its store is open already. The look-back, if any, runs here too, once the workers
+    have their ranges. Progress counts this process's rows as they go and
     each worker's once it is done. Leaving (done, an error, Ctrl-C or SIGTERM) terminates the workers at once:
     an interrupted audit must not wait for them to finish their ranges."""
     total = sum(high - low for low, high, _ in tasks)
@@ -823,6 +875,7 @@ def _run_parallel(
             for index, (low, high, anchor) in enumerate(tasks)
             if index > 0
         ]
+        looked_back = looking_back() if looking_back is not None else None
         low, high, anchor = tasks[0]
         first = _audit_range(store, low, high, anchor, on_progress, total, seal.task(0))
         results = [first]
@@ -832,7 +885,7 @@ def _run_parallel(
             done += results[-1][0].rows
             if on_progress is not None:
                 on_progress(done, total)
-        return results
+        return results, looked_back
 
 
 def _worker_pool(workers: int) -> multiprocessing.pool.Pool:
@@ -843,11 +896,17 @@ def _worker_pool(workers: int) -> multiprocessing.pool.Pool:
 
 def _quiet_worker() -> None:
     """A worker leaves Ctrl-C to the auditing process, which stops it, and dies at once on SIGTERM (a forked
-    worker would otherwise inherit the command line's handler and print a traceback as it goes). It also dies,
-    silently, within `ORPHAN_POLL_SECONDS` of its parent being killed outright (SIGKILL, the OOM killer), which
-    no handler sees: an orphan would go on reading the store and print a BrokenPipeError when done."""
+    worker would otherwise inherit the command line's handler and print a traceback as it goes), and prints none of
+    the database libraries' log lines. It also dies, silently, within `ORPHAN_POLL_SECONDS` of its parent being
+    killed outright (SIGKILL, the OOM killer), which no handler sees: an orphan would go on reading the store and
+    print a BrokenPipeError when done."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # A lost server is the parent's one line to say: the libraries' own log lines (SQLAlchemy's pool logs a failed
+    # close with a traceback) must not reach stderr from here. A forked worker has the command line's handlers already.
+    for name in ("sqlalchemy", "psycopg"):
+        if not logging.getLogger(name).handlers:
+            logging.getLogger(name).addHandler(logging.NullHandler())
     parent = os.getppid()
 
     def watch() -> None:

@@ -79,12 +79,14 @@ class BudgetGroup(click.Group):
             import importlib
             import logging
 
-            # Every command that opens a store is one of these. The driver's own log lines ("error ignored
-            # terminating <psycopg.Pipeline [BAD]>: the connection is lost") would reach stderr through logging's
-            # last-resort handler beside the one line the command prints for the same failure.
-            driver_log = logging.getLogger("psycopg")
-            if not any(isinstance(handler, logging.NullHandler) for handler in driver_log.handlers):
-                driver_log.addHandler(logging.NullHandler())
+            # Every command that opens a store is one of these. The driver's and SQLAlchemy's own log lines ("error
+            # ignored terminating <psycopg.Pipeline [BAD]>: the connection is lost", the pool's "Error closing
+            # cursor" or "Exception during reset" with a traceback) would reach stderr through logging's last-resort
+            # handler beside the one line the command prints for the same failure. Forked workers inherit this.
+            for name in ("psycopg", "sqlalchemy"):
+                library_log = logging.getLogger(name)
+                if not any(isinstance(handler, logging.NullHandler) for handler in library_log.handlers):
+                    library_log.addHandler(logging.NullHandler())
             importlib.import_module(LAZY_COMMANDS[cmd_name])
         return super().get_command(ctx, cmd_name)
 

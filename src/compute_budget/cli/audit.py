@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Literal
 
 import click
 
-from compute_budget.cli.app import Terminated, say
+from compute_budget.cli.app import CannotRun, Terminated, say
 from compute_budget.cli.commands import cli, db_option, witness_role_options
 from compute_budget.cli.io import check_keys_apart, check_writable, write_atomically
 from compute_budget.cli.progress import audit_progress
@@ -118,6 +118,16 @@ def _reports_for_usage_error(args: list[str], error: click.UsageError) -> None:
     help="Incremental: prove this checkpoint holds, then check only the rows after it.",
 )
 @click.option(
+    "--look-back",
+    "look_back",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="With --since: also re-check the N-th of the rows below the checkpoint due today (by UTC day number), "
+    "and the last partial tile of 256; N nightly audits in a row re-check every row. 0: off.",
+)
+@click.option(
     "--save-checkpoint", "save_path", metavar="FILE", help="Write the new head here, only when the audit is clean."
 )
 @click.option(
@@ -190,6 +200,7 @@ def audit_command(
     witness_quorum: int | None,
     max_witness_age: int,
     witness_urls: tuple[str, ...],
+    look_back: int,
 ) -> None:
     """Replay-audit the store read-only: exit 0 clean, 1 findings, 2 cannot run.
 
@@ -202,6 +213,7 @@ def audit_command(
     targets = [(output_format, output_path)] if output_path else []
     targets += [_report_spec(value) for value in reports]
     writable: list[tuple[str, str]] = []
+    unwritten: dict[str, str] = {}
     inputs = [("--checkpoint", checkpoint_path or ""), ("--since", since_path or "")]
     key_files = [("--cosign", cosign_path)] if cosign_path else []
     key_files += [("--trusted-key", item) for item in trusted_keys if os.path.exists(item)]
@@ -228,11 +240,13 @@ def audit_command(
             check_writable("--save-checkpoint", save_path, db=db, keep=inputs)
             check_keys_apart(key_files, [("--save-checkpoint", save_path)])
         # Until this audit has a verdict, every report says it has none: a run killed outright (SIGKILL, the OOM
-        # killer) must not leave last night's CLEAN in place.
-        _write_error_reports(
+        # killer) must not leave last night's CLEAN in place. A report that cannot be replaced (a full disk) was
+        # removed instead: it is said once and not tried again.
+        unwritten = _write_error_reports(
             writable, None, db, started_at,
             reason=f"the audit started at {started_at} and has not finished: if this stays, it was killed",
         )
+        writable[:] = [target for target in writable if target[1] not in unwritten]
         _audit_and_report(
             db,
             checkpoint_path,
@@ -247,9 +261,11 @@ def audit_command(
             cosign_path,
             expected_origin,
             (witness_keys, witness_quorum, max_witness_age, witness_urls),
+            look_back=look_back,
+            unwritten=unwritten,
         )
-    except click.exceptions.Exit:
-        raise  # a result (exit 0 or 1), its reports written
+    except (click.exceptions.Exit, ReportsNotWritten):
+        raise  # a result (exit 0 or 1), its reports written; or reports removed, the others holding the result
     except KeyboardInterrupt as error:  # Ctrl-C, or SIGTERM (a cron timeout): no verdict, so none may survive
         _write_error_reports(writable, error, db, started_at)
         raise
@@ -272,12 +288,18 @@ def _audit_and_report(
     cosign_path: str | None,
     expected_origin: str | None,
     witnessing: tuple[tuple[str, ...], int | None, int, tuple[str, ...]],
+    *,
+    look_back: int = 0,
+    unwritten: dict[str, str] | None = None,
 ) -> None:
     from compute_budget.auditor.scan import audit, load_checkpoint
     from compute_budget.cli.render_audit import render
-    from compute_budget.errors import CheckpointError
+    from compute_budget.errors import CheckpointError, OutputUnwritable
     from compute_budget.store.keys import load_signer_key, verifier_key
 
+    if look_back and not since_path:  # a usage error: the look-back is below a --since checkpoint, none is given
+        raise click.BadParameter("--look-back re-checks rows below a --since checkpoint: give --since FILE too",
+                                 param_hint="--look-back")
     checkpoint = load_checkpoint(checkpoint_path) if checkpoint_path else None
     if since_path and not os.path.lexists(since_path):
         raise CheckpointError(
@@ -310,13 +332,21 @@ def _audit_and_report(
             witness_quorum=witness_quorum,
             max_witness_age=max_witness_age,
             witnessed_checkpoints=fetched,
+            look_back=look_back,
         )
     for warning in report.warnings:
         say(f"warning: {warning}")
+    failed = dict(unwritten or {})
     for target_format, path in targets:
-        write_atomically(path, render(report, target_format) + "\n")
+        try:
+            write_atomically(path, render(report, target_format) + "\n")
+        except OutputUnwritable as error:
+            failed[path] = _remove_unwritten(path, error)
+            say(f"warning: {failed[path]}")
     if not output_path:
         click.echo(render(report, output_format))
+    if failed:  # said after the report itself; nothing more is written (no checkpoint to rotate to)
+        raise ReportsNotWritten(_not_written(failed, report))
     if save_path and witnesses:
         _save_witnessed(db, report, save_path, cosigner, [item for item in (checkpoint, since) if item is not None],
                         witnesses, witness_quorum)
@@ -422,11 +452,12 @@ def _write_error_reports(
     started_at: str,
     *,
     reason: str | None = None,
-) -> None:
+) -> dict[str, str]:
     """Replace every report file asked for with the report of an audit that could not run, saying why (`reason`,
-    else the error's own words)."""
+    else the error's own words). A report that cannot be replaced is removed, with one warning; returns those, each
+    with what was said about it."""
     if not targets:
-        return
+        return {}
     from compute_budget.auditor.report import utc_now
     from compute_budget.cli.render_audit import render_error
     from compute_budget.errors import ComputeBudgetError
@@ -439,12 +470,43 @@ def _write_error_reports(
     except ComputeBudgetError:
         database = db or "(no database)"
     finished_at = utc_now()
+    unwritten: dict[str, str] = {}
     for target_format, path in targets:
         text = render_error(target_format, reason, database=database, started_at=started_at, finished_at=finished_at)
         try:
             write_atomically(path, text + "\n")
         except ComputeBudgetError as failed:  # that report cannot be written either: say so, keep the first error
-            say(f"warning: {failed}")
+            unwritten[path] = _remove_unwritten(path, failed)
+            say(f"warning: {unwritten[path]}")
+    return unwritten
+
+
+class ReportsNotWritten(CannotRun):
+    """The audit ran, but report files asked for could not be written (and were removed): exit 2, naming them."""
+
+
+def _remove_unwritten(path: str, error: Exception) -> str:
+    """Remove the report at `path` that could not be replaced (removing needs no free space), so that an earlier
+    run's verdict does not stand for this one; returns what to say about it."""
+    if os.path.islink(path) or (os.path.lexists(path) and not os.path.isfile(path)):
+        return f"{error}; left in place (not a regular file): it may hold an earlier report"
+    if not os.path.lexists(path):
+        return f"{error} (no earlier report was there)"
+    try:
+        os.unlink(path)
+    except OSError as removing:
+        why = removing.strerror or removing
+        return f"{error}; it could not be removed either ({why}): it may hold an earlier report"
+    return f"{error}; removed it, so that no earlier report stands for this run"
+
+
+def _not_written(failed: dict[str, str], report: AuditReport) -> str:
+    """The one error line of an audit whose reports could not all be written (each was warned about once)."""
+    verdict = "CLEAN" if report.clean else f"{len(report.findings)} finding(s)"
+    return (
+        f"the audit finished ({verdict}), but {', '.join(failed)} could not be written (said above): "
+        "no report there stands for this run; fix that and run the audit again"
+    )
 
 
 def _error_reason(error: BaseException | None) -> str:

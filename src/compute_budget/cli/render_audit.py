@@ -40,6 +40,8 @@ def render_text(report: AuditReport) -> str:
         f"in {report.elapsed_seconds:.2f} s, {report.rows_per_second:,.0f} rows/s",
         f"  head          seq {report.head.seq}, chain_hash {escaped(report.head.chain_hash)}",
     ]
+    if report.look_back is not None:
+        lines.append(_look_back_line(report))
     if report.origin is not None and report.root is not None:
         lines.append(f"  tree          {escaped(report.origin)}, root {base64.b64encode(report.root).decode('ascii')}")
     if report.provenance is not None:
@@ -81,6 +83,18 @@ def render_text(report: AuditReport) -> str:
         if count > len(listed):
             lines.append(f"    ... and {count - len(listed)} more (use --format json for all)")
     return "\n".join(lines)
+
+
+def _look_back_line(report: AuditReport) -> str:
+    """What the look-back re-checked below the --since checkpoint, and its cost."""
+    item = report.look_back
+    assert item is not None
+    assert report.since is not None
+    return (
+        f"  look-back     slice {item.slice} of {item.n}: {item.tiles} tile(s), {item.rows:,} rows below seq "
+        f"{report.since.seq} re-derived and re-hashed in {item.seconds:.2f} s (the partial last tile every night; "
+        f"{item.n} nightly audits in a row re-check every row)"
+    )
 
 
 def _first_screen(report: AuditReport) -> list[str]:

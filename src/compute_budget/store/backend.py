@@ -194,8 +194,9 @@ def permission_denied(role: object, where: str, detail: str = "permission denied
     )
 
 
-def translate(error: BaseException, location: Location) -> ComputeBudgetError:
-    """Turn a driver or SQLAlchemy error into one clear compute-budget error about `location`.
+def translate(error: BaseException, location: Location, *, reading: bool = False) -> ComputeBudgetError:
+    """Turn a driver or SQLAlchemy error into one clear compute-budget error about `location`; `reading`: it
+    stopped a read (a read-only command, a read transaction), so a lost server is not said to lose a write.
 
     Decided by the driver's error code, never by its (possibly translated) message: SQLite's extended result
     code name (`sqlite_errorname`), PostgreSQL's SQLSTATE (`sqlstate`). The one exception is an error the
@@ -217,13 +218,13 @@ def translate(error: BaseException, location: Location) -> ComputeBudgetError:
     elif location.backend == "postgresql":
         code = getattr(original, "sqlstate", None) or _connect_sqlstate(original)
         if code:
-            translated = _translate_sqlstate(code, text, location)
+            translated = _translate_sqlstate(code, text, location, reading=reading)
             if translated is not None:
                 return translated
         if any(sign in text for sign in _CONNECTION_LOST):
             return StoreUnavailable(
-                f"the PostgreSQL server at {location.display} closed the connection (stopped or crashed): whatever "
-                "this command was writing was not committed; run it again once the server is back"
+                f"the PostgreSQL server at {location.display} closed the connection (stopped or crashed)"
+                f"{_lost(reading)}"
             )
         if _is_connection_failure(original):
             return StoreUnavailable(f"cannot connect to PostgreSQL at {location.display}: {_connect_detail(text)}")
@@ -286,7 +287,16 @@ def _translate_sqlite(name: str, text: str, location: Location) -> ComputeBudget
     return None
 
 
-def _translate_sqlstate(code: str, text: str, location: Location) -> ComputeBudgetError | None:
+def _lost(reading: bool) -> str:
+    """What a connection lost means for the command: a read lost nothing; a write was not committed."""
+    if reading:
+        return " while this command was reading: run the command again once the server is back"
+    return ": whatever this command was writing was not committed; run it again once the server is back"
+
+
+def _translate_sqlstate(
+    code: str, text: str, location: Location, *, reading: bool = False
+) -> ComputeBudgetError | None:
     where = location.display
     role = location.url.username or "(default)"
     database = location.url.database or "(default)"
@@ -306,8 +316,7 @@ def _translate_sqlstate(code: str, text: str, location: Location) -> ComputeBudg
         return StoreUnavailable(f"cannot connect to PostgreSQL at {where}: the server is down or unreachable")
     if code == "57P01":  # admin_shutdown: a fast shutdown, or pg_terminate_backend, ended this very connection
         return StoreUnavailable(
-            f"the PostgreSQL server at {where} ended the connection (shut down, or told to end it): whatever this "
-            "command was writing was not committed; run it again once the server is back"
+            f"the PostgreSQL server at {where} ended the connection (shut down, or told to end it){_lost(reading)}"
         )
     if code in ("57P02", "57P03"):
         return StoreUnavailable(f"PostgreSQL at {where} is shutting down or starting up; try again shortly")

@@ -61,7 +61,7 @@ def open_engine(
                 seal_on_open(connection, origin, create_origin=False)
     except SQLAlchemyError as error:
         engine.dispose()
-        raise translate(error, location) from None
+        raise translate(error, location, reading=readonly) from None
     except BaseException:
         engine.dispose()
         raise

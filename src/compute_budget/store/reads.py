@@ -232,20 +232,21 @@ class Reads:
 def _close_scan(connection: Connection, result: Any) -> None:
     """Close a PostgreSQL scan's server-side cursor. When the server went away the close fails too: then the driver's
     connection is closed and the cursor closed locally, so that the error that stopped the scan is the one said, and
-    neither a close error nor psycopg's 'deleted while still open' warning follows it (a scan dropped unfinished is
-    closed when it is collected)."""
+    neither a close error (logged or raised) nor psycopg's 'deleted while still open' warning follows it (a scan
+    dropped unfinished is closed when it is collected)."""
+    # The driver's cursor is closed first, here: SQLAlchemy's own close of a cursor whose server went away logs the
+    # failure, traceback and all ("Error closing cursor"), on the pool's logger, beside the one line the command says.
     cursor = getattr(result, "cursor", None)
+    if cursor is not None and not getattr(cursor, "closed", True):
+        try:
+            cursor.close()
+        except Exception:  # the server is gone: close the socket, and the cursor then closes locally
+            with contextlib.suppress(Exception):
+                connection.connection.driver_connection.close()  # type: ignore[union-attr]
+            with contextlib.suppress(Exception):
+                cursor.close()
     with contextlib.suppress(SQLAlchemyError):
         result.close()
-    if cursor is None or getattr(cursor, "closed", True):
-        return
-    try:
-        cursor.close()
-    except Exception:  # the server is gone: close the socket, and the cursor then closes locally
-        with contextlib.suppress(Exception):
-            connection.connection.driver_connection.close()  # type: ignore[union-attr]
-        with contextlib.suppress(Exception):
-            cursor.close()
 
 
 def stored_root(connection: Connection, seal: SealStatements, head: ChainHead, location: Location) -> bytes:

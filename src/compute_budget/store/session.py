@@ -71,7 +71,7 @@ class Reading:
         try:
             self._connection = self._session.engine.connect()
         except SQLAlchemyError as error:
-            raise translate(error, self._session.location) from None
+            raise translate(error, self._session.location, reading=True) from None
         return self._connection
 
     def __exit__(
@@ -82,9 +82,9 @@ class Reading:
             self._connection.close()
         except SQLAlchemyError as closing:  # a server that went away fails the close too
             if error is None:
-                raise translate(closing, self._session.location) from None
+                raise translate(closing, self._session.location, reading=True) from None
         if isinstance(error, SQLAlchemyError):
-            raise translate(error, self._session.location) from None
+            raise translate(error, self._session.location, reading=True) from None
 
 
 def lock_for_append(connection: Connection, statements: Statements, *, readonly: bool) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from compute_budget.core.log.merkle import MemoryTree
+from compute_budget.core.log.merkle import CompactRange, MemoryTree
 from compute_budget.errors import MerkleError
 
 TILE_LEVEL = 8
@@ -77,3 +77,21 @@ class TiledTree:
                 self._tiles.clear()
             tile = self._tiles[number] = MemoryTree(leaves)
         return tile
+
+
+def due_tiles(size: int, n: int, day: int) -> range:
+    """The full tiles of a tree of `size` leaves that a look-back of `n` (spec 9.9.7) re-checks on day number
+    `day`: every tile t with t mod n == day mod n. Over n consecutive days every full tile is due once."""
+    if not (_is_count(size) and type(n) is int and n >= 1 and type(day) is int):
+        raise MerkleError(f"no look-back slice for size {size!r}, n {n!r}, day {day!r}")
+    return range(day % n, size >> TILE_LEVEL, n)
+
+
+def root_of_tiles(tiles: CompactRange, partial: CompactRange) -> bytes:
+    """The root of the tree whose full tiles' hashes were appended to `tiles` (each as if a leaf), followed by the
+    leaf hashes of its last, partial tile in `partial`: a tile is a perfect, aligned subtree, so the tree's frontier
+    is the tiles' frontier followed by the partial tile's."""
+    if partial.size >= TILE_SIZE:
+        raise MerkleError(f"a partial tile holds fewer than {TILE_SIZE} leaves, not {partial.size}")
+    size = (tiles.size << TILE_LEVEL) + partial.size
+    return CompactRange.from_hex(size, [item.hex() for item in (*tiles.hashes, *partial.hashes)]).root()
