@@ -84,9 +84,6 @@ def serve_command(
         _say("serve needs the workbench extra: pip install 'compute-budget[workbench]'")
         return 2
     _check_keys(trusted_keys, witness_keys, witness_quorum, auditor_key)
-    if audit_report is not None and auditor_key is None:
-        _say("warning: --audit-report without --auditor-key: a clean report is shown grey (unauthenticated), since "
-             "anyone who can write the file could have written it")
     if not is_loopback(host) and not allow_hosts:
         raise click.BadParameter(
             f"serving on {host}, not a loopback address: name the Host the browsers use with --allow-host NAME "

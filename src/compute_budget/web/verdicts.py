@@ -88,10 +88,9 @@ def guard_banner(problems: tuple[str, ...], display: str) -> Banner | None:
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
     return Banner(
         Tone.RED,
-        f"The store's append-only guard is broken: {problems[0]}{more}. While it is, any stored row may have been "
-        "changed or removed and nothing on these pages vouches for it. Restore it with `compute-budget migrate "
-        f"--db {display}` (as the store's owner), then run a full `compute-budget audit --db {display}` (no --since) "
-        "to find what changed; see docs/incident.md.",
+        f"The store's append-only guard is broken: {problems[0]}{more}. Any row may have been changed: run "
+        f"`compute-budget migrate --db {display}` (as the store's owner), then a full `compute-budget audit --db "
+        f"{display}` (docs/incident.md).",
     )
 
 
