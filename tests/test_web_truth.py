@@ -425,3 +425,26 @@ def test_a_report_of_a_tree_rewritten_since_is_grey(
         [(css, text)] = banners(client.get("/").text)
     assert css == "banner grey"
     assert "the store changed since: its rows 1..306 no longer give the root the auditor signed" in text
+
+
+def test_the_report_banner_follows_the_file_and_the_store(
+    run_cli: Run, signed_store: tuple[str, str, Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The banner is worked out again as soon as the report file changes, and at most 5 s after the store did."""
+    from compute_budget.web import verdicts
+
+    target, writer, auditor_file, auditor = signed_store
+    report = nightly(run_cli, target, writer, auditor_file, tmp_path)
+    genuine = report.read_text()
+    with TestClient(create_app(target, audit_report=str(report), auditor_key=auditor)) as client:
+        assert banners(client.get("/").text)[0][0] == "banner green clean"
+        report.write_text('{"clean": true}')
+        assert banners(client.get("/").text)[0][0] == "banner grey"
+        report.write_text(genuine)
+        assert banners(client.get("/").text)[0][0] == "banner green clean"
+        rewrite_consistently(target, 2)
+        real = time.monotonic
+        monkeypatch.setattr(verdicts, "time", types.SimpleNamespace(monotonic=lambda: real() + 5.1))
+        [(css, text)] = banners(client.get("/").text)
+    assert css == "banner grey"
+    assert "the store changed since" in text

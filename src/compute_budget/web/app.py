@@ -116,6 +116,7 @@ class Workbench:
         self.counts = model.CountCache()
         self.audits = AuditRunner(target, AuditKeys(self.trusted_keys, tuple(witness_keys), witness_quorum))
         self.guard = verdicts.GuardWatch(self.store)
+        self.report = verdicts.ReportWatch(audit_report, self.auditor_key, self.store)
         self.templates = Environment(
             loader=FileSystemLoader(HERE / "templates"),
             autoescape=True,  # every template, every value: gate-supplied text is always escaped
@@ -139,7 +140,7 @@ class Workbench:
         """The banners every page opens with: the guard's (checked live), then the audit report's."""
         found = (
             verdicts.guard_banner(self.guard.problems(), self.display),
-            verdicts.audit_banner(self.audit_report, self.auditor_key, self.store),
+            self.report.banner(),
         )
         return [banner for banner in found if banner is not None]
 

@@ -9,6 +9,7 @@ the audit's `--cosign` made, embedded in the report (`checkpoint_note`), can mak
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -92,6 +93,40 @@ def guard_banner(problems: tuple[str, ...], display: str) -> Banner | None:
         f"`compute-budget migrate --db {display}` (as the store's owner), then a full `compute-budget audit --db "
         f"{display}` (docs/incident.md).",
     )
+
+
+class ReportWatch:
+    """The audit report's banner, worked out again when the file changes (its size, inode or modification time)
+    or once it is `max_age` seconds old (the store it vouches for may have changed), else kept: checking the
+    auditor's note re-hashes up to a tile of rows."""
+
+    def __init__(
+        self, path: str | None, auditor_key: VerifierKey | None, store: BudgetStore,
+        max_age: float = MAX_CHECK_AGE_SECONDS,
+    ) -> None:
+        self._path = path
+        self._key = auditor_key
+        self._store = store
+        self._max_age = max_age
+        self._lock = threading.Lock()
+        self._seen: tuple[tuple[int, int, int] | None, float, Banner | None] | None = None
+
+    def banner(self) -> Banner | None:
+        """The report's banner now (None without a report)."""
+        if self._path is None:
+            return None
+        try:
+            found = os.stat(self._path)
+            version: tuple[int, int, int] | None = (found.st_mtime_ns, found.st_size, found.st_ino)
+        except OSError:
+            version = None
+        with self._lock:
+            now = time.monotonic()
+            if self._seen is not None and self._seen[0] == version and now - self._seen[1] <= self._max_age:
+                return self._seen[2]
+            banner = audit_banner(self._path, self._key, self._store)
+            self._seen = (version, now, banner)
+            return banner
 
 
 def audit_banner(path: str | None, auditor_key: VerifierKey | None, store: BudgetStore) -> Banner | None:
