@@ -83,6 +83,7 @@ def test_the_workbench_audit_finds_what_the_cli_finds_with_the_trusted_key(store
     assert report["findings"][0]["seq"] == 11
     assert report["trusted_keys"] == [writer.verifier().format()]
     assert "<caption><strong>unattested_rows</strong>: 1</caption>" in page
+    assert "It checks signatures with the 1 <code>--trusted-key</code>" in page
 
 
 def test_a_range_audit_with_keys_does_not_report_its_own_start(tmp_path: Path) -> None:

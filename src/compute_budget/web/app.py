@@ -280,6 +280,7 @@ class Workbench:
             nav="audit",
             run=run,
             head_seq=head_seq,
+            keys=self.audits.keys,
             refresh=run is not None and not run.finished,
             is_budget_id=model.is_budget_id,
             detail_href=model.detail_href,
@@ -343,11 +344,11 @@ class Workbench:
             return f"the store's append-only guard is broken ({problems[0]})"
         head = self.store.head_seq()
         link = self.store.link_at_seq(head) if head else None
-        if link is not None and isinstance(link.budget_id, str):
-            check = self.store.check(link.budget_id)
-            if check is not None and not check.holds:
-                kinds = ", ".join(dict.fromkeys(finding.kind.value for finding in check.findings))
-                return f"the head row (seq {head}) does not hold ({kinds})"
+        if link is not None:
+            check = self.store.check(link.budget_id) if isinstance(link.budget_id, str) else None
+            if check is None or not check.holds:
+                kinds = ", ".join(dict.fromkeys(finding.kind.value for finding in check.findings)) if check else ""
+                return f"the head row (seq {head}) does not hold ({kinds or 'it cannot be read'})"
         run = self.audits.latest()
         if run is not None and run.report is not None and run.report.affected_rows:
             first = run.report.affected_rows[0]

@@ -93,6 +93,11 @@ class AuditRunner:
         self._latest: AuditRun | None = None
         self._count = 0
 
+    @property
+    def keys(self) -> AuditKeys:
+        """The keys every audit of this runner is given."""
+        return self._keys
+
     def latest(self) -> AuditRun | None:
         """The running or last finished audit (a snapshot of it), or None before the first."""
         with self._lock:
