@@ -269,7 +269,9 @@ def test_a_tampered_store_shows_its_alarm_first(browser: Any, template_store: Pa
     page = context.new_page()
     try:
         page.goto(server.url + "/?before_seq=6")
-        banner = page.locator("p.banner").inner_text()
+        # The guard dropped by hand leads (checked live, issue 28 g); then the night's report naming the row.
+        guard, banner = page.locator("p.banner").all_inner_texts()
+        assert "The store's append-only guard is broken" in guard
         assert "Rows affected: seq 3." in banner
         row = page.locator("tr", has=page.locator("td.num", has_text=re.compile(r"^3$")))
         assert "does not hold" in row.inner_text()
@@ -283,8 +285,36 @@ def test_a_tampered_store_shows_its_alarm_first(browser: Any, template_store: Pa
         assert width[0] <= width[1], width
         assert width[1] <= 400
         table_top = page.locator("table").first.bounding_box()
+        last_banner = page.locator("p.banner").last.bounding_box()
         assert table_top is not None
-        assert table_top["y"] < 800  # the decisions come first, above the fold; the charts follow them
+        assert last_banner is not None
+        # After the alarms that lead every page, the decisions come first, a screen below them at most; the charts
+        # follow them.
+        assert table_top["y"] - (last_banner["y"] + last_banner["height"]) < 800
+    finally:
+        context.close()
+        server.stop()
+
+
+@pytest.mark.slow
+def test_a_clean_report_nobody_signed_is_grey_not_green(browser: Any, template_store: Path, tmp_path: Path) -> None:
+    """Issue 28 h, in a real browser: `{"clean": true}` written over the report file is shown in grey (not the
+    green of a verdict), saying that anyone who can write the file could have written it."""
+    db = tmp_path / "store.db"
+    shutil.copyfile(template_store, db)
+    report = tmp_path / "nightly.json"
+    report.write_text('{"clean": true}')
+    server = Served(db, "--audit-report", str(report))
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto(server.url + "/")
+        banner = page.locator("p.banner")
+        assert banner.count() == 1
+        assert f"unauthenticated report: anyone who can write {report} could have written it" in banner.inner_text()
+        border = banner.evaluate("element => getComputedStyle(element).borderTopColor")
+        assert border == "rgb(110, 119, 129)", border  # grey: neither the green of a verdict nor an alarm's red
+        shot(page, tmp_path, "unauthenticated-report")
     finally:
         context.close()
         server.stop()

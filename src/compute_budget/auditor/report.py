@@ -113,6 +113,9 @@ class AuditReport:
     # With no row to name, the seqs (first, last) a consistent rewrite lies in, bounded by stored checkpoints.
     rewritten_between: tuple[int, int] | None = None
     look_back: LookBack | None = None  # what `--look-back N` re-checked below the --since checkpoint (None: off)
+    # The note `--cosign` made (what `--save-checkpoint` writes, the auditor's line last), None without one: the
+    # Workbench trusts a clean report only with it (`serve --auditor-key`).
+    checkpoint_note: str | None = None
     # Derived from `findings` once (every rendering reads it, and per finding for `cause_seq`): see `affected_rows`.
     _affected: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
@@ -164,6 +167,7 @@ class AuditReport:
             "rows_checked": self.rows_checked,
             "summary": {"rows_affected": list(rows[:MAX_SUMMARY_ROWS]), "rows_affected_count": len(rows)},
             "rewritten_between": list(self.rewritten_between) if self.rewritten_between else None,
+            "checkpoint_note": self.checkpoint_note,
             "findings": [
                 {**finding.to_dict(), "action": ACTIONS[finding.kind], "cause_seq": self.cause_seq(finding)}
                 for finding in self.findings

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import TYPE_CHECKING, Literal
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from compute_budget.auditor.report import AuditReport
     from compute_budget.core.log.checkpoint import Checkpoint
     from compute_budget.core.log.cosignature import WitnessKey
-    from compute_budget.core.log.note import SignerKey
+    from compute_budget.core.log.note import SignerKey, VerifierKey
 
 
 def _report_spec(value: str) -> tuple[str, str]:
@@ -337,6 +338,10 @@ def _audit_and_report(
     for warning in report.warnings:
         say(f"warning: {warning}")
     failed = dict(unwritten or {})
+    given = [item for item in (checkpoint, since) if item is not None]
+    kept = _checkpoint_to_keep(db, report, save_path, cosigner, given, keys, witnesses, witness_quorum)
+    if kept is not None and cosigner is not None:  # the reports embed the auditor's note (`checkpoint_note`)
+        report = dataclasses.replace(report, checkpoint_note=kept[0])
     for target_format, path in targets:
         try:
             write_atomically(path, render(report, target_format) + "\n")
@@ -347,28 +352,42 @@ def _audit_and_report(
         click.echo(render(report, output_format))
     if failed:  # said after the report itself; nothing more is written (no checkpoint to rotate to)
         raise ReportsNotWritten(_not_written(failed, report))
-    if save_path and witnesses:
-        _save_witnessed(db, report, save_path, cosigner, [item for item in (checkpoint, since) if item is not None],
-                        witnesses, witness_quorum)
-    elif save_path:
-        if report.clean and cosigner is not None:
-            from compute_budget.auditor.proofs import cosign
-
-            given = [item for item in (checkpoint, since) if item is not None]
-            write_atomically(save_path, cosign(db, report, cosigner, given, keys))
-            say(f"saved checkpoint seq {report.head.seq} to {save_path}")
-        elif report.clean:
-            write_atomically(save_path, report.head_checkpoint().to_json() + "\n")
-            say(f"saved checkpoint seq {report.head.seq} to {save_path}")
-            if keys:  # spec 8: with --trusted-key a given checkpoint must carry a trusted signature
-                say(
-                    f"warning: {save_path} is an unsigned JSON checkpoint: given to --since or --checkpoint with "
-                    "--trusted-key it is bad_signature; add --cosign KEY to sign it (and trust that key too)"
-                )
-        else:
-            say(f"audit not clean: checkpoint {save_path} was not written")
+    if save_path and kept is not None:
+        write_atomically(save_path, kept[0])
+        say(f"saved checkpoint seq {kept[1]} to {save_path}")
+        if keys and cosigner is None and not witnesses:  # spec 8: with --trusted-key a given one must be signed
+            say(
+                f"warning: {save_path} is an unsigned JSON checkpoint: given to --since or --checkpoint with "
+                "--trusted-key it is bad_signature; add --cosign KEY to sign it (and trust that key too)"
+            )
     if not report.clean:
         click.get_current_context().exit(1)
+
+
+def _checkpoint_to_keep(
+    db: str | None,
+    report: AuditReport,
+    save_path: str | None,
+    cosigner: SignerKey | None,
+    given: list[Checkpoint],
+    keys: list[VerifierKey],
+    witnesses: list[WitnessKey],
+    quorum: int | None,
+) -> tuple[str, int] | None:
+    """What --save-checkpoint writes, and its size; None (said on stderr) when nothing is. Made before the reports
+    are written, so that they can embed the auditor's note."""
+    if not save_path:
+        return None
+    if not report.clean:
+        say(f"audit not clean: checkpoint {save_path} was not written")
+        return None
+    if witnesses:
+        return _witnessed_to_keep(db, report, save_path, cosigner, given, witnesses, quorum)
+    if cosigner is not None:
+        from compute_budget.auditor.proofs import cosign
+
+        return cosign(db, report, cosigner, given, keys), report.head.seq
+    return report.head_checkpoint().to_json() + "\n", report.head.seq
 
 
 def _witness_keys(witness_keys: tuple[str, ...], quorum: int | None) -> list[WitnessKey]:
@@ -402,7 +421,7 @@ def _fetch_witnessed(db: str | None, urls: tuple[str, ...], expected_origin: str
     return [fetch_latest(target, origin) for target in targets]
 
 
-def _save_witnessed(
+def _witnessed_to_keep(
     db: str | None,
     report: AuditReport,
     save_path: str,
@@ -410,30 +429,27 @@ def _save_witnessed(
     given: list[Checkpoint],
     witnesses: list[WitnessKey],
     quorum: int | None,
-) -> None:
-    """--save-checkpoint with witness keys: the newest checkpoint K witnesses cosigned, with its signatures."""
+) -> tuple[str, int] | None:
+    """--save-checkpoint with witness keys: the newest checkpoint K witnesses cosigned, with its signatures (and
+    its size), or None when none is."""
     import time
 
     from compute_budget.auditor.witnessed import WitnessPolicy, witnessed_note
     from compute_budget.core.log.note import VerifierKey, add_signature
     from compute_budget.store import BudgetStore
 
-    if not report.clean:
-        say(f"audit not clean: checkpoint {save_path} was not written")
-        return
     policy = WitnessPolicy(tuple(witnesses), quorum or len(witnesses), 0, int(time.time()))
     note = None
     if report.witnessed_size:
         with BudgetStore.open(db, readonly=True) as store, store.snapshot() as snapshot:
             writers = [VerifierKey.parse(text) for text in report.trusted_keys]
             note = witnessed_note(snapshot, policy, report.witnessed_size, given, writers)
-    if note is None:
+    if note is None or not report.witnessed_size:
         say(f"no checkpoint carries {policy.quorum} cosignature(s) by the witness keys: {save_path} was not written")
-        return
+        return None
     if cosigner is not None:
         note = add_signature(note, cosigner)
-    write_atomically(save_path, note)
-    say(f"saved checkpoint seq {report.witnessed_size} to {save_path}")
+    return note, report.witnessed_size
 
 
 def _distinct_outputs(paths: list[str]) -> None:

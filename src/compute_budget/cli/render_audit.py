@@ -240,6 +240,7 @@ def render_error(output_format: str, reason: str, *, database: str, started_at: 
             "error": reason,
             "rows_checked": 0,
             "findings": [],
+            "checkpoint_note": None,
             "database": database,
             "tool": {"name": TOOL_NAME, "version": version},
             "started_at": started_at,

@@ -10,6 +10,8 @@ import contextlib
 
 import click
 
+from compute_budget.cli.commands import witness_role_options
+
 # The packages the workbench extra brings; a missing one means the extra is not installed.
 WORKBENCH_PACKAGES = frozenset({"starlette", "jinja2", "uvicorn", "markupsafe", "anyio", "h11", "click"})
 
@@ -48,8 +50,16 @@ def _say(message: str) -> None:
     "audit_report",
     metavar="FILE",
     help="The nightly audit's JSON report (audit --report json:FILE): every page shows its verdict and the rows "
-    "it names in a banner, reread as the file changes.",
+    "it names in a banner, reread as the file changes. A clean verdict is green only with --auditor-key.",
 )
+@click.option(
+    "--auditor-key",
+    "auditor_key",
+    metavar="KEY",
+    help="The auditor's verifier key (its --cosign key's; or a file holding it): a clean --audit-report is shown "
+    "green only when it embeds a checkpoint note signed by this key that the store's rows still give.",
+)
+@witness_role_options
 def serve_command(
     db: str | None,
     host: str,
@@ -57,6 +67,9 @@ def serve_command(
     trusted_keys: tuple[str, ...],
     allow_hosts: tuple[str, ...],
     audit_report: str | None,
+    auditor_key: str | None,
+    witness_keys: tuple[str, ...],
+    witness_quorum: int | None,
 ) -> int:
     """Serve the read-only workbench: browse decisions, see why each was decided, run the replay audit.
 
@@ -70,10 +83,7 @@ def serve_command(
             raise
         _say("serve needs the workbench extra: pip install 'compute-budget[workbench]'")
         return 2
-    from compute_budget.store.keys import verifier_key
-
-    for item in trusted_keys:  # as the audit does: a FIFO, a device or garbage is one line now, not a page later
-        verifier_key(item)
+    _check_keys(trusted_keys, witness_keys, witness_quorum, auditor_key)
     if not is_loopback(host) and not allow_hosts:
         raise click.BadParameter(
             f"serving on {host}, not a loopback address: name the Host the browsers use with --allow-host NAME "
@@ -87,9 +97,30 @@ def serve_command(
         )
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn shuts down cleanly, then re-raises it
         serve(db, host=host, port=port, trusted_keys=trusted_keys, allow_hosts=allow_hosts, audit_report=audit_report,
-              say=_say)
+              witness_keys=witness_keys, witness_quorum=witness_quorum, auditor_key=auditor_key, say=_say)
     _say("workbench stopped")
     return 0
+
+
+def _check_keys(
+    trusted_keys: tuple[str, ...], witness_keys: tuple[str, ...], quorum: int | None, auditor_key: str | None
+) -> None:
+    """Every key is read as the audit reads it, before anything is served: a FIFO, a device or garbage is one line
+    now, not a page later (exit 2)."""
+    from compute_budget.store.keys import verifier_key, witness_key
+
+    writers = [verifier_key(item) for item in trusted_keys]
+    witnesses = list(dict.fromkeys(witness_key(item) for item in witness_keys))
+    if quorum is not None and not 1 <= quorum <= len(witnesses):
+        raise click.BadParameter(
+            f"{quorum} is not between 1 and the number of distinct --witness-key keys ({len(witnesses)})",
+            param_hint="--witness-quorum",
+        )
+    if auditor_key is not None and verifier_key(auditor_key, what="auditor key") in writers:
+        raise click.BadParameter(  # spec 9.9.5: an auditor's signature is never a writer's
+            "the auditor's key is one of the --trusted-key writer keys: an auditor's signature is never a writer's",
+            param_hint="--auditor-key",
+        )
 
 
 def _register() -> None:

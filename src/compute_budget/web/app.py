@@ -33,8 +33,8 @@ from compute_budget.errors import ComputeBudgetError
 from compute_budget.serving import ClientGone, allowed_hosts, answer_client_gone, host_of, read_body
 from compute_budget.store import BudgetStore
 from compute_budget.store.browse import DecisionFilter, Page
-from compute_budget.web import model
-from compute_budget.web.audit_runner import AuditRunner
+from compute_budget.web import model, verdicts
+from compute_budget.web.audit_runner import AuditKeys, AuditRunner
 
 HERE = Path(__file__).resolve().parent
 
@@ -98,15 +98,25 @@ class Guard:
 
 
 class Workbench:
-    """The application's state: the store (read-only), the count cache, the audit runner, the templates."""
+    """The application's state: the store (read-only), the count cache, the audit runner, the live guard check,
+    the templates."""
 
-    def __init__(self, target: str, trusted_keys: Sequence[str], audit_report: str | None = None) -> None:
+    def __init__(
+        self, target: str, trusted_keys: Sequence[str], audit_report: str | None = None, *,
+        witness_keys: Sequence[str] = (), witness_quorum: int | None = None, auditor_key: str | None = None,
+    ) -> None:
+        from compute_budget.store.keys import verifier_key
+
         self.audit_report = audit_report
+        # Read before the store opens: a key that cannot be used is one error before anything is served.
+        self.auditor_key = verifier_key(auditor_key, what="auditor key") if auditor_key is not None else None
         self.store = BudgetStore.open(target, readonly=True)
         self.display = self.store.location.display
         self.trusted_keys = tuple(trusted_keys)
         self.counts = model.CountCache()
-        self.audits = AuditRunner(target)
+        self.audits = AuditRunner(target, AuditKeys(self.trusted_keys, tuple(witness_keys), witness_quorum))
+        self.guard = verdicts.GuardWatch(self.store)
+        self.report = verdicts.ReportWatch(audit_report, self.auditor_key, self.store)
         self.templates = Environment(
             loader=FileSystemLoader(HERE / "templates"),
             autoescape=True,  # every template, every value: gate-supplied text is always escaped
@@ -121,10 +131,18 @@ class Workbench:
         self.store.close()
 
     def render(self, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
-        """A page from its template, with what every page shows."""
-        banner = model.audit_banner(self.audit_report)
-        html = self.templates.get_template(name).render(store_display=self.display, banner=banner, **context)
+        """A page from its template, with what every page leads with: a broken guard, then the audit report."""
+        html = self.templates.get_template(name).render(store_display=self.display, banners=self.banners(),
+                                                        **context)
         return HTMLResponse(html, status_code=status_code)
+
+    def banners(self) -> list[verdicts.Banner]:
+        """The banners every page opens with: the guard's (checked live), then the audit report's."""
+        found = (
+            verdicts.guard_banner(self.guard.problems(), self.display),
+            self.report.banner(),
+        )
+        return [banner for banner in found if banner is not None]
 
     # -- decisions ---------------------------------------------------------------------------------------
 
@@ -205,6 +223,7 @@ class Workbench:
                 "next_before_seq": page.next_before_seq,
                 "head_seq": head_seq,
                 "counts": {"status": by_status, "reason": by_reason},
+                "guard_problems": list(self.guard.problems()),
             }
         )
 
@@ -216,6 +235,7 @@ class Workbench:
                 "decisions": _with_holds(rows, self.store),
                 "next_after_seq": following,
                 "head_seq": self.store.head_seq(),
+                "guard_problems": list(self.guard.problems()),
             }
         )
 
@@ -260,6 +280,7 @@ class Workbench:
             nav="audit",
             run=run,
             head_seq=head_seq,
+            keys=self.audits.keys,
             refresh=run is not None and not run.finished,
             is_budget_id=model.is_budget_id,
             detail_href=model.detail_href,
@@ -312,8 +333,27 @@ class Workbench:
     # -- checkpoints ---------------------------------------------------------------------------------------
 
     def checkpoints(self, request: Request) -> Response:
-        found = model.checkpoints(self.store, self.trusted_keys, self.audit_report, self._checked())
+        found = model.checkpoints(self.store, self.trusted_keys, self.audit_report, self._checked(), self._withheld())
         return self.render("checkpoints.html", nav="checkpoints", c=found)
+
+    def _withheld(self) -> str | None:
+        """Why no checkpoint of the head may be offered to keep now, or None: a broken guard, a head row that does
+        not hold (checked live), or rows this server's last audit found not to hold."""
+        problems = self.guard.problems()
+        if problems:
+            return f"the store's append-only guard is broken ({problems[0]})"
+        head = self.store.head_seq()
+        link = self.store.link_at_seq(head) if head else None
+        if link is not None:
+            check = self.store.check(link.budget_id) if isinstance(link.budget_id, str) else None
+            if check is None or not check.holds:
+                kinds = ", ".join(dict.fromkeys(finding.kind.value for finding in check.findings)) if check else ""
+                return f"the head row (seq {head}) does not hold ({kinds or 'it cannot be read'})"
+        run = self.audits.latest()
+        if run is not None and run.report is not None and run.report.affected_rows:
+            first = run.report.affected_rows[0]
+            return f"this server's audit #{run.number} found rows that do not hold (the first is seq {first})"
+        return None
 
     def _checked(self) -> tuple[int, frozenset[int], str] | None:
         """What the last finished audit of this server from seq 0 says about the stored checkpoints it covered."""
@@ -327,11 +367,13 @@ class Workbench:
         return run.through_seq, bad, f"audit #{run.number} of seq 1..{run.through_seq}"
 
     def api_checkpoints(self, request: Request) -> Response:
-        found = model.checkpoints(self.store, self.trusted_keys, self.audit_report, self._checked())
+        found = model.checkpoints(self.store, self.trusted_keys, self.audit_report, self._checked(), self._withheld())
         return JSONResponse(
             {
                 "head": found.head.to_dict() if found.head is not None else None,
                 "head_problem": found.head_problem,
+                "withheld": found.withheld,
+                "guard_problems": list(self.guard.problems()),
                 "trusted_keys": [
                     {"given": key.given, "key": key.key, "name": key.name, "key_hash": key.key_hash,
                      "problem": key.problem}
@@ -408,11 +450,17 @@ def create_app(
     trusted_keys: Sequence[str] = (),
     allowed_hosts: Sequence[str] | None = None,
     audit_report: str | None = None,
+    witness_keys: Sequence[str] = (),
+    witness_quorum: int | None = None,
+    auditor_key: str | None = None,
 ) -> Guard:
     """The workbench over the store at `target` (opened read-only now: a missing or unusable store raises
     here, before any server starts). `allowed_hosts`: the Host names to answer (None: any). `audit_report`: a
-    JSON audit report (the nightly job's) whose verdict every page shows in a banner."""
-    bench = Workbench(target, trusted_keys, audit_report)
+    JSON audit report (the nightly job's) whose verdict every page shows in a banner, green only when the report
+    embeds a checkpoint note signed by `auditor_key` that this store's rows still give. `trusted_keys`,
+    `witness_keys` and `witness_quorum` go to the workbench's audit, as `audit` takes them."""
+    bench = Workbench(target, trusted_keys, audit_report, witness_keys=witness_keys, witness_quorum=witness_quorum,
+                      auditor_key=auditor_key)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -1,11 +1,13 @@
 """The workbench's replay audit: one at a time per server, in a background thread, read-only, with progress.
 
 The audit is the auditor's own (`auditor.scan.audit`) over a `seq` range: rows after `after_seq` (the stored
-row there is trusted as its start, like `audit --since`) through `through_seq`.
+row there is trusted as its start, like `audit --since`) through `through_seq`, with the keys `serve` was given
+(`--trusted-key`, `--witness-key`, `--witness-quorum`), so its verdict is the command line's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
@@ -14,7 +16,7 @@ from typing import Any
 from compute_budget.auditor.report import AuditReport
 from compute_budget.auditor.scan import audit
 from compute_budget.core.log.checkpoint import Checkpoint
-from compute_budget.core.verify import Finding
+from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import ComputeBudgetError
 
 FINDINGS_SHOWN_PER_KIND = 500
@@ -70,16 +72,31 @@ class AuditRun:
         return 100 if self.finished else (100 * self.rows_done // self.rows_total if self.rows_total else 0)
 
 
+@dataclass(frozen=True, slots=True)
+class AuditKeys:
+    """The keys `serve` was given, as given (verifier key text or files): the audit reads them as `audit` does."""
+
+    trusted: tuple[str, ...] = ()
+    witnesses: tuple[str, ...] = ()
+    witness_quorum: int | None = None
+
+
 class AuditRunner:
     """Runs at most one audit at a time for a server; keeps the latest run for the audit page."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, keys: AuditKeys | None = None) -> None:
         self._target = target  # the store's path or URL as given, password included: never shown or logged
+        self._keys = keys if keys is not None else AuditKeys()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._latest: AuditRun | None = None
         self._count = 0
+
+    @property
+    def keys(self) -> AuditKeys:
+        """The keys every audit of this runner is given."""
+        return self._keys
 
     def latest(self) -> AuditRun | None:
         """The running or last finished audit (a snapshot of it), or None before the first."""
@@ -115,7 +132,13 @@ class AuditRunner:
         report: AuditReport | None = None
         error: str | None = None
         try:
-            report = audit(self._target, since=after, through=run.through_seq, on_progress=progress)
+            report = audit(
+                self._target, since=after, through=run.through_seq, on_progress=progress,
+                trusted_keys=self._keys.trusted, witness_keys=self._keys.witnesses,
+                witness_quorum=self._keys.witness_quorum,
+            )
+            if after is not None:
+                report = _without_start_findings(report, after)
         except _Stopped:
             error = "the server stopped before the audit finished"
         except ComputeBudgetError as failure:
@@ -139,3 +162,17 @@ class AuditRunner:
         thread = self._thread
         if thread is not None:
             thread.join(timeout)
+
+
+def _without_start_findings(report: AuditReport, start: Checkpoint) -> AuditReport:
+    """A range audit's start is the stored row there, not a note someone gave: with keys, the audit would report
+    that this start carries no signature or cosignature (`bad_signature`, "the given checkpoint ..."), which says
+    nothing about the store. Only those findings go; the stored checkpoints' own are kept."""
+    kept = tuple(
+        finding for finding in report.findings
+        if not (
+            finding.kind is FindingKind.BAD_SIGNATURE and finding.seq == start.seq
+            and finding.budget_id == start.budget_id and finding.detail.startswith("the given checkpoint")
+        )
+    )
+    return report if len(kept) == len(report.findings) else dataclasses.replace(report, findings=kept)

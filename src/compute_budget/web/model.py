@@ -183,9 +183,14 @@ def checked(rows: list[tuple[Any, ...]], store: BudgetStore, query: Query) -> li
     """The rows of a page as the table shows them, each checked as the audit does (see `row_problems`), so a
     changed row is marked where it is listed."""
     return [
-        dataclasses.replace(listed(raw, query), problems=problems) if problems else listed(raw, query)
+        # A row that does not hold never keeps its status's colour (a green "allowed"): it is struck through.
+        dataclasses.replace(listed(raw, query), problems=problems, status_class=TAMPERED_CLASS)
+        if problems else listed(raw, query)
         for raw, problems in zip(rows, row_problems(rows, store), strict=True)
     ]
+
+
+TAMPERED_CLASS = "status-tampered"
 
 
 def row_problems(rows: list[tuple[Any, ...]], store: BudgetStore) -> list[tuple[str, ...]]:
@@ -585,6 +590,7 @@ class Checkpoints:
     trusted_keys: Sequence[TrustedKey]
     signed: SignedCheckpoints
     head_problem: str | None = None
+    withheld: str | None = None  # why no checkpoint of the head is offered to keep (None: it is offered)
 
 
 def checkpoints(
@@ -592,11 +598,21 @@ def checkpoints(
     keys: Sequence[str],
     audit_report: str | None = None,
     checked: tuple[int, frozenset[int], str] | None = None,
+    withheld: str | None = None,
 ) -> Checkpoints:
     """The checkpoints page's content (a head that cannot be read is said, not a failed page). With the last
     audit's report, a checkpoint whose size it found mismatched says so beside its signature: a valid signature
     says who signed, not that the rows still match. `checked`: (through seq, mismatched sizes, which audit) of the
-    last audit this server ran from seq 0, which says for each checkpoint it covered whether its root matches."""
+    last audit this server ran from seq 0, which says for each checkpoint it covered whether its root matches.
+    `withheld`: why the head's checkpoint must not be kept now (a broken guard, a row that does not hold): then
+    none is offered."""
+    if withheld is not None:
+        return Checkpoints(
+            None, None, "", [trusted_key(key) for key in keys],
+            SignedCheckpoints(store.signed_checkpoint_table(),
+                              _signed_items(store, keys, _mismatched_sizes(audit_report), checked)),
+            withheld=withheld,
+        )
     mismatched = _mismatched_sizes(audit_report)
     from compute_budget.errors import StoreDamaged
 
@@ -702,46 +718,6 @@ def is_budget_id(text: str) -> bool:
 
 
 MAX_AUDIT_REPORT_BYTES = 64 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class Banner:
-    """What every page says about the last audit report given with `serve --audit-report`."""
-
-    clean: bool
-    text: str
-
-
-def audit_banner(path: str | None) -> Banner | None:
-    """The banner of the audit report at `path` (the nightly job's JSON report), read on every page so the newest
-    night shows; a report that cannot be read says so instead of disappearing."""
-    if path is None:
-        return None
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_AUDIT_REPORT_BYTES + 1)
-        if len(raw) > MAX_AUDIT_REPORT_BYTES:
-            raise ValueError("it is larger than any audit report")
-        report = json.loads(raw)
-        if not isinstance(report, dict):
-            raise ValueError("it is not a JSON object")
-    except (OSError, ValueError, RecursionError) as error:
-        return Banner(False, f"The audit report {path} cannot be read ({error}): the last verdict is unknown.")
-    when = str(report.get("finished_at") or "an unknown time")
-    if report.get("error"):
-        return Banner(False, f"The last audit (finished {when}) COULD NOT RUN: {report.get('error')}")
-    if report.get("clean") is True:
-        return Banner(True, f"The last audit (finished {when}) was clean: {report.get('rows_checked')} rows checked.")
-    found = report.get("findings")
-    findings: list[Any] = found if isinstance(found, list) else []
-    given = report.get("affected_rows")
-    affected: dict[str, Any] = given if isinstance(given, dict) else {}
-    listed_seqs = affected.get("seqs")
-    seqs: list[Any] = listed_seqs if isinstance(listed_seqs, list) else []
-    rows = ", ".join(f"seq {seq}" for seq in seqs[:10]) + (" and more" if len(seqs) > 10 else "")
-    named = f" Rows affected: {rows}." if rows else " No row is named by a row check."
-    return Banner(False, f"The last audit (finished {when}) found {len(findings)} problem(s).{named} "
-                         "Rows marked 'does not hold' below are among them; see the audit report.")
 
 
 def needs_own_counts(query: Query) -> bool:

@@ -40,6 +40,9 @@ def serve(
     trusted_keys: Sequence[str] = (),
     allow_hosts: Sequence[str] = (),
     audit_report: str | None = None,
+    witness_keys: Sequence[str] = (),
+    witness_quorum: int | None = None,
+    auditor_key: str | None = None,
     say: Callable[[str], None] = print,
 ) -> None:
     """Serve the workbench over the store at `target` (None: the default store) until interrupted.
@@ -54,6 +57,9 @@ def serve(
         trusted_keys=trusted_keys,
         allowed_hosts=tuple(allowed_hosts(host, allow_hosts)),
         audit_report=audit_report,
+        witness_keys=witness_keys,
+        witness_quorum=witness_quorum,
+        auditor_key=auditor_key,
     )
     try:
         sock = bind(host, port)
