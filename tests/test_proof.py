@@ -323,6 +323,31 @@ def test_a_bundle_signed_by_an_untrusted_key_fails(sealed: tuple[str, Any]) -> N
     assert verify_proof(bundle, [key.verifier()], origin="example.org/other").check == "origin"
 
 
+def test_prove_with_trusted_keys_uses_the_newest_note_that_verifies(sealed: tuple[str, Any]) -> None:
+    """Issue 28 r: a newer note filed by an insider (another key's, covering every row) is what `prove` attaches
+    without keys, and the receipt fails; `prove(..., trusted_keys=...)` passes over it to the newest stored note
+    the writer's key verifies, and the receipt holds."""
+    from compute_budget.core.log.note import sign_note
+    from tests.backends import execute
+
+    target, key = sealed
+    head = Checkpoint.from_note(next(note for size, note in _stored(target) if size == 300))
+    stranger = signer("writer")  # the writer's name, another key
+    execute(target, (
+        "INSERT INTO compute_budget_checkpoints (tree_size, key_name, key_hash, note, recorded_at) "
+        "VALUES (300, :name, :hash, :note, 'x')",
+        {"name": key.name, "hash": f"{key.key_hash:08x}", "note": sign_note(head.note_text(), stranger)},
+    ))
+    budget_id = budget_id_at(target, 42)
+    assert verify_proof(prove(budget_id, target), [key.verifier()]).check == "signature"
+    for keys in ([key.verifier()], [key.verifier().format()], [signer("other").verifier(), key.verifier()]):
+        bundle = prove(budget_id, target, trusted_keys=keys)
+        assert bundle.tree_size == 300
+        assert verify_proof(bundle, [key.verifier()]).valid
+    with pytest.raises(ProofError, match="no stored checkpoint covering row 42 carries a valid signature"):
+        prove(budget_id, target, trusted_keys=[signer("auditor").verifier()])
+
+
 def test_a_bundle_without_a_stored_signature_carries_the_unsigned_head(tmp_path: Path) -> None:
     """A store that never signed proves against its head's bare note, which no trusted key vouches for."""
     with BudgetStore.open(tmp_path / "unsigned.db") as store:
