@@ -90,7 +90,7 @@ def test_hashing_a_row_ahead_gives_the_same_leaf_and_chain(
 ) -> None:
     """The writer hashes the bulk of a row before its seq is known (`RowHasher`); the result is the leaf and
     chain hash of the complete row, and the row it stores is the one `chained_row` describes."""
-    from compute_budget.core.leaf import row_hasher
+    from compute_budget.core.leaf import RowTails, row_hasher
     from compute_budget.core.log.head import ChainHead
     from compute_budget.core.policy.prepare import PreparedGate
     from compute_budget.store.plan import plan_chunk
@@ -99,6 +99,9 @@ def test_hashing_a_row_ahead_gives_the_same_leaf_and_chain(
     expected = leaf_and_chain(prev, values)
     hasher = row_hasher(decision, gate_input)
     assert hasher.finish(prev, seq, recorded_at, decision.reason_code, decision.status.value) == expected
+    # Spec 9.9.8 bounds the leaf input's size: the writer's count, made without hashing, is exact.
+    size = RowTails(recorded_at).leaf_size(hasher, seq, decision.reason_code, decision.status.value)
+    assert size == len(leaf_input(values))
     plan = plan_chunk([PreparedGate(decision, gate_input, None)], {}, ChainHead(seq - 1, prev, None), recorded_at)
     assert plan.rows == [(*values, expected[1])]
     assert plan.leaves == [expected[0]]
