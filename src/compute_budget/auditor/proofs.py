@@ -58,10 +58,7 @@ def prove(
     text. Raises `UnknownBudgetId` when no such decision is stored, `ProofError` when the checkpoint does not
     cover the row or is not of this store, `StoreDamaged` when the stored tree does not prove the row against it.
     """
-    given = as_checkpoint(checkpoint) if checkpoint is not None else None
-    keys = list(dict.fromkeys(verifier_key(item) for item in trusted_keys))
-    if given is not None and keys:
-        _require_trusted(given.note, keys, "the given checkpoint")
+    given, keys = _given_and_keys(checkpoint, trusted_keys)
     policy = _policy(witness_keys, witness_quorum)
     with BudgetStore.open(target, readonly=True) as store, store.snapshot() as snapshot:
         row = snapshot.raw_row(budget_id)
@@ -220,10 +217,17 @@ def _origin_of(note: str) -> str | None:
         return None
 
 
-def _require_trusted(note: str | None, keys: list[VerifierKey], what: str) -> None:
-    """`ProofError` unless `note` verifies under one of the writer `keys`."""
-    if not _verifies(note, keys):
-        raise ProofError(f"{what} carries no valid signature by a --trusted-key: it is not used for a receipt")
+def _given_and_keys(
+    checkpoint: CheckpointLike | None, trusted_keys: Iterable[VerifierKey | str | os.PathLike[str]]
+) -> tuple[Checkpoint | None, list[VerifierKey]]:
+    """The given checkpoint and the writer keys; `ProofError` when the keys do not verify the checkpoint."""
+    given = as_checkpoint(checkpoint) if checkpoint is not None else None
+    keys = list(dict.fromkeys(verifier_key(item) for item in trusted_keys))
+    if given is not None and keys and not _verifies(given.note, keys):
+        raise ProofError(
+            "the given checkpoint carries no valid signature by a --trusted-key: it is not used for a receipt"
+        )
+    return given, keys
 
 
 def prove_consistency(
