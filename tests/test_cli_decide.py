@@ -266,3 +266,47 @@ def test_twenty_thousand_unclosed_lines_give_twenty_one_error_lines(tmp_path: Pa
     assert len(lines) == 21
     assert lines[0].endswith("line 1: not JSON: Expecting property name enclosed in double quotes (column 2)")
     assert lines[-1].endswith(": … and 19980 more lines that are not JSON")
+
+
+# -- spec 9.9.9: --input-format json-array ---------------------------------------------------------------------------
+
+
+def test_a_json_array_is_decided_one_element_at_a_time(
+    tmp_path: Path, run_cli: RunCli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With --input-format json-array each element is one gate, decided in order (an element that is no gate is
+    one malformed gate), from a file or stdin; without the flag the same input stays one malformed gate."""
+    elements = [make_gate(), make_gate(decision_id="gate-0002", status="blocked"), [1]]
+    data = json.dumps(elements, indent=2)
+    path = write(tmp_path, data, "gates.json")
+    status, out, err = run_cli("decide", "--input-format", "json-array", path)
+    assert (status, err) == (0, "")
+    assert decisions(out) == [decide(element).to_dict() for element in elements]
+    feed_stdin(monkeypatch, data.encode())
+    assert run_cli("decide", "--input-format", "json-array") == (0, out, "")
+    status, out, err = run_cli("decide", path)
+    assert (status, err) == (0, "")
+    assert [item["reason_code"] for item in decisions(out)] == ["malformed_gate_decision"]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (f"[{GATE},\n{BLOCKED}\n", "the array is never closed"),
+        (f"{GATE}\n{BLOCKED}\n", "not a JSON array: the input starts with '{' on line 1"),
+        (f"[{GATE}, nope]", "element 2 (from line 1): not JSON"),
+    ],
+    ids=["never-closed", "json-lines", "broken-element"],
+)
+def test_input_that_is_not_one_json_array_prints_no_decision(
+    tmp_path: Path, run_cli: RunCli, data: str, message: str
+) -> None:
+    """With the flag, input that is not one JSON array: exit 2, one line naming INPUT and where, and no
+    decision printed (not even those of the elements before the break)."""
+    path = write(tmp_path, data, "gates.json")
+    status, out, err = run_cli("decide", "--input-format", "json-array", path)
+    assert (status, out) == (2, "")
+    assert_one_clear_line(err)
+    assert f"{path}: " in err
+    assert message in err
+    assert "no decision was printed" in err

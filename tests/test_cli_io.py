@@ -230,3 +230,37 @@ def test_a_link_planted_after_the_checks_is_still_not_written_through(tmp_path: 
     with pytest.raises(OutputUnwritable, match="symbolic link"):
         write_atomically(str(tmp_path / "report"), "new")
     assert victim.read_text() == "keep"
+
+
+@pytest.mark.parametrize("command", ["decide", "record"])
+def test_a_json_array_on_one_line_longer_than_any_gate_is_read_in_blocks(
+    run_cli: Run, db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """`json.dump` writes an array of any length on one line: --input-format json-array reads INPUT in blocks
+    (`BLOCK_BYTES`; 7 bytes here, so strings and escapes are cut everywhere), never a line at a time, so the
+    line bound of JSON Lines (1 KiB here) does not apply."""
+    import json
+
+    import compute_budget.cli.io as cli_io
+    from tests.conftest import gate_lines
+
+    monkeypatch.setattr(cli_io, "MAX_LINE_BYTES", 1 << 10)
+    monkeypatch.setattr(cli_io, "BLOCK_BYTES", 7)
+    gates = [json.loads(line) for line in gate_lines(40)]
+    gates[3]["candidate_organ"] = 'a "quoted" \\ , ] } [ { value'
+    source = tmp_path / "gates.json"
+    source.write_text(json.dumps(gates))
+    assert source.stat().st_size > 1 << 10
+    argv = [command, "--input-format", "json-array", str(source)] + (
+        ["--db", str(db_path)] if command == "record" else []
+    )
+    status, out, err = run_cli(*argv)
+    assert (status, err) == (0, "")
+    if command == "decide":
+        assert len(out.splitlines()) == 40
+    else:
+        assert "40 new" in out
+        from compute_budget import BudgetStore
+
+        with BudgetStore.open(db_path, readonly=True) as store:
+            assert [json.loads(row.gate_input) for row in store] == gates

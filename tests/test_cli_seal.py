@@ -10,6 +10,7 @@ import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -771,4 +772,96 @@ def test_cosign_keeps_only_the_signatures_it_verified(
     assert (outcome.ok, len(outcome.verified)) == (True, 2)
     status, out, _ = run_cli("audit", "--db", signed, "--since", str(saved), "--trusted-key", keys["writer"][1],
                              "--trusted-key", keys["auditor"][1])
+    assert status == 0, out
+
+
+def _plant_newer_note(signed: str, writer: VerifierKey, *, size: int = 28) -> None:
+    """An insider files a note at the head's size under the writer's name and key hash, its signature bogus: the
+    newest stored note covering every row, and one no writer made."""
+    import base64
+
+    from tests.backends import execute
+
+    newest = query(signed, "SELECT note FROM compute_budget_checkpoints ORDER BY id DESC")[0][0]
+    body = Checkpoint.from_note(newest).note_text()
+    bogus = f"— {writer.name} " + base64.b64encode(writer.key_hash.to_bytes(4, "big") + bytes(64)).decode() + "\n"
+    execute(signed, (
+        "INSERT INTO compute_budget_checkpoints (tree_size, key_name, key_hash, note, recorded_at) "
+        "VALUES (:size, :name, :hash, :note, 'x')",
+        {"size": size, "name": writer.name, "hash": f"{writer.key_hash:08x}", "note": body + "\n" + bogus},
+    ))
+
+
+def test_prove_with_the_writers_key_passes_over_a_planted_newer_note(
+    run_cli: Run, signed: str, keys: dict[str, tuple[Path, str]], tmp_path: Path
+) -> None:
+    """Issue 28 r: `prove` alone attaches the newest stored note covering the row, a planted one included, and
+    now says on stderr that it is unverified (the receipt then fails at verify-proof, as before); with
+    `--trusted-key` it chooses the newest stored note whose writer signature verifies, and the receipt holds."""
+    _plant_newer_note(signed, VerifierKey.parse(keys["writer"][1]))
+    budget_id = rows(signed)[4][1]
+    status, unchecked, err = run_cli("prove", budget_id, "--db", signed)
+    assert status == 0
+    assert "unverified" in err
+    assert "--trusted-key" in err
+    assert len(err.strip().splitlines()) == 1
+    status, out, _ = _verify_text(run_cli, unchecked, tmp_path, keys["writer"][1])
+    assert (status, out.split(":")[0]) == (1, "invalid (signature)")
+    status, checked, err = run_cli("prove", budget_id, "--db", signed, "--trusted-key", keys["writer"][1])
+    assert (status, err) == (0, "")
+    assert json.loads(checked)["tree_size"] == 28
+    status, out, _ = _verify_text(run_cli, checked, tmp_path, keys["writer"][1])
+    assert status == 0, out
+
+
+def test_prove_with_a_key_that_signed_nothing_here_exits_2(
+    run_cli: Run, signed: str, keys: dict[str, tuple[Path, str]], tmp_path: Path
+) -> None:
+    """A --trusted-key under which no stored note covering the row verifies (the auditor's key here) is exit 2
+    with one line, and so is a given --checkpoint that it does not verify: no receipt is printed."""
+    budget_id = rows(signed)[4][1]
+    status, out, err = run_cli("prove", budget_id, "--db", signed, "--trusted-key", keys["auditor"][1])
+    assert (status, out) == (2, "")
+    assert "no stored checkpoint covering row 5 carries a valid signature by a --trusted-key" in err
+    note = tmp_path / "head.note"
+    note.write_text(query(signed, "SELECT note FROM compute_budget_checkpoints ORDER BY id DESC")[0][0])
+    status, out, err = run_cli(
+        "prove", budget_id, "--db", signed, "--checkpoint", str(note), "--trusted-key", keys["auditor"][1]
+    )
+    assert (status, out) == (2, "")
+    assert "the given checkpoint carries no valid signature by a --trusted-key" in err
+    status, out, err = run_cli(
+        "prove", budget_id, "--db", signed, "--checkpoint", str(note), "--trusted-key", keys["writer"][1]
+    )
+    assert (status, err) == (0, "")
+
+
+def test_prove_with_witness_and_writer_keys_passes_over_a_planted_note_of_the_witnessed_size(
+    served: Any, run_cli: Run, tmp_path: Path
+) -> None:
+    """Issue 28 r with witnesses: a note planted at the cosigned size (the same text, a bogus writer line) is what
+    `prove --witness-key` attaches without a writer key; with `--trusted-key` it takes the writer's own note of that
+    size, which carries the cosignature too, and the receipt verifies under both keys."""
+    from tests.witnessing import LOG, ORIGIN, WITNESS
+
+    writer_key, witness_key = LOG.verifier().format(), WITNESS.verifier().format()
+    key = tmp_path / "writer.key"
+    key.write_text(LOG.format() + "\n")
+    key.chmod(0o600)
+    db = str(tmp_path / "store.db")
+    gates = tmp_path / "gates.jsonl"
+    gates.write_text("\n".join(gate_lines(4)) + "\n")
+    status, _, err = run_cli("record", str(gates), "--db", db, "--signing-key", str(key), "--origin", ORIGIN,
+                             "--witness", f"http://127.0.0.1:{served.port}={witness_key}")
+    assert status == 0, err
+    _plant_newer_note(db, LOG.verifier(), size=4)
+    budget_id = rows(db)[1][1]
+    checks = ["--trusted-key", writer_key, "--witness-key", witness_key]
+    status, receipt, _ = run_cli("prove", budget_id, "--db", db, "--witness-key", witness_key)
+    assert status == 0
+    assert _verify_text(run_cli, receipt, tmp_path, writer_key)[0] == 1
+    status, receipt, err = run_cli("prove", budget_id, "--db", db, *checks)
+    assert (status, err) == (0, "")
+    (tmp_path / "r.json").write_text(receipt)
+    status, out, _ = run_cli("verify-proof", str(tmp_path / "r.json"), *checks)
     assert status == 0, out

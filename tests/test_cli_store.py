@@ -230,3 +230,155 @@ def test_record_into_a_full_disk_says_the_gates_were_recorded(db_path: Path) -> 
     )
     with BudgetStore.open(db_path, readonly=True) as store:
         assert store.head().seq == 8
+
+
+# -- spec 9.9.8: a gate whose row no entry bundle could carry ---------------------------------------------------------
+
+RECORDED_AT = "2026-01-01T00:00:00.000000Z"  # as long as every recording time the writer stamps
+
+
+def _gate_with_leaf_of(size: int, decision_id: str) -> str:
+    """Gate text whose row, stored at seq 1 to 9, has a leaf input of exactly `size` bytes: the filler goes into
+    `candidate_organ`, which no decision field copies, so each character adds one byte to the leaf only."""
+    from compute_budget import decide_json
+    from compute_budget.core.leaf import leaf_input
+    from compute_budget.core.row import chained_row
+
+    def text(filler: int) -> str:
+        return json.dumps(make_gate(decision_id=decision_id, candidate_organ="x" * filler))
+
+    def leaf_size(gate: str) -> int:
+        return len(leaf_input(chained_row(1, decide_json(gate), gate, RECORDED_AT)))
+
+    gate = text(size - leaf_size(text(0)))
+    assert leaf_size(gate) == size
+    return gate
+
+
+def _count(target: str) -> int:
+    if "://" not in target and not Path(target).exists():
+        return 0  # the failed run removed the new, empty store it had created
+    with BudgetStore.open(target, readonly=True) as store:
+        return store.count()
+
+
+def test_record_refuses_a_gate_whose_leaf_would_exceed_65535_bytes(
+    run_cli: Run, store_target: str, tmp_path: Path
+) -> None:
+    """One byte over: exit 2, one line naming the input line and the size, nothing of the batch written; exactly
+    65,535 bytes is recorded, and its stored row's leaf input is that long. `decide` is unchanged."""
+    from compute_budget import prove
+    from compute_budget.core.leaf import LEAF_KEYS, leaf_input
+
+    source = tmp_path / "gates.jsonl"
+    source.write_text(gate_lines(1)[0] + "\n" + _gate_with_leaf_of(65_536, "too-large") + "\n")
+    status, out, err = run_cli("record", str(source), "--db", store_target)
+    assert (status, out) == (2, "")
+    assert f"{source} line 2 is too large" in err
+    assert "65,536 bytes" in err
+    assert "nothing was written" in err
+    assert len(err.strip().splitlines()) == 1
+    assert _count(store_target) == 0
+    status, out, _ = run_cli("decide", str(source))
+    assert (status, len(out.splitlines())) == (0, 2)
+
+    source.write_text(_gate_with_leaf_of(65_535, "just-fits") + "\n")
+    assert run_cli("record", str(source), "--db", store_target)[0] == 0
+    row = prove(decide_json_of(source), store_target).row
+    assert len(leaf_input([row[key] for key in LEAF_KEYS])) == 65_535
+
+
+def decide_json_of(source: Path) -> str:
+    from compute_budget import decide_json
+
+    return decide_json(source.read_text().strip()).budget_id
+
+
+def test_the_api_refuses_a_too_large_gate_and_writes_nothing_of_its_batch(store_target: str) -> None:
+    """`record` and `record_many` raise `GateTooLarge` (an `InputError`), naming the gate's place in the batch;
+    nothing of the batch is written and the store stays usable."""
+    from compute_budget import GateTooLarge, InputError
+
+    large = _gate_with_leaf_of(65_536, "too-large")
+    with BudgetStore.open(store_target) as store:
+        with pytest.raises(GateTooLarge, match="number 3 of the batch") as caught:
+            store.record_many([*gate_lines(2), large, *gate_lines(600, prefix="after")])
+        assert isinstance(caught.value, InputError)
+        assert (caught.value.index, caught.value.line, caught.value.size) == (2, None, 65_536)
+        assert store.count() == 0
+        with pytest.raises(GateTooLarge, match="number 1 of the batch"):
+            store.record(large)
+        with pytest.raises(GateTooLarge):
+            store.record(make_gate(candidate_organ="x" * 70_000))
+        store.record_many(gate_lines(2))
+        assert store.count() == 2
+
+
+# -- spec 9.9.9: --input-format json-array ---------------------------------------------------------------------------
+
+HINT = "holds a JSON array; did you mean --input-format json-array?"
+
+
+def test_record_reads_a_json_array_one_gate_per_element(run_cli: Run, store_target: str, tmp_path: Path) -> None:
+    """Each element is one gate, in order; its gate_input is the exact text of INPUT from its first to its last
+    character (here indented as the array was); a conflict names its element."""
+    gates = [json.loads(line) for line in gate_lines(3)]
+    source = tmp_path / "gates.json"
+    source.write_text(json.dumps(gates, indent=2))
+    status, out, err = run_cli("record", "--input-format", "json-array", str(source), "--db", store_target)
+    assert (status, err) == (0, "")
+    assert "3 new, 0 already present" in out
+    with BudgetStore.open(store_target, readonly=True) as store:
+        stored = list(store)
+    texts = [json.dumps(gate, indent=2).replace("\n", "\n  ") for gate in gates]
+    assert [row.gate_input for row in stored] == texts
+    assert all(text in source.read_text() for text in texts)
+    assert [row.decision for row in stored] == [decide(gate) for gate in gates]
+    gates[1]["residual_ids"] = ["changed"]
+    source.write_text(json.dumps(gates))
+    status, _, err = run_cli(
+        "record", "--input-format", "json-array", str(source), "--db", store_target, "--on-conflict", "skip"
+    )
+    assert status == 0
+    assert f"{source} element 2: conflict" in err
+
+
+def test_record_without_the_flag_keeps_an_array_one_gate_and_says_the_flag_exists(
+    run_cli: Run, store_target: str, tmp_path: Path
+) -> None:
+    """Section 7 unchanged: an array is one malformed gate (exit 0), and record adds one stderr line naming
+    INPUT and the flag; the next array is a conflict, and the hint comes with it."""
+    source = tmp_path / "gates.json"
+    source.write_text(json.dumps([json.loads(line) for line in gate_lines(2)]))
+    status, out, err = run_cli("record", str(source), "--db", store_target)
+    assert status == 0
+    assert "1 new" in out
+    assert err == f"compute-budget: {source} {HINT}\n"
+    source.write_text(json.dumps([json.loads(line) for line in gate_lines(2, prefix="next")]))
+    status, _, err = run_cli("record", str(source), "--db", store_target)
+    assert status == 2
+    assert f"{source} {HINT}" in err
+    assert "conflict" in err
+    source.write_text("\n".join(gate_lines(2)) + "\n")
+    assert run_cli("record", str(source), "--db", store_target)[2] == ""
+
+
+def test_record_of_input_that_is_not_one_json_array_writes_nothing(
+    run_cli: Run, store_target: str, tmp_path: Path
+) -> None:
+    """With the flag: JSON Lines, or an array that breaks after good elements, or one whose element is too large
+    for a leaf: exit 2, one line naming INPUT (and the element), nothing written."""
+    source = tmp_path / "gates.json"
+    for data, message in (
+        ("\n".join(gate_lines(2)) + "\n", "not a JSON array"),
+        ("[" + ",".join(gate_lines(600)) + ", {\"a\": tru}]", "element 601 (from line 1): not JSON"),
+        ("[" + gate_lines(1)[0] + "," + _gate_with_leaf_of(65_536, "too-large") + "]", "element 2 is too large"),
+    ):
+        source.write_text(data)
+        status, out, err = run_cli("record", "--input-format", "json-array", str(source), "--db", store_target)
+        assert (status, out) == (2, "")
+        assert f"{source}" in err
+        assert message in err
+        assert "nothing was written" in err
+        assert len(err.strip().splitlines()) == 1
+        assert _count(store_target) == 0

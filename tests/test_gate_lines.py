@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -319,3 +320,120 @@ def test_deep_multi_line_value_is_a_malformed_gate() -> None:
     assert isinstance(gate, GateLine)
     assert gate.parsed.too_deep
     assert decide(gate.parsed.value).gate_decision_id == ""
+
+
+# -- spec 9.9.9: one JSON array, one gate per element -------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402  (the array reader's tests only)
+from hypothesis import strategies as st  # noqa: E402
+
+from compute_budget import InputNotJson, decide_json  # noqa: E402
+from compute_budget.core.policy.json_array import read_array_gates  # noqa: E402
+from compute_budget.core.policy.parse import decide_parsed  # noqa: E402
+
+
+def blocks(data: bytes, size: int) -> list[bytes]:
+    """`data` cut into blocks of `size` bytes, as a reader of any block size hands it over."""
+    return [data[start : start + size] for start in range(0, len(data), size)] or [b""]
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet=st.characters(codec="utf-8"), max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=10,
+)
+spacing = st.sampled_from(["", " ", "\n", "\r\n  ", "\t"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(json_values, max_size=6),
+    indents=st.lists(st.sampled_from([None, 0, 2]), min_size=6, max_size=6),
+    gaps=st.lists(spacing, min_size=14, max_size=14),
+    size=st.integers(min_value=1, max_value=64),
+)
+def test_each_element_is_one_gate_with_its_exact_text(
+    values: list[Any], indents: list[int | None], gaps: list[str], size: int
+) -> None:
+    """Whatever the layout and however the input is cut into blocks, the elements come out in order, numbered
+    from 1, each with the exact text between its first and its last character (strings holding brackets, commas,
+    quotes and backslashes included)."""
+    texts = [json.dumps(value, indent=indents[index], ensure_ascii=False) for index, value in enumerate(values)]
+    body = "".join(f"{gaps[2 * index]}{text}{gaps[2 * index + 1]}," for index, text in enumerate(texts))
+    data = f"{gaps[-2]}[{body.removesuffix(',')}]{gaps[-1]}".encode()
+    items = list(read_array_gates(blocks(data, size)))
+    assert [item.line for item in items] == list(range(1, len(values) + 1))
+    assert [item.text for item in items] == texts
+    assert [item.parsed.value for item in items] == values
+
+
+def test_depth_and_repeated_keys_are_judged_on_the_elements_text() -> None:
+    """The array's own bracket is not a level: an element nesting 32 levels is well within rule 3.1.8, one of
+    33 is too deep; a key repeated in an element's top-level object copies as "" (3.1.7), as in JSON Lines."""
+    deep = "[" * 31 + "]" * 31
+    gates = [
+        json.dumps(make_gate(residual_ids=[])).replace("[]", deep, 1),
+        json.dumps(make_gate(residual_ids=[])).replace("[]", "[" + deep + "]", 1),
+        json.dumps(make_gate())[:-1] + ', "decision_id": "again"}',
+    ]
+    items = list(read_array_gates([("[" + ",".join(gates) + "]").encode()]))
+    assert [item.parsed.too_deep for item in items] == [False, True, False]
+    for item, text in zip(items, gates, strict=True):
+        assert decide_parsed(item.parsed) == decide_json(text)
+    assert decide_parsed(items[2].parsed).gate_decision_id == ""
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"", "not a JSON array: the input is empty"),
+        (b'{"a": 1}\n', "not a JSON array: the input starts with '{' on line 1"),
+        (b"[1, 2", "the array is never closed"),
+        (b'[1, "2', "never closed (the input ends inside a string"),
+        (b"[1,]", "element 2 is missing"),
+        (b"[1,,2]", "element 2 is missing"),
+        (b"[1 2]", "element 1 (from line 1): not JSON"),
+        (b'[1,\n {"a": tru}]', "element 2 (from line 2): not JSON"),
+        (b"[1] [2]", "text after the array's closing bracket on line 1"),
+        (b"[}]", "closes nothing"),
+        (b"[\xff]", "element 1 (from line 1): not valid UTF-8"),
+    ],
+)
+def test_input_that_is_not_one_json_array_is_refused_saying_where(data: bytes, message: str) -> None:
+    """Input that is not exactly one JSON array: `InputNotJson`, with where it breaks."""
+    with pytest.raises(InputNotJson, match=re.escape(message)):
+        list(read_array_gates(blocks(data, 3)))
+
+
+def test_an_empty_array_holds_no_gate_and_a_byte_order_mark_is_skipped() -> None:
+    """`[]` is no gate at all; a UTF-8 byte order mark before the array is tolerated, as for JSON Lines."""
+    assert list(read_array_gates([b" [ \n ] \n"])) == []
+    assert [item.text for item in read_array_gates([b"\xef\xbb", b"\xbf[1]"])] == ["1"]
+
+
+def test_the_array_is_read_as_it_streams() -> None:
+    """The first gate comes out after the block that ends it, not after the whole input: memory holds a block
+    and an element, never the array."""
+    taken = 0
+
+    def source() -> Iterator[bytes]:
+        nonlocal taken
+        yield b"[" + GATE.encode() + b","
+        for _ in range(1000):
+            taken += 1
+            yield OTHER.encode() + b","
+        yield b"1]"
+
+    gates = read_array_gates(source())
+    assert next(gates).text == GATE
+    assert taken <= 1
+    assert sum(1 for _ in gates) == 1001
+
+
+def test_an_element_over_the_bound_is_reported_not_buffered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An element longer than any gate (64 MiB; 100 bytes here) stops the reading with one clear error."""
+    from compute_budget.core.policy import json_array
+
+    monkeypatch.setattr(json_array, "MAX_ELEMENT_BYTES", 100)
+    with pytest.raises(InputNotJson, match=r"element 2 .* is longer than"):
+        list(read_array_gates(blocks(b'[1, "' + b"x" * 300 + b'"]', 10)))

@@ -90,7 +90,7 @@ def test_hashing_a_row_ahead_gives_the_same_leaf_and_chain(
 ) -> None:
     """The writer hashes the bulk of a row before its seq is known (`RowHasher`); the result is the leaf and
     chain hash of the complete row, and the row it stores is the one `chained_row` describes."""
-    from compute_budget.core.leaf import row_hasher
+    from compute_budget.core.leaf import RowTails, row_hasher
     from compute_budget.core.log.head import ChainHead
     from compute_budget.core.policy.prepare import PreparedGate
     from compute_budget.store.plan import plan_chunk
@@ -99,6 +99,9 @@ def test_hashing_a_row_ahead_gives_the_same_leaf_and_chain(
     expected = leaf_and_chain(prev, values)
     hasher = row_hasher(decision, gate_input)
     assert hasher.finish(prev, seq, recorded_at, decision.reason_code, decision.status.value) == expected
+    # Spec 9.9.8 bounds the leaf input's size: the writer's count, made without hashing, is exact.
+    size = RowTails(recorded_at).leaf_size(hasher, seq, decision.reason_code, decision.status.value)
+    assert size == len(leaf_input(values))
     plan = plan_chunk([PreparedGate(decision, gate_input, None)], {}, ChainHead(seq - 1, prev, None), recorded_at)
     assert plan.rows == [(*values, expected[1])]
     assert plan.leaves == [expected[0]]
@@ -321,6 +324,31 @@ def test_a_bundle_signed_by_an_untrusted_key_fails(sealed: tuple[str, Any]) -> N
     unsigned = ProofBundle(bundle.row, bundle.leaf_index, bundle.tree_size, bundle.inclusion, text)
     assert "unsigned" in verify_proof(unsigned, [key.verifier()]).message
     assert verify_proof(bundle, [key.verifier()], origin="example.org/other").check == "origin"
+
+
+def test_prove_with_trusted_keys_uses_the_newest_note_that_verifies(sealed: tuple[str, Any]) -> None:
+    """Issue 28 r: a newer note filed by an insider (another key's, covering every row) is what `prove` attaches
+    without keys, and the receipt fails; `prove(..., trusted_keys=...)` passes over it to the newest stored note
+    the writer's key verifies, and the receipt holds."""
+    from compute_budget.core.log.note import sign_note
+    from tests.backends import execute
+
+    target, key = sealed
+    head = Checkpoint.from_note(next(note for size, note in _stored(target) if size == 300))
+    stranger = signer("writer")  # the writer's name, another key
+    execute(target, (
+        "INSERT INTO compute_budget_checkpoints (tree_size, key_name, key_hash, note, recorded_at) "
+        "VALUES (300, :name, :hash, :note, 'x')",
+        {"name": key.name, "hash": f"{key.key_hash:08x}", "note": sign_note(head.note_text(), stranger)},
+    ))
+    budget_id = budget_id_at(target, 42)
+    assert verify_proof(prove(budget_id, target), [key.verifier()]).check == "signature"
+    for keys in ([key.verifier()], [key.verifier().format()], [signer("other").verifier(), key.verifier()]):
+        bundle = prove(budget_id, target, trusted_keys=keys)
+        assert bundle.tree_size == 300
+        assert verify_proof(bundle, [key.verifier()]).valid
+    with pytest.raises(ProofError, match="no stored checkpoint covering row 42 carries a valid signature"):
+        prove(budget_id, target, trusted_keys=[signer("auditor").verifier()])
 
 
 def test_a_bundle_without_a_stored_signature_carries_the_unsigned_head(tmp_path: Path) -> None:

@@ -114,11 +114,12 @@ def test_an_audit_is_not_started_from_another_site(store_db: str) -> None:
 
 
 def test_hostile_rows_give_pages_not_500s(tmp_path: Path) -> None:
-    """A legal gate nested 100,000 deep, a checkpoint whose tree_size is text, and a row whose seq is text: every
-    page answers 200 (or 404), no traceback; the list still shows the readable rows and the audit finds the bad one."""
+    """A legal gate nested 30,000 deep (as deep as a recordable row gets: spec 9.9.8 bounds a row to 65,535 bytes),
+    a checkpoint whose tree_size is text, and a row whose seq is text: every page answers 200 (or 404), no
+    traceback; the list still shows the readable rows and the audit finds the bad one."""
     db = str(tmp_path / "hostile.db")
     deep = ('{"decision_id": "deep", "status": "eligible", "policy_version": "search-gate-v1", "reason_code": "ok", '
-            '"evidence_spans": [], "x": ' + "[" * 100000 + "]" * 100000 + "}")
+            '"evidence_spans": [], "x": ' + "[" * 30000 + "]" * 30000 + "}")
     with BudgetStore.open(db) as store:
         store.record_many(gate_lines(4))
         deep_id = store.record(deep).decision.budget_id

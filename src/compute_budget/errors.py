@@ -81,6 +81,26 @@ class GateNotSerializable(InputError, ValueError):
     """A Python gate that cannot be stored as JSON faithfully enough to re-derive its decision."""
 
 
+class GateTooLarge(InputError, ValueError):
+    """A gate whose stored row's leaf input would exceed 65,535 bytes (spec 9.9.8): no C2SP entry bundle could
+    carry it, so it is refused and nothing of its batch is written. `line` is where it starts in its input (None
+    for a Python gate), `index` its 0-based place in the batch, `size` the leaf input's size in bytes."""
+
+    def __init__(
+        self, budget_id: str, size: int, limit: int, *, index: int, line: int | None = None, where: str | None = None
+    ) -> None:
+        at = where or (f"on input line {line}" if line is not None else f"number {index + 1} of the batch")
+        super().__init__(
+            f"the gate {at} is too large: its row would be {size:,} bytes as a leaf of the log, over the "
+            f"{limit:,} a published entry can carry; shorten it (budget_id {budget_id}); nothing was written"
+        )
+        self.budget_id = budget_id
+        self.size = size
+        self.limit = limit
+        self.index = index
+        self.line = line
+
+
 class GateConflict(StoreError):
     """The same `budget_id` is already stored with a different gate; nothing was written."""
 

@@ -42,6 +42,7 @@ def prove(
     target: str | os.PathLike[str] | None = None,
     *,
     checkpoint: CheckpointLike | None = None,
+    trusted_keys: Iterable[VerifierKey | str | os.PathLike[str]] = (),
     witness_keys: Iterable[WitnessKey | str | os.PathLike[str]] = (),
     witness_quorum: int | None = None,
 ) -> ProofBundle:
@@ -50,11 +51,14 @@ def prove(
     Its checkpoint is `checkpoint` when given (a signed note, or a checkpoint with origin and root), else the
     newest stored signed checkpoint covering the row, else the head's note without a signature; with
     `witness_keys` (spec 9.3), the newest covering checkpoint that `witness_quorum` (default: all) of them
-    cosigned (`ProofError` when none did). The note carries every stored cosignature of its text. Raises
-    `UnknownBudgetId` when no such decision is stored, `ProofError` when the checkpoint does not cover the row
-    or is not of this store, `StoreDamaged` when the stored tree does not prove the row against it.
+    cosigned (`ProofError` when none did). With `trusted_keys` (the writers' verifier keys), only a note whose
+    signature by one of them verifies is used: the newest stored one covering the row (`ProofError` when there
+    is none), and a given `checkpoint` must verify too. Without them the stored note is used unverified, so a
+    newer note planted in the store fails at `verify_proof`. The note carries every stored cosignature of its
+    text. Raises `UnknownBudgetId` when no such decision is stored, `ProofError` when the checkpoint does not
+    cover the row or is not of this store, `StoreDamaged` when the stored tree does not prove the row against it.
     """
-    given = as_checkpoint(checkpoint) if checkpoint is not None else None
+    given, keys = _given_and_keys(checkpoint, trusted_keys)
     policy = _policy(witness_keys, witness_quorum)
     with BudgetStore.open(target, readonly=True) as store, store.snapshot() as snapshot:
         row = snapshot.raw_row(budget_id)
@@ -66,7 +70,9 @@ def prove(
         origin = snapshot.origin()
         head = snapshot.max_seq()
         if policy is not None and given is None:
-            note = _witnessed_note_for(snapshot, policy, seq, head, store.location.display)
+            note = _witnessed_note_for(snapshot, policy, seq, head, store.location.display, keys)
+        elif keys and given is None:
+            note = _trusted_note_for(snapshot, keys, seq, head, origin, store.location.display)
         else:
             note = _note_for(snapshot, given, seq, head, origin, store.location.display)
         note = _with_stored_cosignatures(snapshot, note, policy)
@@ -149,21 +155,79 @@ def _with_stored_cosignatures(snapshot: Snapshot, note: str, policy: WitnessPoli
     return with_cosignatures(note, lines)
 
 
-def _witnessed_note_for(snapshot: Snapshot, policy: WitnessPolicy, seq: int, head: int, where: str) -> str:
-    """The newest stored checkpoint covering row `seq` that K witnesses cosigned, as a note (spec 9.3)."""
+def _witnessed_note_for(
+    snapshot: Snapshot, policy: WitnessPolicy, seq: int, head: int, where: str, keys: list[VerifierKey]
+) -> str:
+    """The newest stored checkpoint covering row `seq` that K witnesses cosigned, as a note (spec 9.3); with
+    writer `keys`, the newest whose writer signature verifies under one of them too."""
     for size, text, _ in snapshot.cosignatures_newest_first(head):
         if size < seq:
             break
         lines = snapshot.cosignatures_of(text, size)
         if policy.kth_newest(lines, text)[0] < policy.quorum:
             continue
-        base = next((stored.note for stored in snapshot.checkpoints_at(size) if stored.note.startswith(text + "\n")),
-                    None)
+        notes = (stored.note for stored in snapshot.checkpoints_at(size) if stored.note.startswith(text + "\n"))
+        base = next((note for note in notes if not keys or _verifies(note, keys)), None)
+        if base is None and keys:
+            continue
         return base if base is not None else text + "\n" + "".join(lines)
+    signed = " and a signature by a trusted key" if keys else ""
     raise ProofError(
-        f"{where}: no stored checkpoint covering row {seq} carries {policy.quorum} cosignature(s) by the witness keys "
-        "(submit to the witnesses first: `compute-budget witness submit`)"
+        f"{where}: no stored checkpoint covering row {seq} carries {policy.quorum} cosignature(s) by the witness keys"
+        f"{signed} (submit to the witnesses first: `compute-budget witness submit`)"
     )
+
+
+def _trusted_note_for(
+    snapshot: Snapshot, keys: list[VerifierKey], seq: int, head: int, origin: str | None, where: str
+) -> str:
+    """The newest stored checkpoint of this log covering row `seq` whose signature by one of the writer `keys`
+    verifies (spec 9.9, r): a planted newer note, unsigned or signed by another key, is passed over."""
+    best: tuple[int, int, str] | None = None  # (tree size, id, note)
+    for key in keys:
+        for stored in snapshot.newest_by_key(key, at_most=head):
+            if stored.tree_size < seq or (best is not None and (stored.tree_size, stored.id) <= best[:2]):
+                break
+            if _verifies(stored.note, keys) and _origin_of(stored.note) == origin:
+                best = (stored.tree_size, stored.id, stored.note)
+                break
+    if best is None:
+        raise ProofError(
+            f"{where}: no stored checkpoint covering row {seq} carries a valid signature by a --trusted-key (record "
+            "with that key, or run `compute-budget checkpoint --signing-key`, then prove again)"
+        )
+    return best[2]
+
+
+def _verifies(note: str | None, keys: list[VerifierKey]) -> bool:
+    """True when `note` carries a signature by one of `keys` that verifies and none by them that fails."""
+    if note is None:
+        return False
+    try:
+        verified, failed = trusted_signers(note, keys)
+    except NoteError:
+        return False
+    return bool(verified) and not failed
+
+
+def _origin_of(note: str) -> str | None:
+    try:
+        return Checkpoint.from_note(note).origin
+    except (NoteError, CheckpointError):
+        return None
+
+
+def _given_and_keys(
+    checkpoint: CheckpointLike | None, trusted_keys: Iterable[VerifierKey | str | os.PathLike[str]]
+) -> tuple[Checkpoint | None, list[VerifierKey]]:
+    """The given checkpoint and the writer keys; `ProofError` when the keys do not verify the checkpoint."""
+    given = as_checkpoint(checkpoint) if checkpoint is not None else None
+    keys = list(dict.fromkeys(verifier_key(item) for item in trusted_keys))
+    if given is not None and keys and not _verifies(given.note, keys):
+        raise ProofError(
+            "the given checkpoint carries no valid signature by a --trusted-key: it is not used for a receipt"
+        )
+    return given, keys
 
 
 def prove_consistency(

@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from compute_budget._version import __version__
 from compute_budget.cli.app import PROG, BudgetGroup, say
 from compute_budget.cli.app import run as run_group
-from compute_budget.cli.io import open_input
+from compute_budget.cli.io import Blocks, open_input
+from compute_budget.errors import InputNotJson, InputUnreadable
+
+if TYPE_CHECKING:
+    from compute_budget.core.policy.lines import GateLine
 
 
 @click.group(cls=BudgetGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -31,14 +35,43 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.meta["compute_budget.debug"] = debug
 
 
+JSON_ARRAY = "json-array"
+
+input_format_option = click.option(
+    "--input-format",
+    "input_format",
+    type=click.Choice(["json-lines", JSON_ARRAY]),
+    default="json-lines",
+    show_default=True,
+    help="json-lines: one gate per line (an object may span lines); json-array: INPUT is one JSON array and each "
+    "element is one gate, numbered from 1 where a line number would be.",
+)
+
+
+def array_gates(blocks: Iterable[bytes], label: str, *, nothing: str) -> Iterator[GateLine]:
+    """The gates of INPUT read as one JSON array (spec 9.9.9); anything else is one `InputUnreadable` line naming
+    INPUT and where, ending with `nothing` ("nothing was written")."""
+    from compute_budget.core.policy.json_array import read_array_gates
+
+    try:
+        yield from read_array_gates(blocks)
+    except InputNotJson as error:
+        raise InputUnreadable(f"{label}: {error}; {nothing}") from None
+
+
 @cli.command("decide")
 @click.argument("input_path", metavar="[INPUT]", default="-")
-def decide_command(input_path: str) -> None:
+@input_format_option
+def decide_command(input_path: str, input_format: str) -> None:
     """Print one decision (a JSON line) per gate of INPUT (JSON Lines; '-' or nothing is stdin).
 
     A line that is not JSON is reported on stderr with its number (the first 20, then how many more); the
-    other gates are still decided and the exit status is 2.
+    other gates are still decided and the exit status is 2. With --input-format json-array, INPUT that is not
+    one JSON array prints no decision at all: one line saying where it breaks, exit 2.
     """
+    if input_format == JSON_ARRAY:
+        _decide_array(input_path)
+        return
     from compute_budget.core.policy.lines import BadLine, read_gates
     from compute_budget.core.policy.parse import decide_parsed
 
@@ -58,6 +91,26 @@ def decide_command(input_path: str) -> None:
     out.flush()
     if bad_lines:
         click.get_current_context().exit(2)
+
+
+def _decide_array(input_path: str) -> None:
+    """`decide --input-format json-array`: the decisions are kept aside (in memory, then a temporary file) until
+    the whole array has been read, so a broken array prints none of them."""
+    import shutil
+    import tempfile
+
+    from compute_budget.core.policy.parse import decide_parsed
+
+    label = input_label(input_path)
+    with (
+        open_input(input_path) as stream,
+        tempfile.SpooledTemporaryFile(max_size=32 << 20, prefix="compute-budget-decisions-") as kept,
+    ):
+        for gate in array_gates(Blocks(stream, label), label, nothing="no decision was printed"):
+            kept.write(json_line(decide_parsed(gate.parsed).to_dict()))
+        kept.seek(0)
+        shutil.copyfileobj(kept, sys.stdout.buffer)
+        sys.stdout.buffer.flush()
 
 
 MAX_REPORTED_LINES = 20

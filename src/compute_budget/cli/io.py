@@ -107,6 +107,35 @@ class _ReadErrorsNamed:
                 )
             yield line
 
+    def read(self, size: int) -> bytes:
+        """At most `size` bytes (`Blocks` names a failed read)."""
+        return self._stream.read(size)
+
+
+# A JSON array (spec 9.9.9) is read in blocks, not lines: `json.dump` writes one line however long the array.
+BLOCK_BYTES = 1 << 20
+
+
+class Blocks:
+    """INPUT in blocks of at most `BLOCK_BYTES`, whatever its lines: memory holds one block, never the file. A
+    read that fails midway names the input; `fileno` lets a progress bar see the size."""
+
+    def __init__(self, stream: BinaryIO, name: str) -> None:
+        self._stream = stream
+        self._name = name
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def __iter__(self) -> Iterator[bytes]:
+        while True:
+            try:
+                block = self._stream.read(BLOCK_BYTES)
+            except OSError as error:
+                raise InputUnreadable(f"cannot read {self._name}: {error.strerror or error}") from None
+            if not block:
+                return
+            yield block
 
 
 def check_writable(

@@ -11,19 +11,22 @@ import click
 
 from compute_budget.cli.app import say
 from compute_budget.cli.commands import (
+    JSON_ARRAY,
+    array_gates,
     cli,
     db_option,
+    input_format_option,
     input_label,
     origin_option,
     witness_submit_options,
     writer_options,
 )
-from compute_budget.cli.io import check_writable, open_input, read_ahead, write_atomically
+from compute_budget.cli.io import Blocks, check_writable, open_input, read_ahead, write_atomically
 from compute_budget.cli.progress import progress_bar
-from compute_budget.errors import InputUnreadable, OutputUnwritable
+from compute_budget.errors import GateTooLarge, InputUnreadable, OutputUnwritable
 
 if TYPE_CHECKING:
-    from compute_budget.core.policy.lines import BadLine, GateLine
+    from compute_budget.core.policy.lines import GateLine
 
 
 MAX_CONFLICTS_SHOWN = 20
@@ -32,6 +35,7 @@ MAX_CONFLICTS_SHOWN = 20
 @cli.command("record")
 @click.argument("input_path", metavar="[INPUT]", default="-")
 @db_option
+@input_format_option
 @click.option(
     "--on-conflict",
     type=click.Choice(["raise", "skip"]),
@@ -74,6 +78,7 @@ MAX_CONFLICTS_SHOWN = 20
 def record_command(
     input_path: str,
     db: str | None,
+    input_format: str,
     on_conflict: str,
     rejects_path: str | None,
     signing_key: str | None,
@@ -116,18 +121,25 @@ def record_command(
             opened.discard_if_unused()  # an input that cannot be read leaves no new, empty database behind
             raise
         store = context.enter_context(opened)
+        arrays: list[int] = []  # where a gate of JSON Lines input was a JSON array: then a hint is said
         try:
-            with read_ahead(raw, input_label(input_path)) as stream, progress_bar(stream, "recording") as lines:
-                from compute_budget.core.policy.lines import read_gates
-
-                gates = _gates_or_fail(read_gates(lines), input_path)
+            with read_ahead(raw, input_label(input_path)) as stream, progress_bar(
+                Blocks(stream, input_label(input_path)) if input_format == JSON_ARRAY else stream,  # type: ignore[arg-type]
+                "recording",
+            ) as lines:
                 result = store.record_many(
-                    gates, on_conflict="skip" if on_conflict == "skip" else "raise",
-                    adopt_unsigned_through=adopt_unsigned,
+                    _gates(lines, input_path, input_format, arrays),
+                    on_conflict="skip" if on_conflict == "skip" else "raise", adopt_unsigned_through=adopt_unsigned,
                 )
+        except GateTooLarge as error:
+            store.discard_if_unused()
+            raise _placed(error, input_path, input_format) from None
         except BaseException:
             store.discard_if_unused()
             raise
+        finally:
+            if arrays:  # spec 9.9.9: without the flag an array stays one malformed gate; say the flag exists
+                say(f"{input_label(input_path)} holds a JSON array; did you mean --input-format json-array?")
         if result.writer_state_created:
             say(f"created writer state {store.writer_state} from the store's newest checkpoint signed by this key")
         if adopt_unsigned is not None:
@@ -136,7 +148,8 @@ def record_command(
                 "adopted 0 rows (the head was already signed)")
         for conflict in result.conflicts[:MAX_CONFLICTS_SHOWN]:
             differ = f" (they differ in {', '.join(conflict.differing)})" if conflict.differing else ""
-            at = f"line {conflict.line}" if conflict.line is not None else f"gate {conflict.index + 1}"
+            unit = "element" if input_format == JSON_ARRAY else "line"
+            at = f"{unit} {conflict.line}" if conflict.line is not None else f"gate {conflict.index + 1}"
             say(
                 f"{input_label(input_path)} {at}: conflict: budget_id {conflict.budget_id} is already recorded with a "
                 f"different gate{differ}; skipped"
@@ -177,10 +190,27 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def _gates_or_fail(items: Iterator[GateLine | BadLine], input_path: str) -> Iterator[GateLine]:
-    from compute_budget.core.policy.lines import BadLine
+def _gates(
+    lines: Iterator[bytes], input_path: str, input_format: str, arrays: list[int]
+) -> Iterator[GateLine]:
+    """The gates of INPUT in its format; a line (or an array) that is not JSON stops the run, nothing written.
+    The first JSON Lines gate that is a JSON array is noted in `arrays`."""
+    from compute_budget.core.policy.lines import BadLine, read_gates
 
-    for item in items:
+    label = input_label(input_path)
+    if input_format == JSON_ARRAY:
+        yield from array_gates(lines, label, nothing="nothing was written")
+        return
+    for item in read_gates(lines):
         if isinstance(item, BadLine):
-            raise InputUnreadable(f"{input_label(input_path)} line {item.line}: {item.message}; nothing was written")
+            raise InputUnreadable(f"{label} line {item.line}: {item.message}; nothing was written")
+        if not arrays and item.text.startswith("["):
+            arrays.append(item.line)  # the first is enough: the hint is said once
         yield item
+
+
+def _placed(error: GateTooLarge, input_path: str, input_format: str) -> GateTooLarge:
+    """The refusal naming INPUT and the gate's line (or element) in it."""
+    unit = "element" if input_format == JSON_ARRAY else "line"
+    where = f"at {input_label(input_path)} {unit} {error.line}" if error.line is not None else None
+    return GateTooLarge(error.budget_id, error.size, error.limit, index=error.index, line=error.line, where=where)

@@ -62,11 +62,20 @@ def verifier_key_command(key_path: str) -> None:
     metavar="FILE",
     help="Prove against this signed checkpoint [default: the newest stored one covering the row].",
 )
+@click.option(
+    "--trusted-key",
+    "trusted_keys",
+    metavar="KEY",
+    multiple=True,
+    help="Use only a checkpoint whose signature by this writer key verifies (verifier key text, else a file): "
+    "the newest stored one covering the row; repeatable. Without it the stored note is used unverified.",
+)
 @witness_role_options
 def prove_command(
     budget_id: str,
     db: str | None,
     checkpoint_path: str | None,
+    trusted_keys: tuple[str, ...],
     witness_keys: tuple[str, ...],
     witness_quorum: int | None,
 ) -> None:
@@ -80,8 +89,10 @@ def prove_command(
     from compute_budget.core.log.checkpoint import Checkpoint
     from compute_budget.errors import UnknownBudgetId
     from compute_budget.store import BudgetStore
+    from compute_budget.store.keys import verifier_key
 
     wanted = budget_id.strip().lower()
+    keys = [verifier_key(item) for item in trusted_keys]
     if not re.fullmatch(r"[0-9a-f]{8,64}", wanted):
         raise click.BadParameter(
             f"{budget_id[:80]!r} is not a budget_id: give its 64 hex digits (or a unique prefix of at least 8)",
@@ -96,7 +107,9 @@ def prove_command(
         wanted = found[0].decision.budget_id if found else wanted
     try:
         witnesses, quorum = witness_options(witness_keys, witness_quorum)
-        bundle = prove(wanted, db, checkpoint=checkpoint, witness_keys=witnesses, witness_quorum=quorum)
+        bundle = prove(
+            wanted, db, checkpoint=checkpoint, trusted_keys=keys, witness_keys=witnesses, witness_quorum=quorum
+        )
     except UnknownBudgetId as unknown:
         say(str(unknown))
         click.get_current_context().exit(1)
@@ -105,6 +118,11 @@ def prove_command(
             f"warning: no signed checkpoint covers row {bundle.leaf_index + 1}: this receipt's checkpoint is unsigned, "
             "so verify-proof will refuse it; record with a signing key (or run `compute-budget checkpoint "
             "--signing-key`) and prove again"
+        )
+    elif not keys:
+        say(
+            "warning: this receipt's checkpoint note is unverified (no --trusted-key): a note planted in the store "
+            "would make verify-proof refuse it; give the writer's verifier key with --trusted-key"
         )
     click.echo(bundle.to_json())
 

@@ -24,6 +24,10 @@ from compute_budget.core.policy.types import ComputeBudgetDecision
 # The 17 keys of a leaf, in table order (the chain's payload without prev_chain_hash).
 LEAF_KEYS: tuple[str, ...] = CHAINED_COLUMNS
 
+# Spec 9.9.8: the most bytes a row's leaf input may have. A C2SP entry bundle prefixes each entry with a 16-bit
+# length, so a longer row could never be published (section 10); the writer refuses the gate instead.
+MAX_LEAF_INPUT_BYTES = 65_535
+
 # In the canonical (key-sorted) payload, "prev_chain_hash" sorts right before "reason_code". A quote inside a
 # JSON string is always escaped, so `,"reason_code":` occurs exactly once, at the key itself.
 _SPLICE_AT = b',"reason_code":'
@@ -61,6 +65,7 @@ class RowHasher:
     spans: str  # the evidence_spans column, serialised once
     leaf_state: Any  # SHA-256 of 0x00 and the canonical bytes up to policy_version (no closing brace)
     chain_state: Any  # SHA-256 of the same bytes without the 0x00
+    size: int = 0  # how many canonical bytes those are: the leaf input's size without its tail
 
     def finish(
         self, prev_chain_hash: str, seq: int, recorded_at: str, reason_code: str, status: str
@@ -74,12 +79,13 @@ class RowTails:
     reason codes: their encoded tails are built once (the appending thread, which a long append waits on, runs
     this for every row)."""
 
-    __slots__ = ("_reasons", "_recorded", "_statuses")
+    __slots__ = ("_reasons", "_recorded", "_sizes", "_statuses")
 
     def __init__(self, recorded_at: str) -> None:
         self._recorded = b',"recorded_at":' + orjson.dumps(recorded_at) + b',"seq":'
         self._reasons: dict[str, bytes] = {}
         self._statuses: dict[str, bytes] = {}
+        self._sizes: dict[tuple[str, str], int] = {}  # the tail's size but for the seq, per reason and status
 
     def finish(
         self, hasher: RowHasher, prev_chain_hash: str, seq: int, reason_code: str, status: str
@@ -98,6 +104,18 @@ class RowTails:
         chain = hasher.chain_state.copy()
         chain.update(b',"prev_chain_hash":' + orjson.dumps(prev_chain_hash) + tail)
         return leaf.digest(), chain.hexdigest()
+
+    def leaf_size(self, hasher: RowHasher, seq: int, reason_code: str, status: str) -> int:
+        """The size in bytes of the row's whole leaf input (spec 9.9.8 bounds it), without hashing anything."""
+        fixed = self._sizes.get((reason_code, status))
+        if fixed is None:
+            fixed = len(orjson.dumps(reason_code)) + len(orjson.dumps(status)) + len(self._recorded) + _TAIL_KEYS
+            self._sizes[(reason_code, status)] = fixed
+        return hasher.size + fixed + len(str(seq))
+
+
+# What a tail holds besides its values and the recording time's part: `,"reason_code":`, `,"status":` and `}`.
+_TAIL_KEYS = len(b',"reason_code":') + len(b',"status":') + len(b"}")
 
 
 def row_hasher(decision: ComputeBudgetDecision, gate_input: str) -> RowHasher:
@@ -122,7 +140,7 @@ def row_hasher(decision: ComputeBudgetDecision, gate_input: str) -> RowHasher:
     )[:-1]
     leaf_state = _SHA256(b"\x00")
     leaf_state.update(head)
-    return RowHasher(spans, leaf_state, _SHA256(head))
+    return RowHasher(spans, leaf_state, _SHA256(head), len(head))
 
 
 def unreadable_leaf_hash(values: Sequence[Any]) -> bytes:

@@ -208,12 +208,12 @@ class Appender:
             plan: ChunkPlan | None = None
             want = {"results": appended.results is not None, "skip_conflicts": appended.conflicts is not None}
             if optimistic:
-                plan = plan_chunk(prepared, {}, head, recorded_at, **want)
+                plan = plan_chunk(prepared, {}, head, recorded_at, offset=offset, **want)
                 if not self._inserted_optimistically(connection, plan, head):
                     optimistic, plan = False, None
             if plan is None:
                 stored = stored_gates(connection, self._sql, {item.decision.budget_id for item in prepared})
-                plan = plan_chunk(prepared, stored, head, recorded_at, **want)
+                plan = plan_chunk(prepared, stored, head, recorded_at, offset=offset, **want)
                 if plan.rows:
                     insert_exactly(connection, self._sql, plan.rows, self._session.location)
             if plan.rows:

@@ -326,8 +326,9 @@ class BudgetStore(Browsing):
     ) -> Iterator[StoredDecision]:
         """Stored rows in `seq` order (newest last), streamed: only those matching every filter given (a
         status, reason code, policy version, gate decision_id, seq after / before a bound), and of those only
-        `limit`: the first after `after_seq` when it is given (page forward with the last seq seen, and no row is
-        skipped), else the newest."""
+        `limit`. With `after_seq`, the first `limit` after it (page forward with the last seq seen, and no row is
+        skipped); without it, the **newest** `limit` (`iter_decisions(limit=10)` is the last ten rows, still
+        yielded oldest first), as `compute-budget list --limit N` shows them."""
         return self._reads.iter_decisions(
             status=status, limit=limit, reason_code=reason_code, policy_version=policy_version,
             gate_decision_id=gate_decision_id, after_seq=after_seq, before_seq=before_seq,

@@ -14,10 +14,10 @@ from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from compute_budget.core.leaf import RowHasher, RowTails, row_hasher
+from compute_budget.core.leaf import MAX_LEAF_INPUT_BYTES, RowHasher, RowTails, row_hasher
 from compute_budget.core.log.head import ChainHead
 from compute_budget.core.policy.prepare import PreparedGate, differing_keys, prepare_gate, same_gate
-from compute_budget.errors import ArgumentTypeError, GateConflict
+from compute_budget.errors import ArgumentTypeError, GateConflict, GateTooLarge
 
 CHUNK_SIZE = 500  # gates decided, looked up and inserted per round trip
 
@@ -117,13 +117,15 @@ def plan_chunk(
     *,
     results: bool = False,
     skip_conflicts: bool = False,
+    offset: int = 0,
 ) -> ChunkPlan:
     """Number and chain the new gates of a chunk after `head`.
 
     `stored` maps the budget_ids already in the database to their (seq, gate_input); gates repeated within
     the chunk are matched against their first occurrence. A changed gate raises `GateConflict`, or with
     `skip_conflicts` is left out and listed in the plan's `conflicts`. Per-gate `results` are collected only
-    when asked for (the bulk path does not pay for them).
+    when asked for (the bulk path does not pay for them). A new row whose leaf input would exceed 65,535 bytes
+    raises `GateTooLarge` (spec 9.9.8), naming its place in the batch: the chunk's `offset` plus its position.
     """
     seq, prev, last_id = head.seq, head.chain_hash, head.budget_id
     seen = dict(stored)
@@ -155,6 +157,9 @@ def plan_chunk(
             continue
         seq += 1
         status = decision.status.value
+        size = tails.leaf_size(hasher, seq, decision.reason_code, status)
+        if size > MAX_LEAF_INPUT_BYTES:  # spec 9.9.8: a row no entry bundle could carry is never written
+            raise GateTooLarge(budget_id, size, MAX_LEAF_INPUT_BYTES, index=offset + position, line=item.line)
         leaf, prev = tails.finish(hasher, prev, seq, decision.reason_code, status)
         rows.append(
             (
