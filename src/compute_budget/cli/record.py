@@ -65,6 +65,15 @@ MAX_CONFLICTS_SHOWN = 20
     "`list --after-seq K`); each is re-derived before it is signed.",
 )
 @click.option(
+    "--after-repair",
+    "after_repair",
+    metavar="REPAIR_ID",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Acknowledge repair REPAIR_ID (`migrate` names it) once a full audit found nothing else: every row is "
+    "re-derived first; until then every append is refused (spec 9.9.10).",
+)
+@click.option(
     "--unsigned",
     is_flag=True,
     help="Append without a key to a store that holds signed checkpoints (ignores $COMPUTE_BUDGET_SIGNING_KEY).",
@@ -81,6 +90,7 @@ def record_command(
     init_writer_state: bool,
     peer_keys: tuple[str, ...],
     adopt_unsigned: int | None,
+    after_repair: int | None,
     unsigned: bool,
     witnesses: tuple[str, ...],
     witness_timeout: float,
@@ -123,7 +133,7 @@ def record_command(
                 gates = _gates_or_fail(read_gates(lines), input_path)
                 result = store.record_many(
                     gates, on_conflict="skip" if on_conflict == "skip" else "raise",
-                    adopt_unsigned_through=adopt_unsigned,
+                    adopt_unsigned_through=adopt_unsigned, after_repair=after_repair,
                 )
         except BaseException:
             store.discard_if_unused()
@@ -134,6 +144,8 @@ def record_command(
             first, last = result.adopted_after + 1, result.adopted_after + result.adopted
             say(f"adopted {_plural(result.adopted, 'row')} (seq {first}..{last})" if result.adopted else
                 "adopted 0 rows (the head was already signed)")
+        if result.acknowledged_repair is not None:
+            say(f"acknowledged repair #{result.acknowledged_repair}: every row stored before this run re-derived")
         for conflict in result.conflicts[:MAX_CONFLICTS_SHOWN]:
             differ = f" (they differ in {', '.join(conflict.differing)})" if conflict.differing else ""
             at = f"line {conflict.line}" if conflict.line is not None else f"gate {conflict.index + 1}"
@@ -146,7 +158,7 @@ def record_command(
             more = f", {hidden} more not shown" if hidden > 0 else ""
             say(f"{_plural(len(result.conflicts), 'conflicting gate')} skipped{more}")
         total = result.new + result.present
-        if total == 0 and not result.conflicts and adopt_unsigned is None:
+        if total == 0 and not result.conflicts and adopt_unsigned is None and after_repair is None:
             store.discard_if_unused()  # an empty input creates no store
             say(f"no gates in {input_label(input_path)}")
             return
