@@ -128,10 +128,7 @@ class BudgetStore(Browsing):
         Also completes the seal of an existing store: builds the Merkle tree of its rows when it has none yet
         (after migration 0003, or an offline ``--sql`` migration), and sets its origin (`origin`, else a random
         one) when it holds rows and has none.
-
-        Any repair (a guard restored, the revision record repaired) is recorded in the store (spec 9.9.10), and
-        `on_repair` is told it once committed: writers then refuse to append until one is given
-        `record_many(..., after_repair=ID)`, and the audit reports it until then.
+        Any repair is recorded in the store (spec 9.9.10; `on_repair` is told it once committed).
         """
         if origin is not None:
             sealing.check_origin_name(origin)
@@ -213,11 +210,8 @@ class BudgetStore(Browsing):
         `adopt_unsigned_through=SEQ` (a signing writer only, spec 9.1): sign over the rows after the newest trusted
         checkpoint through SEQ, which must be the head when the transaction starts; each is re-derived as the
         audit does first, and a signed checkpoint of the head is stored even when no gate is new.
-
-        `after_repair=REPAIR_ID` (spec 9.9.10): after `migrate` repaired the store, every append (signed or not)
-        raises `RepairNotAcknowledged` until one call names the newest waiting repair, once a full audit found
-        nothing else. That call re-derives every row and rebuilds the tree from them first (`StoreDamaged` when one
-        does not hold), records the acknowledgement, and a signing writer signs the head even when no gate is new.
+        `after_repair=REPAIR_ID` (spec 9.9.10): after a repair every append raises `RepairNotAcknowledged` until one
+        names the newest repair; it re-derives every row first, and a signing writer then signs the head.
         """
         if on_conflict not in ("raise", "skip"):
             raise ValueError(f"on_conflict must be 'raise' or 'skip', not {on_conflict!r}")
@@ -265,8 +259,7 @@ class BudgetStore(Browsing):
         All or nothing: an error from `rows` or `checkpoints` (a row failing verification, say) leaves this store
         empty. `provenance` is the source's provenance row, copied as it is; `provenance_from` (salvage, spec 9.8)
         writes a new one naming that origin and the copied head's size, root and chain hash; witness rows and
-        cosignature rows (as `iter_witness_rows`, `iter_cosignature_rows` give them) are copied as stored, and so are
-        repairs and acknowledgements (`Snapshot.repairs`), numbered anew in their order (spec 9.9.10)."""
+        cosignature rows (`iter_witness_rows`, `iter_cosignature_rows`) and repairs are copied as stored."""
         return import_history(
             self._session, rows, origin=origin, checkpoints=checkpoints, provenance=provenance,
             provenance_from=provenance_from, on_progress=on_progress, witness_rows=witness_rows,
@@ -402,6 +395,3 @@ class BudgetStore(Browsing):
 
     def _logical(self, row: Any) -> tuple[Any, ...]:  # for `Browsing`
         return self._session.logical(row)
-
-
-

@@ -1,0 +1,248 @@
+"""After a repair (spec 9.9.10): `migrate` records what it repaired, audits every row and leads with the rows that do
+not hold; writers refuse to append until `record --after-repair ID`; the audit reports an unacknowledged repair."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from compute_budget import BudgetStore, InputError, RepairNotAcknowledged, StoreDamaged, audit
+from compute_budget.auditor.copy import copy_store
+from tests.backends import execute, is_postgres, query, rows
+from tests.conftest import gate_lines
+from tests.sealing import signer
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def store(store_target: str) -> str:
+    """A store of 5 rows, on each backend."""
+    with BudgetStore.open(store_target) as opened:
+        opened.record_many(gate_lines(5))
+    return store_target
+
+
+def _drop_guard(target: str, *edits: str) -> None:
+    """The insider's move: drop the decisions table's guard and leave it dropped, editing rows meanwhile."""
+    if is_postgres(target):
+        drops = ("DROP TRIGGER compute_budget_decisions_no_update_delete ON compute_budget_decisions",
+                 "DROP TRIGGER compute_budget_decisions_no_truncate ON compute_budget_decisions")
+    else:
+        drops = tuple(f"DROP TRIGGER compute_budget_decisions_{name}" for name in ("no_update", "no_delete",
+                                                                                    "no_replace"))
+    execute(target, *drops, *edits)
+
+
+EDIT_ROW_3 = "UPDATE compute_budget_decisions SET explanation = 'approved by the insider' WHERE seq = 3"
+
+
+def _repairs(target: str) -> list[tuple[object, ...]]:
+    return query(target, "SELECT id, kind, head_size FROM compute_budget_repairs ORDER BY id")
+
+
+def _migrated(target: str) -> int:
+    """Migrate (the guard restored, a repair recorded) and return the repair's id."""
+    said: list[int] = []
+    BudgetStore.migrate(target, on_repair=lambda repair: said.append(repair.id))
+    assert len(said) == 1
+    return said[0]
+
+
+def test_migrate_after_an_edit_records_the_repair_and_leads_with_the_rows_and_the_salvage(
+    store: str, run_cli: Run
+) -> None:
+    """Before, migrate restored the guard, said `repaired N problem(s)` and exited 0 over an edited row. Now it
+    records the repair, audits every row, prints the row that does not hold and the salvage command first, and
+    exits 1."""
+    _drop_guard(store, EDIT_ROW_3)
+    status, out, err = run_cli("migrate", "--db", store)
+    assert status == 1, err
+    lines = out.splitlines()
+    assert lines[0] == "rows that do not hold after the repair: seq 3"
+    assert lines[1].startswith("  seq 3 ")
+    assert lines[2].startswith("salvage: compute-budget copy ")
+    assert lines[2].endswith(" NEW_DB --through 2")
+    assert "schema at head revision 0006; repaired" in out
+    assert "recorded repair #1 at seq 5" in out
+    assert "restored the append-only guard" in err
+    assert _repairs(store) == [(1, "repair", 5)]
+
+
+def test_migrate_after_a_repair_over_rows_that_hold_exits_0_and_says_so(store: str, run_cli: Run) -> None:
+    """No row changed while the guard was down: the full audit finds nothing else, exit 0, the repair recorded."""
+    _drop_guard(store)
+    status, out, err = run_cli("migrate", "--db", store)
+    assert status == 0, err
+    assert out.startswith("schema at head revision 0006; repaired 3 problem(s)" if not is_postgres(store) else
+                          "schema at head revision 0006; repaired 2 problem(s)")
+    assert "full audit after the repair: every row holds" in out
+    assert "`compute-budget record --after-repair 1`" in out
+    assert _repairs(store) == [(1, "repair", 5)]
+    status, out, err = run_cli("migrate", "--db", store)
+    assert (status, err) == (0, "")
+    assert out == "schema already at head revision 0006\n"  # nothing repaired: nothing recorded
+    assert len(_repairs(store)) == 1
+
+
+def test_the_audit_reports_an_unacknowledged_repair_and_the_acknowledgement_clears_it(store: str) -> None:
+    """Before, the audit was CLEAN right after migrate restored a dropped guard. Now the repair is schema_tampered
+    (`repaired at seq N, not acknowledged`) until a writer acknowledges it; then the audit is clean again."""
+    _drop_guard(store)
+    repair = _migrated(store)
+    findings = audit(store).findings
+    assert [finding.kind.value for finding in findings] == ["schema_tampered"]
+    assert "repaired at seq 5, not acknowledged" in findings[0].detail
+    assert f"--after-repair {repair}" in findings[0].detail
+    with BudgetStore.open(store) as opened:
+        result = opened.record_many([], after_repair=repair)
+    assert result.acknowledged_repair == repair
+    assert audit(store).clean
+    assert [kind for _, kind, _ in _repairs(store)] == ["repair", "acknowledged"]
+
+
+def test_a_writer_refuses_to_sign_until_after_repair_and_then_signs(store: str, tmp_path: Path) -> None:
+    """Before, a signing writer signed new rows on top of the repaired store. Now it raises
+    `RepairNotAcknowledged` naming the repair, writes nothing, and signs once given `after_repair`."""
+    key, state = signer(), tmp_path / "writer.state"
+    with BudgetStore.open(store, signing_key=key, writer_state=state) as opened:
+        opened.record_many([], adopt_unsigned_through=5)  # the writer signs the head it found
+    _drop_guard(store)
+    repair = _migrated(store)
+    with BudgetStore.open(store, signing_key=key, writer_state=state) as opened:
+        with pytest.raises(RepairNotAcknowledged, match=f"repair #{repair} at seq 5, not acknowledged") as raised:
+            opened.record_many(gate_lines(1, prefix="after"))
+        assert raised.value.repair_id == repair
+        assert len(rows(store)) == 5
+        result = opened.record_many(gate_lines(1, prefix="after"), after_repair=repair)
+    assert (result.new, result.acknowledged_repair) == (1, repair)
+    assert audit(store, trusted_keys=[key.verifier()]).clean
+    with BudgetStore.open(store, signing_key=key, writer_state=state) as opened:
+        assert opened.record_many(gate_lines(1, prefix="later")).new == 1  # given once: later appends go on
+
+
+def test_unsigned_appends_and_checkpoint_signing_are_refused_too(store: str, tmp_path: Path) -> None:
+    """The choice documented in docs/design.md: every append waits for the acknowledgement, not only a signed one
+    (rows appended on an edited row are rows a salvage must re-record); `signed_checkpoint` signs nothing."""
+    _drop_guard(store)
+    repair = _migrated(store)
+    with BudgetStore.open(store) as opened, pytest.raises(RepairNotAcknowledged, match=f"--after-repair {repair}"):
+        opened.record(gate_lines(1, prefix="new")[0])
+    with BudgetStore.open(store, allow_unsigned=True) as opened, pytest.raises(RepairNotAcknowledged):
+        opened.signed_checkpoint([signer()], writer_state=tmp_path / "w.state")
+    assert len(rows(store)) == 5
+
+
+def test_the_cli_writer_exits_2_naming_the_repair_until_after_repair(store: str, run_cli: Run, tmp_path: Path) -> None:
+    """`record` exits 2 naming the repair; `record --after-repair ID` (empty input) acknowledges it once."""
+    _drop_guard(store)
+    run_cli("migrate", "--db", store)
+    gates = tmp_path / "gates.jsonl"
+    gates.write_text("\n".join(gate_lines(2, prefix="new")) + "\n", encoding="utf-8")
+    status, _, err = run_cli("record", str(gates), "--db", store)
+    assert status == 2
+    assert "repair #1" in err
+    assert "--after-repair 1" in err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("", encoding="utf-8")
+    status, out, err = run_cli("record", str(empty), "--db", store, "--after-repair", "1")
+    assert status == 0, err
+    assert "acknowledged repair #1" in err
+    status, _, err = run_cli("record", str(gates), "--db", store, "--after-repair", "1")
+    assert status == 2  # given once: a second acknowledgement of nothing is refused, nothing written
+    assert "no repair waiting" in err
+    status, out, err = run_cli("record", str(gates), "--db", store)
+    assert status == 0, err
+    assert "2 new" in out
+
+
+def test_after_repair_refuses_while_a_row_does_not_hold(store: str) -> None:
+    """The acknowledgement re-derives every row first: over the edited row it is refused and nothing is written."""
+    _drop_guard(store, EDIT_ROW_3)
+    repair = _migrated(store)
+    with BudgetStore.open(store) as opened, pytest.raises(StoreDamaged, match=f"--after-repair {repair} refused: "
+                                                                              "row 3 does not hold"):
+        opened.record_many(gate_lines(1, prefix="new"), after_repair=repair)
+    assert [kind for _, kind, _ in _repairs(store)] == ["repair"]
+    assert len(rows(store)) == 5
+
+
+def test_after_repair_must_name_the_newest_waiting_repair(store: str) -> None:
+    """A wrong or stale id is an input error; the newest acknowledges every repair before it."""
+    with BudgetStore.open(store) as opened, pytest.raises(InputError, match="no repair waiting"):
+        opened.record_many([], after_repair=1)
+    _drop_guard(store)
+    first = _migrated(store)
+    _drop_guard(store)
+    second = _migrated(store)
+    with BudgetStore.open(store) as opened:
+        with pytest.raises(InputError, match=f"is not the newest repair waiting: give --after-repair {second}"):
+            opened.record_many([], after_repair=first)
+        with pytest.raises(InputError, match="names no repair waiting"):
+            opened.record_many([], after_repair=second + 7)
+        opened.record_many([], after_repair=second)
+    assert audit(store).clean
+
+
+def test_a_repair_row_cannot_be_edited_or_deleted(store: str) -> None:
+    """The repairs table is append-only under the guard like the seal's tables, on each backend."""
+    _drop_guard(store)
+    _migrated(store)
+    for statement in ("UPDATE compute_budget_repairs SET kind = 'acknowledged'", "DELETE FROM compute_budget_repairs"):
+        with pytest.raises(Exception, match="compute_budget_repairs is append-only"):
+            execute(store, statement)
+    if is_postgres(store):
+        with pytest.raises(Exception, match="compute_budget_repairs is append-only"):
+            execute(store, "TRUNCATE compute_budget_repairs")
+    else:
+        with pytest.raises(Exception, match="a stored row cannot be replaced"):
+            execute(store, "INSERT OR REPLACE INTO compute_budget_repairs VALUES (1, 'acknowledged', 'x', 'y', 5)")
+    assert _repairs(store) == [(1, "repair", 5)]
+
+
+def test_a_dropped_repairs_guard_is_schema_tampered(store: str) -> None:
+    """The repairs table's triggers are part of the guard the schema check compares."""
+    if is_postgres(store):
+        execute(store, "DROP TRIGGER compute_budget_repairs_no_update_delete ON compute_budget_repairs")
+    else:
+        execute(store, "DROP TRIGGER compute_budget_repairs_no_delete")
+    findings = audit(store).findings
+    assert [finding.kind.value for finding in findings] == ["schema_tampered"]
+    assert "compute_budget_repairs" in findings[0].detail
+
+
+def test_a_hand_written_acknowledgement_is_schema_tampered(store: str) -> None:
+    """An acknowledgement that follows no repair, or was made below the repair's head, is written by hand."""
+    execute(store, "INSERT INTO compute_budget_repairs (kind, recorded_at, what, head_size) "
+                   "VALUES ('acknowledged', 'now', 'by hand', 5)")
+    findings = audit(store).findings
+    assert [finding.kind.value for finding in findings] == ["schema_tampered"]
+    assert "follows no repair" in findings[0].detail
+    _drop_guard(store)
+    _migrated(store)
+    execute(store, "INSERT INTO compute_budget_repairs (kind, recorded_at, what, head_size) "
+                   "VALUES ('acknowledged', 'now', 'by hand', 2)")
+    details = [finding.detail for finding in audit(store).findings]
+    assert any("below the head (seq 5) of repair #2" in detail for detail in details)
+
+
+def test_a_whole_copy_carries_the_repairs_and_a_salvage_does_not(store: str, tmp_path: Path) -> None:
+    """Copying is no way to launder a repair: the whole copy still waits for the acknowledgement; a salvage copies
+    rows that each held into a new log, with none of the source's repairs."""
+    _drop_guard(store)
+    repair = _migrated(store)
+    whole, salvaged = tmp_path / "whole.db", tmp_path / "salvaged.db"
+    copy_store(store, whole)
+    assert _repairs(str(whole)) == [(1, "repair", 5)]
+    assert "not acknowledged" in audit(whole).findings[0].detail
+    copy_store(store, salvaged, through=5)
+    assert _repairs(str(salvaged)) == []
+    assert audit(salvaged).clean
+    with BudgetStore.open(store) as opened:
+        opened.record_many([], after_repair=repair)
+    acknowledged = tmp_path / "acknowledged.db"
+    copy_store(store, acknowledged)
+    assert [kind for _, kind, _ in _repairs(str(acknowledged))] == ["repair", "acknowledged"]
+    assert audit(acknowledged).clean
