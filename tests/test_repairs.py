@@ -3,6 +3,10 @@ not hold; writers refuse to append until `record --after-repair ID`; the audit r
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,7 +15,7 @@ import pytest
 from compute_budget import BudgetStore, InputError, RepairNotAcknowledged, StoreDamaged, audit
 from compute_budget.auditor.copy import copy_store
 from tests.backends import execute, is_postgres, query, rows
-from tests.conftest import gate_lines
+from tests.conftest import REPO_ROOT, gate_lines
 from tests.sealing import signer
 
 Run = Callable[..., tuple[int, str, str]]
@@ -246,3 +250,65 @@ def test_a_whole_copy_carries_the_repairs_and_a_salvage_does_not(store: str, tmp
     copy_store(store, acknowledged)
     assert [kind for _, kind, _ in _repairs(str(acknowledged))] == ["repair", "acknowledged"]
     assert audit(acknowledged).clean
+
+
+# -- the runbook (docs/incident.md, "After a repair"), run as written --------------------------------------------
+
+INCIDENT = (REPO_ROOT / "docs" / "incident.md").read_text(encoding="utf-8")
+
+
+def _runbook_blocks() -> list[list[str]]:
+    start = INCIDENT.index("\n## After a repair")
+    section = INCIDENT[start : INCIDENT.index("\n## ", start + 1)]
+    blocks = re.findall(r"^```sh\n(.*?)^```$", section, flags=re.DOTALL | re.MULTILINE)
+    return [[line for line in block.splitlines() if line.strip()] for block in blocks]
+
+
+def _runbook_store(folder: Path, *edits: str) -> None:
+    """store.db in `folder`: 5 signed rows, its guard dropped (and rows edited) by an insider; writer.key and
+    writer.pub; new.jsonl, the next batch."""
+    run = Path(sys.executable).with_name("compute-budget")
+    with (folder / "writer.pub").open("w") as pub:
+        subprocess.run([str(run), "keygen", "writer", "--out", "writer.key"], cwd=folder, stdout=pub, check=True)
+    (folder / "gates.jsonl").write_text("\n".join(gate_lines(5)) + "\n", encoding="utf-8")
+    (folder / "new.jsonl").write_text("\n".join(gate_lines(2, prefix="new")) + "\n", encoding="utf-8")
+    subprocess.run([str(run), "record", "gates.jsonl", "--db", "store.db", "--signing-key", "writer.key"], cwd=folder,
+                   check=True, capture_output=True)
+    _drop_guard(str(folder / "store.db"), *edits)
+
+
+def _run(command: str, folder: Path) -> subprocess.CompletedProcess[str]:
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("COMPUTE_BUDGET_")}
+    environment["PATH"] = str(Path(sys.executable).parent) + os.pathsep + environment.get("PATH", "")
+    return subprocess.run(["bash", "-c", "set -euo pipefail\n" + command], cwd=folder, env=environment,
+                          capture_output=True, text=True, check=False, timeout=120)
+
+
+@pytest.mark.slow
+def test_the_runbook_after_a_clean_repair_runs_as_written(tmp_path: Path) -> None:
+    """migrate (exit 0, every row holds), the full audit (exit 1: its one finding is the repair), the
+    acknowledgement with the next batch, and a clean audit."""
+    clean, _ = _runbook_blocks()
+    _runbook_store(tmp_path)
+    done = [_run(command, tmp_path) for command in clean]
+    assert [item.returncode for item in done] == [0, 1, 0, 0], [item.stderr for item in done]
+    assert "recorded repair #1 at seq 5" in done[0].stdout
+    assert "1 FINDING" in done[1].stdout
+    assert "repaired at seq 5, not acknowledged" in done[1].stdout
+    assert "acknowledged repair #1" in done[2].stderr
+    assert "CLEAN" in done[3].stdout
+
+
+@pytest.mark.slow
+def test_the_runbook_after_an_edit_salvages_and_re_records_the_honest_rows(tmp_path: Path) -> None:
+    """migrate (exit 1, row 3 and the salvage command), the salvage through 2, the gates after it re-recorded
+    under the writer's key, and a clean audit of the new log holding every gate's honest decision."""
+    _, salvage = _runbook_blocks()
+    _runbook_store(tmp_path, EDIT_ROW_3)
+    done = [_run(command, tmp_path) for command in salvage]
+    assert [item.returncode for item in done] == [1, 0, 0, 0, 0], [item.stderr for item in done]
+    assert "rows that do not hold after the repair: seq 3" in done[0].stdout
+    assert re.search(r"^salvage: compute-budget copy \S*store\.db NEW_DB --through 2$", done[0].stdout, re.MULTILINE)
+    assert "CLEAN" in done[4].stdout
+    original = [row[1] for row in rows(str(tmp_path / "store.db"))]  # budget_ids: the edit left row 3's own
+    assert [row[1] for row in rows(str(tmp_path / "salvaged.db"))] == original
