@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from compute_budget import BudgetStore, InputError, RepairNotAcknowledged, StoreDamaged, audit
+from compute_budget import BudgetStore, InputError, RepairNotAcknowledged, StoreDamaged, StoreUnavailable, audit
 from compute_budget.auditor.copy import copy_store
 from tests.backends import execute, is_postgres, query, rows
 from tests.conftest import REPO_ROOT, gate_lines
@@ -89,6 +89,23 @@ def test_migrate_after_a_repair_over_rows_that_hold_exits_0_and_says_so(store: s
     assert (status, err) == (0, "")
     assert out == "schema already at head revision 0006\n"  # nothing repaired: nothing recorded
     assert len(_repairs(store)) == 1
+
+
+def test_migrate_says_when_its_audit_could_not_run(store: str, run_cli: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The repair is committed before the audit runs: an audit that fails is one line saying it is owed (exit 1),
+    and the repair lines and the repair's number are still printed."""
+    import compute_budget.auditor.scan
+
+    def unavailable(*_args: object, **_kwargs: object) -> None:
+        raise StoreUnavailable("the server went away")
+
+    monkeypatch.setattr(compute_budget.auditor.scan, "audit", unavailable)
+    _drop_guard(store)
+    status, out, err = run_cli("migrate", "--db", store)
+    assert status == 1
+    assert out.startswith("the full audit after the repair could not run: the server went away; run `compute-budget")
+    assert "recorded repair #1 at seq 5" in out
+    assert "restored the append-only guard" in err
 
 
 def test_the_audit_reports_an_unacknowledged_repair_and_the_acknowledgement_clears_it(store: str) -> None:

@@ -9,7 +9,7 @@ import click
 from compute_budget.cli.app import say
 from compute_budget.cli.commands import cli, db_option, origin_option, writer_options
 from compute_budget.cli.progress import audit_progress
-from compute_budget.errors import clip
+from compute_budget.errors import ComputeBudgetError, clip
 
 if TYPE_CHECKING:
     from compute_budget.store.repairs import Repair
@@ -64,8 +64,12 @@ def _audit_after_repair(db: str | None, repair: Repair) -> int:
     from compute_budget.cli.render import shown
     from compute_budget.store.repairs import NOT_ACKNOWLEDGED
 
-    with audit_progress() as on_progress:
-        report = audit(db, on_progress=on_progress)
+    try:
+        with audit_progress() as on_progress:
+            report = audit(db, on_progress=on_progress)
+    except ComputeBudgetError as error:  # the repair is committed: say so below, and that the audit is owed
+        click.echo(f"the full audit after the repair could not run: {error}; run `compute-budget audit`")
+        return 1
     own = f"repair #{repair.id} "
     others = [item for item in report.findings if not (item.detail.startswith(own) and NOT_ACKNOWLEDGED in item.detail)]
     rows = [item for item in others if item.kind in ROW_KINDS and item.seq is not None]
