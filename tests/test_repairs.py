@@ -294,7 +294,7 @@ def _runbook_store(folder: Path, *edits: str) -> None:
     _drop_guard(str(folder / "store.db"), *edits)
 
 
-def _run(command: str, folder: Path) -> subprocess.CompletedProcess[str]:
+def _in_shell(command: str, folder: Path) -> subprocess.CompletedProcess[str]:
     environment = {key: value for key, value in os.environ.items() if not key.startswith("COMPUTE_BUDGET_")}
     environment["PATH"] = str(Path(sys.executable).parent) + os.pathsep + environment.get("PATH", "")
     return subprocess.run(["bash", "-c", "set -euo pipefail\n" + command], cwd=folder, env=environment,
@@ -307,7 +307,7 @@ def test_the_runbook_after_a_clean_repair_runs_as_written(tmp_path: Path) -> Non
     acknowledgement with the next batch, and a clean audit."""
     clean, _ = _runbook_blocks()
     _runbook_store(tmp_path)
-    done = [_run(command, tmp_path) for command in clean]
+    done = [_in_shell(command, tmp_path) for command in clean]
     assert [item.returncode for item in done] == [0, 1, 0, 0], [item.stderr for item in done]
     assert "recorded repair #1 at seq 5" in done[0].stdout
     assert "1 FINDING" in done[1].stdout
@@ -322,7 +322,7 @@ def test_the_runbook_after_an_edit_salvages_and_re_records_the_honest_rows(tmp_p
     under the writer's key, and a clean audit of the new log holding every gate's honest decision."""
     _, salvage = _runbook_blocks()
     _runbook_store(tmp_path, EDIT_ROW_3)
-    done = [_run(command, tmp_path) for command in salvage]
+    done = [_in_shell(command, tmp_path) for command in salvage]
     assert [item.returncode for item in done] == [1, 0, 0, 0, 0], [item.stderr for item in done]
     assert "rows that do not hold after the repair: seq 3" in done[0].stdout
     assert re.search(r"^salvage: compute-budget copy \S*store\.db NEW_DB --through 2$", done[0].stdout, re.MULTILINE)

@@ -119,9 +119,7 @@ def migrate_store(
                     "database from a backup, or salvage its rows into a new store with `compute-budget copy --through`"
                 )
             if repaired:
-                # Spec 9.9.10: the guard was down for a while; say so in the store, in the same transaction.
-                size = repairs.head_size(connection, statements_for(connection.dialect.name))
-                repair_row = repairs.record_repair(connection, repaired, size, utc_now())
+                repair_row = _record_repair(connection, repaired)
                 if on_restore is not None:
                     on_restore(repaired)
             seal_on_open(connection, origin, create_origin=True)
@@ -132,6 +130,12 @@ def migrate_store(
     if repair_row is not None and on_repair is not None:
         on_repair(repair_row)  # committed
     return revision, head_revision()
+
+
+def _record_repair(connection: Connection, repaired: list[str]) -> Repair:
+    """Spec 9.9.10: the guard was down for a while; say so in the store, in the repair's own transaction."""
+    size = repairs.head_size(connection, statements_for(connection.dialect.name))
+    return repairs.record_repair(connection, repaired, size, utc_now())
 
 
 def seal_on_open(connection: Connection, origin: str | None, *, create_origin: bool) -> None:
