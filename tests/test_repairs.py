@@ -3,6 +3,7 @@ not hold; writers refuse to append until `record --after-repair ID`; the audit r
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -108,7 +109,9 @@ def test_migrate_says_when_its_audit_could_not_run(store: str, run_cli: Run, mon
     assert "restored the append-only guard" in err
 
 
-def test_the_audit_reports_an_unacknowledged_repair_and_the_acknowledgement_clears_it(store: str) -> None:
+def test_the_audit_reports_an_unacknowledged_repair_and_the_acknowledgement_clears_it(
+    store: str, run_cli: Run
+) -> None:
     """Before, the audit was CLEAN right after migrate restored a dropped guard. Now the repair is schema_tampered
     (`repaired at seq N, not acknowledged`) until a writer acknowledges it; then the audit is clean again."""
     _drop_guard(store)
@@ -117,6 +120,9 @@ def test_the_audit_reports_an_unacknowledged_repair_and_the_acknowledgement_clea
     assert [finding.kind.value for finding in findings] == ["schema_tampered"]
     assert "repaired at seq 5, not acknowledged" in findings[0].detail
     assert f"--after-repair {repair}" in findings[0].detail
+    status, out, _ = run_cli("audit", "--db", store, "--format", "json")
+    assert status == 1
+    assert "record --after-repair ID" in json.loads(out)["findings"][0]["action"]  # not only "run migrate"
     with BudgetStore.open(store) as opened:
         result = opened.record_many([], after_repair=repair)
     assert result.acknowledged_repair == repair
