@@ -255,6 +255,21 @@ def test_a_hand_written_acknowledgement_is_schema_tampered(store: str) -> None:
     assert any("below the head (seq 5) of repair #2" in detail for detail in details)
 
 
+def test_an_unreadable_repairs_row_is_schema_tampered_and_stops_a_whole_copy(tmp_path: Path) -> None:
+    """SQLite keeps text in an INTEGER column: such a row is reported, never skipped silently, and a copy that
+    would lose it stops instead."""
+    target = str(tmp_path / "store.db")
+    with BudgetStore.open(target) as opened:
+        opened.record_many(gate_lines(2))
+    execute(target, "INSERT INTO compute_budget_repairs (kind, recorded_at, what, head_size) "
+                    "VALUES ('repair', 'now', 'by hand', 'many')")
+    details = [finding.detail for finding in audit(target).findings]
+    assert details == ["compute_budget_repairs row 1 cannot be read: it was written by hand"]
+    with pytest.raises(StoreDamaged, match="row 1 cannot be read"):
+        copy_store(target, tmp_path / "copy.db")
+    assert not (tmp_path / "copy.db").exists()
+
+
 def test_a_whole_copy_carries_the_repairs_and_a_salvage_does_not(store: str, tmp_path: Path) -> None:
     """Copying is no way to launder a repair: the whole copy still waits for the acknowledgement; a salvage copies
     rows that each held into a new log, with none of the source's repairs."""
