@@ -17,7 +17,7 @@ from compute_budget import BudgetStore, InputError, RepairNotAcknowledged, Store
 from compute_budget.auditor.copy import copy_store
 from tests.backends import execute, is_postgres, query, rows
 from tests.conftest import REPO_ROOT, gate_lines
-from tests.sealing import signer
+from tests.sealing import rewrite_consistently, signer
 
 Run = Callable[..., tuple[int, str, str]]
 
@@ -74,6 +74,26 @@ def test_migrate_after_an_edit_records_the_repair_and_leads_with_the_rows_and_th
     assert "recorded repair #1 at seq 5" in out
     assert "restored the append-only guard" in err
     assert _repairs(store) == [(1, "repair", 5)]
+
+
+def test_migrate_after_a_consistent_rewrite_names_the_range_and_salvages_before_it(
+    store: str, run_cli: Run, tmp_path: Path
+) -> None:
+    """Rows rewritten with every later chain hash recomputed re-derive one by one; the stored signed checkpoint
+    no longer matches them, and the audit bounds the rewrite: migrate lists that range and salvages before it."""
+    key = signer()
+    with BudgetStore.open(store, signing_key=key, writer_state=tmp_path / "w.state") as opened:
+        opened.record_many([], adopt_unsigned_through=5)
+    rewrite_consistently(store, 4)
+    _drop_guard(store)
+    status, out, err = run_cli("migrate", "--db", store)
+    assert status == 1, err
+    first, *_ = out.splitlines()
+    found = re.fullmatch(r"rows that do not hold after the repair: seq somewhere in (\d+)\.\.5 \(rewritten "
+                         r"consistently\)", first)
+    assert found is not None, first
+    through = int(found.group(1)) - 1
+    assert re.search(rf"^salvage: compute-budget copy \S+ NEW_DB --through {through}$", out, re.MULTILINE)
 
 
 def test_migrate_after_a_repair_over_rows_that_hold_exits_0_and_says_so(store: str, run_cli: Run) -> None:

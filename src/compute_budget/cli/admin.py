@@ -72,11 +72,14 @@ def _audit_after_repair(db: str | None, repair: Repair) -> int:
         return 1
     own = f"repair #{repair.id} "
     others = [item for item in report.findings if not (item.detail.startswith(own) and NOT_ACKNOWLEDGED in item.detail)]
-    rows = [item for item in others if item.kind in ROW_KINDS and item.seq is not None]
-    first = rows[0].seq if rows else (report.rewritten_between[0] if report.rewritten_between else None)
+    rows = sorted((item for item in others if item.kind in ROW_KINDS), key=lambda item: item.seq or 0)
+    affected, between = report.affected_rows, report.rewritten_between
+    starts = [*affected[:1], *(between[:1] if between is not None else ())]
+    first = min(starts) if starts else None
     if first is not None:
-        affected = report.affected_rows
-        listed = ", ".join(str(seq) for seq in affected[:MAX_ROWS_SHOWN]) or f"{first} or after"
+        listed = ", ".join(str(seq) for seq in affected[:MAX_ROWS_SHOWN])
+        if between is not None:  # a consistent rewrite names no row: only the range the stored checkpoints bound
+            listed += f"{', ' if listed else ''}somewhere in {between[0]}..{between[1]} (rewritten consistently)"
         more = f" and {len(affected) - MAX_ROWS_SHOWN} more" if len(affected) > MAX_ROWS_SHOWN else ""
         click.echo(f"rows that do not hold after the repair: seq {listed}{more}")
         for item in rows[:MAX_ROWS_SHOWN]:
