@@ -125,3 +125,27 @@ def insert_sql(values: Sequence[Any]) -> Statement:
         f"INSERT INTO compute_budget_decisions ({', '.join(COLUMNS)}) VALUES ({names})",
         {f"c{index}": value for index, value in enumerate(values)},
     )
+
+
+def acknowledge_repair(target: str | os.PathLike[str]) -> int:
+    """Acknowledge the newest repair `migrate` recorded, as `record --unsigned --after-repair ID` does (spec
+    9.9.10); returns its id."""
+    from compute_budget import BudgetStore
+
+    ((newest,),) = query(target, "SELECT max(id) FROM compute_budget_repairs WHERE kind = 'repair'")
+    with BudgetStore.open(target, allow_unsigned=True) as store:
+        store.record_many([], after_repair=int(newest))
+    return int(newest)
+
+
+def assert_clean_after_repair(target: str | os.PathLike[str]) -> None:
+    """After `migrate` repaired the store, the audit's one finding is the unacknowledged repair (spec 9.9.10); once
+    acknowledged, the audit is clean."""
+    from compute_budget import audit
+
+    details = [(finding.kind.value, finding.detail) for finding in audit(target).findings]
+    assert len(details) == 1, details
+    assert details[0][0] == "schema_tampered"
+    assert "not acknowledged" in details[0][1]
+    acknowledge_repair(target)
+    assert audit(target).clean

@@ -115,7 +115,7 @@ def test_record_into_a_database_behind_head(run_cli: Run, tmp_path: Path) -> Non
     assert "compute-budget migrate" in err
     status, out, _ = run_cli("migrate", "--db", str(path))
     assert status == 0
-    assert "from 0001 to head revision 0005" in out
+    assert "from 0001 to head revision 0006" in out
     assert run_cli("record", EXAMPLES, "--db", str(path))[0] == 0
 
 

@@ -51,7 +51,9 @@ def _triggers(path: Path) -> set[str]:
 
 GUARD = {
     f"compute_budget_{table}_{trigger}"
-    for table in ("decisions", "origin", "tree_nodes", "checkpoints", "provenance", "witness_sizes", "cosignatures")
+    for table in (
+        "decisions", "origin", "tree_nodes", "checkpoints", "provenance", "witness_sizes", "cosignatures", "repairs"
+    )
     for trigger in ("no_update", "no_delete", "no_replace")
 }
 
@@ -150,8 +152,10 @@ def test_offline_sql_prints_the_ddl_with_the_guard(tmp_path: Path, database: str
     assert "Running upgrade 0002 -> 0003" in done.stdout
     assert "Running upgrade 0003 -> 0004" in done.stdout
     assert "Running upgrade 0004 -> 0005" in done.stdout
+    assert "Running upgrade 0005 -> 0006" in done.stdout
     for table in ("compute_budget_origin", "compute_budget_tree_nodes", "compute_budget_checkpoints",
-                  "compute_budget_provenance", "compute_budget_witness_sizes", "compute_budget_cosignatures"):
+                  "compute_budget_provenance", "compute_budget_witness_sizes", "compute_budget_cosignatures",
+                  "compute_budget_repairs"):
         assert f"CREATE TABLE {table}" in done.stdout
         assert f"CREATE TRIGGER {table}_no_" in done.stdout
     assert "INSERT INTO compute_budget_origin" not in done.stdout  # the store names itself, never the script

@@ -28,7 +28,7 @@ def test_wheel_records_and_audits_outside_the_checkout(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "compute_budget/store/alembic/env.py" in names
     assert "compute_budget/store/alembic/script.py.mako" in names
-    for revision in ("0002", "0003", "0004", "0005"):
+    for revision in ("0002", "0003", "0004", "0005", "0006"):
         assert any(name.startswith(f"compute_budget/store/alembic/versions/{revision}") for name in names)
     assert "compute_budget/web/templates/decisions.html" in names  # the workbench ships its templates and CSS
     assert "compute_budget/web/static/workbench.css" in names

@@ -151,6 +151,7 @@ PUBLIC_HOMES = [
     ('ReadOnlyStore', 'compute_budget.errors'),
     ('RecordResult', 'compute_budget.store.results'),
     ('RefusalReason', 'compute_budget.errors'),
+    ('RepairNotAcknowledged', 'compute_budget.errors'),
     ('RowCheck', 'compute_budget.store.results'),
     ('SchemaBehindHead', 'compute_budget.errors'),
     ('SearchGateDecision', 'compute_budget.core.policy.gate'),

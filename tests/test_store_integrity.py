@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from compute_budget import BudgetStore, CheckpointError, StoreDamaged, audit
+from compute_budget import BudgetStore, CheckpointError, RepairNotAcknowledged, StoreDamaged, audit
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.errors import NoHistory
 from tests.backends import execute, is_postgres, rows, tamper
@@ -201,7 +201,9 @@ def test_a_writer_that_stays_open_sees_the_guard_changed_between_its_appends(tmp
             opened.record(gate_lines(1, prefix="third")[0])
     with BudgetStore.open(target) as opened, sqlite3.connect(target) as other:
         BudgetStore.migrate(target)
-        opened.record(gate_lines(1, prefix="fourth")[0])
+        with pytest.raises(RepairNotAcknowledged):  # the open writer sees the repair too (spec 9.9.10)
+            opened.record(gate_lines(1, prefix="fourth")[0])
+        opened.record_many(gate_lines(1, prefix="fourth"), after_repair=1)
         other.execute(
             "CREATE TRIGGER hidden BEFORE INSERT ON compute_budget_decisions BEGIN SELECT RAISE(IGNORE); END"
         )

@@ -164,6 +164,16 @@ class UnsignedAppendRefused(StoreError):
     writer signed. `allow_unsigned=True` (`record --unsigned`) appends anyway."""
 
 
+class RepairNotAcknowledged(StoreError):
+    """`migrate` repaired the store (spec 9.9.10) and no writer acknowledged it: appends are refused until
+    `record --after-repair REPAIR_ID` (`record_many(..., after_repair=REPAIR_ID)`), after a full audit.
+    `repair_id` names the repair."""
+
+    def __init__(self, message: str, *, repair_id: int) -> None:
+        super().__init__(message)
+        self.repair_id = repair_id
+
+
 class WriterStateError(StoreError):
     """The writer state file (spec 9.1, rule 2) cannot be used as it is: the message names the file."""
 

@@ -90,8 +90,9 @@ def copy_store(
                             on_progress=advance,
                             witness_rows=origin.iter_witness_rows(),
                             cosignature_rows=origin.iter_cosignature_rows(),
+                            repair_rows=snapshot.repairs(),
                         )
-                    else:  # salvage: a new origin, no checkpoint, and where the rows came from
+                    else:  # salvage: a new origin, no checkpoint or repair (its rows each held), and provenance
                         head = target.import_history(verified, origin=chosen, provenance_from=log, on_progress=advance)
                 finally:  # close the source's cursor now, while its store is still open, whatever happened
                     verified.close()

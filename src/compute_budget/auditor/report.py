@@ -58,7 +58,7 @@ ACTIONS: dict[FindingKind, str] = {
     FindingKind.UNATTESTED_ROWS: "rows no trusted writer signed: review them (list --after-seq), then adopt them "
     "(record --adopt-unsigned) or salvage before them",
     FindingKind.SCHEMA_TAMPERED: "the guard was changed: run compute-budget migrate to restore it, then audit in full "
-    "against your last kept checkpoint",
+    "against your last kept checkpoint; a repair waits for record --after-repair ID (docs/incident.md)",
     FindingKind.UNWITNESSED_ROWS: "rows no witness cosigned in time: compute-budget witness submit, and find out why "
     "the witnesses were not reached",
 }

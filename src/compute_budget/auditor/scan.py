@@ -260,7 +260,8 @@ def _audit_once(
                 outliers = []  # a range audit (the Workbench's) judges only the rows of its range
             stored_head = _stored_row_head(snapshot, plan.end_seq)
             findings_before += [
-                Finding(FindingKind.SCHEMA_TAMPERED, None, None, problem) for problem in snapshot.schema_problems()
+                Finding(FindingKind.SCHEMA_TAMPERED, None, None, problem)
+                for problem in snapshot.schema_problems() + snapshot.repair_problems()  # spec 9.9.10
             ]
             privileges = snapshot.write_privileges()
             seal = _plan_seal(snapshot, plan, since, held, origin, keys, all_signatures)

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from compute_budget.cli.app import say
 from compute_budget.cli.commands import cli, db_option, origin_option, writer_options
 from compute_budget.cli.progress import audit_progress
-from compute_budget.errors import clip
+from compute_budget.errors import ComputeBudgetError, clip
+
+if TYPE_CHECKING:
+    from compute_budget.store.repairs import Repair
+
+MAX_ROWS_SHOWN = 20  # rows that do not hold, listed by migrate after a repair (the audit lists them all)
 
 
 @cli.command("migrate")
@@ -15,18 +22,21 @@ from compute_budget.errors import clip
 @origin_option
 def migrate_command(db: str | None, origin: str | None) -> None:
     """Bring the database schema to this release's head (creating it when the database is empty), build the
-    Merkle tree of rows recorded before it, and set the origin of a store that holds rows but has none."""
+    Merkle tree of rows recorded before it, and set the origin of a store that holds rows but has none.
+
+    A repair (a guard restored, the revision record repaired) is recorded in the store and followed by a full
+    audit: the rows that do not hold and the salvage command come first. Exit 0 done; 1 a row does not hold (or
+    the audit found something else); 2 cannot run.
+    """
     from compute_budget.store import BudgetStore
 
     repaired: list[str] = []
-
-    def restored(problems: list[str]) -> None:
-        for problem in problems:
-            # The guard's problems are restored; the revision record (spec 9.7) is repaired, and says so itself.
-            say(problem if problem.startswith("repaired ") else f"restored the append-only guard: {problem}")
-        repaired.extend(problems)
-
-    before, after = BudgetStore.migrate(db, origin=origin, on_restore=restored)
+    recorded: list[Repair] = []
+    before, after = BudgetStore.migrate(db, origin=origin, on_restore=repaired.extend, on_repair=recorded.append)
+    findings = _audit_after_repair(db, recorded[0]) if recorded else None
+    for problem in repaired:
+        # The guard's problems are restored; the revision record (spec 9.7) is repaired, and says so itself.
+        say(problem if problem.startswith("repaired ") else f"restored the append-only guard: {problem}")
     record_repaired = any(problem.startswith("repaired the schema's bookkeeping") for problem in repaired)
     if repaired and (before == after or record_repaired):  # a repair, not "already at head" nor a migration
         click.echo(f"schema at head revision {after}; repaired {len(repaired)} problem(s) (listed above)")
@@ -34,6 +44,53 @@ def migrate_command(db: str | None, origin: str | None) -> None:
         click.echo(f"schema already at head revision {after}")
     else:
         click.echo(f"schema migrated from {before or 'nothing'} to head revision {after}")
+    if recorded:
+        repair = recorded[0]
+        if not findings:
+            click.echo("full audit after the repair: every row holds, and nothing else was found")
+        click.echo(
+            f"recorded repair #{repair.id} at seq {repair.head_size}: every append is refused until `compute-budget "
+            f"record --after-repair {repair.id}`, to be given once a full audit finds nothing else (docs/incident.md)"
+        )
+    if findings:
+        click.get_current_context().exit(1)
+
+
+def _audit_after_repair(db: str | None, repair: Repair) -> int:
+    """Spec 9.9.10: audit every row after a repair; print the rows that do not hold and the salvage command
+    (first, on stdout). Returns how many findings there are besides the repair's own."""
+    from compute_budget.auditor.report import ROW_KINDS
+    from compute_budget.auditor.scan import audit
+    from compute_budget.cli.render import shown
+    from compute_budget.store.repairs import NOT_ACKNOWLEDGED
+
+    try:
+        with audit_progress() as on_progress:
+            report = audit(db, on_progress=on_progress)
+    except ComputeBudgetError as error:  # the repair is committed: say so below, and that the audit is owed
+        click.echo(f"the full audit after the repair could not run: {error}; run `compute-budget audit`")
+        return 1
+    own = f"repair #{repair.id} "
+    others = [item for item in report.findings if not (item.detail.startswith(own) and NOT_ACKNOWLEDGED in item.detail)]
+    rows = sorted((item for item in others if item.kind in ROW_KINDS), key=lambda item: item.seq or 0)
+    affected, between = report.affected_rows, report.rewritten_between
+    starts = [*affected[:1], *(between[:1] if between is not None else ())]
+    first = min(starts) if starts else None
+    if first is not None:
+        listed = ", ".join(str(seq) for seq in affected[:MAX_ROWS_SHOWN])
+        if between is not None:  # a consistent rewrite names no row: only the range the stored checkpoints bound
+            listed += f"{', ' if listed else ''}somewhere in {between[0]}..{between[1]} (rewritten consistently)"
+        more = f" and {len(affected) - MAX_ROWS_SHOWN} more" if len(affected) > MAX_ROWS_SHOWN else ""
+        click.echo(f"rows that do not hold after the repair: seq {listed}{more}")
+        for item in rows[:MAX_ROWS_SHOWN]:
+            click.echo(f"  seq {item.seq} {item.kind.value}: {shown(clip(item.detail))}")
+        click.echo(f"salvage: compute-budget copy {shown(report.database)} NEW_DB --through {first - 1}")
+    elif others:
+        click.echo(
+            f"the full audit after the repair found {len(others)} problem(s) (first: {others[0].kind.value}: "
+            f"{shown(clip(others[0].detail))}); run `compute-budget audit` for the report"
+        )
+    return len(others)
 
 
 @cli.command("grants")

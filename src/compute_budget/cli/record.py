@@ -69,6 +69,15 @@ MAX_CONFLICTS_SHOWN = 20
     "`list --after-seq K`); each is re-derived before it is signed.",
 )
 @click.option(
+    "--after-repair",
+    "after_repair",
+    metavar="REPAIR_ID",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Acknowledge repair REPAIR_ID (`migrate` names it) once a full audit found nothing else: every row is "
+    "re-derived first; until then every append is refused (spec 9.9.10).",
+)
+@click.option(
     "--unsigned",
     is_flag=True,
     help="Append without a key to a store that holds signed checkpoints (ignores $COMPUTE_BUDGET_SIGNING_KEY).",
@@ -86,6 +95,7 @@ def record_command(
     init_writer_state: bool,
     peer_keys: tuple[str, ...],
     adopt_unsigned: int | None,
+    after_repair: int | None,
     unsigned: bool,
     witnesses: tuple[str, ...],
     witness_timeout: float,
@@ -130,6 +140,7 @@ def record_command(
                 result = store.record_many(
                     _gates(lines, input_path, input_format, arrays),
                     on_conflict="skip" if on_conflict == "skip" else "raise", adopt_unsigned_through=adopt_unsigned,
+                    after_repair=after_repair,
                 )
         except GateTooLarge as error:
             store.discard_if_unused()
@@ -146,6 +157,8 @@ def record_command(
             first, last = result.adopted_after + 1, result.adopted_after + result.adopted
             say(f"adopted {_plural(result.adopted, 'row')} (seq {first}..{last})" if result.adopted else
                 "adopted 0 rows (the head was already signed)")
+        if result.acknowledged_repair is not None:
+            say(f"acknowledged repair #{result.acknowledged_repair}: every row stored before this run re-derived")
         for conflict in result.conflicts[:MAX_CONFLICTS_SHOWN]:
             differ = f" (they differ in {', '.join(conflict.differing)})" if conflict.differing else ""
             unit = "element" if input_format == JSON_ARRAY else "line"
@@ -159,7 +172,7 @@ def record_command(
             more = f", {hidden} more not shown" if hidden > 0 else ""
             say(f"{_plural(len(result.conflicts), 'conflicting gate')} skipped{more}")
         total = result.new + result.present
-        if total == 0 and not result.conflicts and adopt_unsigned is None:
+        if total == 0 and not result.conflicts and adopt_unsigned is None and after_repair is None:
             store.discard_if_unused()  # an empty input creates no store
             say(f"no gates in {input_label(input_path)}")
             return

@@ -19,12 +19,13 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
-from compute_budget.core.log.head import EMPTY_HEAD, ChainHead
+from compute_budget.core.log.head import EMPTY_HEAD, GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.log.merkle import CompactRange
 from compute_budget.core.log.note import VerifierKey
 from compute_budget.core.log.tree import TILE_LEVEL
 from compute_budget.core.policy.prepare import PreparedGate
 from compute_budget.errors import GateConflict, ReadOnlyStore, StoreDamaged, StoreUnavailable, UnsignedAppendRefused
+from compute_budget.store import repairs
 from compute_budget.store import seal as sealing
 from compute_budget.store.authorship import (
     WriterKeys,
@@ -33,12 +34,14 @@ from compute_budget.store.authorship import (
     holds_checkpoints,
     newest_stored_note,
     newest_trusted,
+    require_rows_hold,
 )
 from compute_budget.store.backend import Location, begin_write, translate
 from compute_budget.store.grants import Role, require_grants
 from compute_budget.store.keys import verifier_key
 from compute_budget.store.plan import ChunkPlan, plan_chunk, prepared_chunks
 from compute_budget.store.reads import stored_root
+from compute_budget.store.repairs import Repair
 from compute_budget.store.schema_check import schema_problems
 from compute_budget.store.session import StoreSession, lock_for_append, read_head, utc_now
 from compute_budget.store.statements import MULTI_ROW_MAX, Statements
@@ -60,6 +63,7 @@ class Appended:
     state_created: bool = False
     witness_warnings: tuple[str, ...] = ()
     witnessed: tuple[int, int] | None = None  # (cosigned, asked) when the new checkpoint went to witnesses
+    acknowledging: Repair | None = None  # the repair `after_repair` acknowledges in this transaction (spec 9.9.10)
 
 
 class _StoredAlready(Exception):
@@ -103,6 +107,7 @@ class Appender:
         skip_conflicts: bool,
         on_progress: Callable[[int], None] | None = None,
         adopt_through: int | None = None,
+        after_repair: int | None = None,
     ) -> Appended:
         """Append in one write transaction, a chunk of gates at a time (all or nothing)."""
         self._session.require_open()
@@ -122,11 +127,13 @@ class Appender:
         try:
             with state_lock:
                 with begin_write(self._session.engine) as connection:
-                    head, origin, frontier, to_keep = self._begin(connection, appended, adopt_through)
+                    head, origin, frontier, to_keep = self._begin(connection, appended, adopt_through, after_repair)
+                    if appended.acknowledging is not None:
+                        self._acknowledge(connection, appended.acknowledging, head, frontier)
                     start = head
                     prepared_all = itertools.chain([first] if first is not None else [], chunks)
                     head = self._write_chunks(connection, prepared_all, head, frontier, appended, on_progress)
-                    if writer is not None and (head != start or adopt_through is not None):
+                    if writer is not None and (head != start or adopt_through is not None or after_repair is not None):
                         note = sealing.signed_note(origin, head, frontier.root(), [writer.signer])
                         sealing.insert_checkpoint(connection, self._seal, head.seq, writer.signer, note, utc_now())
                         to_keep = note
@@ -153,13 +160,15 @@ class Appender:
         return appended
 
     def _begin(
-        self, connection: Connection, appended: Appended, adopt_through: int | None
+        self, connection: Connection, appended: Appended, adopt_through: int | None, after_repair: int | None
     ) -> tuple[ChainHead, str, CompactRange, str | None]:
-        """Lock, check the guard, read the head, origin and frontier, and check the writer's authority (spec
-        9.1). Returns them with the note the writer state gets after the commit when nothing is appended."""
+        """Lock, check the guard, refuse while a repair waits for its acknowledgement (spec 9.9.10), read the head,
+        origin and frontier, and check the writer's authority (spec 9.1). Returns them with the note the writer
+        state gets after the commit when nothing is appended."""
         location = self._session.location
         lock_for_append(connection, self._sql, readonly=False)
         require_guard_once(connection, location)
+        appended.acknowledging = repairs.require_acknowledged(connection, location.display, after_repair)
         head = read_head(connection, self._sql)
         origin = sealing.ensure_origin(connection, self._seal, self._wanted_origin, create=True)
         assert origin is not None
@@ -184,6 +193,17 @@ class Appender:
         )
         appended.state_created = to_keep is not None
         return head, origin, frontier, to_keep
+
+    def _acknowledge(self, connection: Connection, repair: Repair, head: ChainHead, frontier: CompactRange) -> None:
+        """Re-derive every row and rebuild the tree from them (the store's own rows must all hold before anyone
+        appends after a repair), then record the acknowledgement of `repair` and every repair before it."""
+        require_rows_hold(
+            connection, self._sql, self._seal, 0, head, GENESIS_CHAIN_HASH, None, frontier.root(),
+            decode=self._session.logical, refused=f"--after-repair {repair.id} refused",
+        )
+        writer = self.writer
+        who = f"signed by {writer.signer.name}" if writer is not None else "an unsigned writer"
+        repairs.acknowledge(connection, repair, head.seq, who, utc_now())
 
     def _write_chunks(
         self,
@@ -316,6 +336,7 @@ class Appender:
             try:
                 with begin_write(self._session.engine) as connection:
                     lock_for_append(connection, self._sql, readonly=False)
+                    repairs.require_acknowledged(connection, location.display, None)
                     head = read_head(connection, self._sql)
                     origin = sealing.read_origin(connection, self._seal)
                     if origin is None:

@@ -268,13 +268,13 @@ def check_signed_head(
         )
     anchor_chain = trusted[1].chain_hash if trusted is not None else GENESIS_CHAIN_HASH
     anchor_root = trusted[1].root if trusted is not None else None
-    _require_rows_hold(
+    require_rows_hold(
         connection, statements, seal, size, head, anchor_chain, anchor_root, root, decode=decode
     )
     return Authorised(size, adopted=head.seq - size)
 
 
-def _require_rows_hold(
+def require_rows_hold(
     connection: Connection,
     statements: Statements,
     seal: SealStatements,
@@ -285,19 +285,21 @@ def _require_rows_hold(
     root: bytes,
     *,
     decode: Callable[[Any], tuple[Any, ...]],
+    refused: str = "--adopt-unsigned refused",
 ) -> None:
     """Re-derive rows size+1..head as the audit does, and rebuild the tree over them from the trusted size: any
-    row that does not hold, or stored tree nodes that disagree with the rows, refuse the adoption."""
+    row that does not hold, or stored tree nodes that disagree with the rows, raise `StoreDamaged` starting with
+    `refused` (an adoption, or the acknowledgement of a repair, is then refused)."""
     stored_chain = sealing.chain_at(connection, statements)(size) if size else GENESIS_CHAIN_HASH
     if stored_chain != anchor_chain:
         raise StoreDamaged(
-            f"--adopt-unsigned refused: row {size} no longer carries the chain hash its checkpoint names: history "
+            f"{refused}: row {size} no longer carries the chain hash its checkpoint names: history "
             "was rewritten; nothing was written"
         )
     rebuilt = sealing.frontier_at(connection, seal, size) if size else CompactRange()
     if anchor_root is not None and rebuilt.root() != anchor_root:
         raise StoreDamaged(
-            f"--adopt-unsigned refused: the stored tree at size {size} is not the one its checkpoint names; nothing "
+            f"{refused}: the stored tree at size {size} is not the one its checkpoint names; nothing "
             "was written; run `compute-budget audit`"
         )
     prev_seq, prev_chain = size, anchor_chain
@@ -312,11 +314,11 @@ def _require_rows_hold(
             what = f"row {first.seq} does not hold ({first.kind}: {first.detail})" if first else (
                 f"rows {low + 1}..{high} are not all there"
             )
-            raise StoreDamaged(f"--adopt-unsigned refused: {what}; nothing was written; run `compute-budget audit`")
+            raise StoreDamaged(f"{refused}: {what}; nothing was written; run `compute-budget audit`")
         rebuilt.extend([unreadable_leaf_hash(row[:17]) for row in rows])
     if rebuilt.root() != root:
         raise StoreDamaged(
-            f"--adopt-unsigned refused: the stored Merkle tree at size {head.seq} does not match its rows; nothing "
+            f"{refused}: the stored Merkle tree at size {head.seq} does not match its rows; nothing "
             "was written; run `compute-budget audit`"
         )
 

@@ -33,6 +33,7 @@ from compute_budget.store.history import import_history
 from compute_budget.store.opening import migrate_store, open_engine, remove_unused_sqlite
 from compute_budget.store.plan import collector_paused
 from compute_budget.store.reads import Reads
+from compute_budget.store.repairs import Repair
 from compute_budget.store.results import BatchResult, GateResult, RecordResult, RowCheck, SkippedConflict
 from compute_budget.store.session import Reading, StoreSession
 from compute_budget.store.snapshot import Snapshot
@@ -118,6 +119,7 @@ class BudgetStore(Browsing):
         *,
         origin: str | None = None,
         on_restore: Callable[[list[str]], None] | None = None,
+        on_repair: Callable[[Repair], None] | None = None,
     ) -> tuple[str | None, str]:
         """Bring the schema at `target` to head (creating it if empty); returns (old, new) revision.
 
@@ -126,10 +128,11 @@ class BudgetStore(Browsing):
         Also completes the seal of an existing store: builds the Merkle tree of its rows when it has none yet
         (after migration 0003, or an offline ``--sql`` migration), and sets its origin (`origin`, else a random
         one) when it holds rows and has none.
+        Any repair is recorded in the store (spec 9.9.10; `on_repair` is told it once committed).
         """
         if origin is not None:
             sealing.check_origin_name(origin)
-        return migrate_store(target, origin=origin, on_restore=on_restore)
+        return migrate_store(target, origin=origin, on_restore=on_restore, on_repair=on_repair)
 
     @property
     def writer_state(self) -> Path | None:
@@ -195,6 +198,7 @@ class BudgetStore(Browsing):
         results: bool = False,
         on_conflict: Literal["raise", "skip"] = "raise",
         adopt_unsigned_through: int | None = None,
+        after_repair: int | None = None,
     ) -> BatchResult:
         """Decide and append every gate atomically (all or none), streaming any iterable of any length.
 
@@ -206,6 +210,8 @@ class BudgetStore(Browsing):
         `adopt_unsigned_through=SEQ` (a signing writer only, spec 9.1): sign over the rows after the newest trusted
         checkpoint through SEQ, which must be the head when the transaction starts; each is re-derived as the
         audit does first, and a signed checkpoint of the head is stored even when no gate is new.
+        `after_repair=REPAIR_ID` (spec 9.9.10): after a repair every append raises `RepairNotAcknowledged` until one
+        names the newest repair; it re-derives every row first, and a signing writer then signs the head.
         """
         if on_conflict not in ("raise", "skip"):
             raise ValueError(f"on_conflict must be 'raise' or 'skip', not {on_conflict!r}")
@@ -217,7 +223,7 @@ class BudgetStore(Browsing):
         with collector_paused():
             appended = self._appender.append(
                 gates, results=results, ahead=True, skip_conflicts=on_conflict == "skip", on_progress=on_progress,
-                adopt_through=adopt_unsigned_through,
+                adopt_through=adopt_unsigned_through, after_repair=after_repair,
             )
         per_gate = tuple(
             GateResult(index, item.decision.budget_id, seq, new, item.line)
@@ -230,6 +236,7 @@ class BudgetStore(Browsing):
         return BatchResult(
             appended.new, appended.present, appended.head, per_gate, skipped, appended.adopted, appended.adopted_after,
             appended.state_created, appended.witness_warnings, appended.witnessed,
+            appended.acknowledging.id if appended.acknowledging is not None else None,
         )
 
     def import_history(
@@ -243,6 +250,7 @@ class BudgetStore(Browsing):
         on_progress: Callable[[int], None] | None = None,
         witness_rows: Iterable[tuple[Any, ...]] = (),
         cosignature_rows: Iterable[tuple[Any, ...]] = (),
+        repair_rows: Iterable[Repair] = (),
     ) -> ChainHead:
         """Append another store's rows exactly as stored (every column, the chain kept), into this empty store,
         with its origin (when it has one) and its signed checkpoints ((tree_size, key_name, key_hash, note,
@@ -251,11 +259,11 @@ class BudgetStore(Browsing):
         All or nothing: an error from `rows` or `checkpoints` (a row failing verification, say) leaves this store
         empty. `provenance` is the source's provenance row, copied as it is; `provenance_from` (salvage, spec 9.8)
         writes a new one naming that origin and the copied head's size, root and chain hash; witness rows and
-        cosignature rows (as `iter_witness_rows`, `iter_cosignature_rows` give them) are copied as stored."""
+        cosignature rows (`iter_witness_rows`, `iter_cosignature_rows`) and repairs are copied as stored."""
         return import_history(
             self._session, rows, origin=origin, checkpoints=checkpoints, provenance=provenance,
             provenance_from=provenance_from, on_progress=on_progress, witness_rows=witness_rows,
-            cosignature_rows=cosignature_rows)
+            cosignature_rows=cosignature_rows, repair_rows=repair_rows)
 
     def signed_checkpoint(
         self,
@@ -390,6 +398,3 @@ class BudgetStore(Browsing):
 
     def _logical(self, row: Any) -> tuple[Any, ...]:  # for `Browsing`
         return self._session.logical(row)
-
-
-

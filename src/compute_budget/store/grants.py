@@ -19,6 +19,7 @@ from compute_budget.store.table import (
     NODES_TABLE,
     ORIGIN_TABLE,
     PROVENANCE_TABLE,
+    REPAIRS_TABLE,
     TABLE_NAME,
     VERSION_TABLE,
     WITNESS_TABLES,
@@ -26,10 +27,15 @@ from compute_budget.store.table import (
 
 # The one sequence a writer draws from: the checkpoints' id (BIGSERIAL on PostgreSQL).
 CHECKPOINT_ID_SEQUENCE = f"{CHECKPOINTS_TABLE}_id_seq"
-# The writer also appends witness sizes and cosignatures after its appends (spec 9.5), drawing their ids.
-WRITER_SEQUENCES: tuple[str, ...] = (CHECKPOINT_ID_SEQUENCE, *(f"{table}_id_seq" for table in WITNESS_TABLES))
+# The writer also appends witness sizes and cosignatures after its appends (spec 9.5), and the acknowledgement of a
+# repair (`record --after-repair`, spec 9.9.10), drawing their ids.
+WRITER_SEQUENCES: tuple[str, ...] = (
+    CHECKPOINT_ID_SEQUENCE, *(f"{table}_id_seq" for table in (*WITNESS_TABLES, REPAIRS_TABLE))
+)
 # What a writer appends to (the origin once, on its first append); every other table it only reads.
-APPENDED_TABLES: tuple[str, ...] = (TABLE_NAME, ORIGIN_TABLE, NODES_TABLE, CHECKPOINTS_TABLE, *WITNESS_TABLES)
+APPENDED_TABLES: tuple[str, ...] = (
+    TABLE_NAME, ORIGIN_TABLE, NODES_TABLE, CHECKPOINTS_TABLE, *WITNESS_TABLES, REPAIRS_TABLE
+)
 # A writer only reads the provenance: `copy --through` writes it, into an empty store, as the owner.
 RELEASE_TABLES: tuple[str, ...] = (VERSION_TABLE, *APPENDED_TABLES, PROVENANCE_TABLE)
 # PostgreSQL cuts identifiers to NAMEDATALEN - 1 bytes: a longer role name would grant to another role.

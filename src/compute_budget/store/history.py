@@ -15,10 +15,12 @@ from compute_budget.core.log.head import ChainHead
 from compute_budget.core.log.merkle import CompactRange
 from compute_budget.core.log.tree import TILE_LEVEL
 from compute_budget.errors import DestinationNotEmpty, ReadOnlyStore
+from compute_budget.store import repairs
 from compute_budget.store import seal as sealing
 from compute_budget.store.append import insert_exactly, require_guard
 from compute_budget.store.backend import begin_write, translate
 from compute_budget.store.plan import CHUNK_SIZE
+from compute_budget.store.repairs import Repair
 from compute_budget.store.session import StoreSession, lock_for_append, read_head, utc_now
 
 
@@ -33,6 +35,7 @@ def import_history(
     on_progress: Callable[[int], None] | None,
     witness_rows: Iterable[tuple[Any, ...]] = (),
     cosignature_rows: Iterable[tuple[Any, ...]] = (),
+    repair_rows: Iterable[Repair] = (),
 ) -> ChainHead:
     """Append `rows` as stored into the empty store of `session`, in one transaction (see
     `BudgetStore.import_history`); returns the copied head."""
@@ -83,6 +86,9 @@ def import_history(
                 connection.exec_driver_sql(seal.insert_witness_size, list(batch))
             for batch in _batched(cosignature_rows, CHUNK_SIZE):
                 connection.exec_driver_sql(seal.insert_cosignature, list(batch))
+            # Repairs and their acknowledgements (spec 9.9.10), in order: a copy never launders a repair away.
+            for repair in repair_rows:
+                repairs.copy_row(connection, repair)
     except SQLAlchemyError as error:
         raise translate(error, location) from None
     return head

@@ -22,7 +22,7 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 
 # This release's revisions, oldest first. Written out so that opening a store (every CLI run, the nightly audit)
 # needs no Alembic import and no reading of the revision scripts; a test holds them equal to the scripts.
-REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004", "0005")
+REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004", "0005", "0006")
 
 
 def migrations_path() -> Path:

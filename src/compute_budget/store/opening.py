@@ -13,6 +13,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from compute_budget.errors import NoHistory, NotABudgetStore, SchemaBehindHead, StoreDamaged, StoreUnavailable
+from compute_budget.store import repairs
 from compute_budget.store import seal as sealing
 from compute_budget.store.backend import Location, begin_write, create_store_engine, locate, translate
 from compute_budget.store.grants import Role, require_grants
@@ -23,6 +24,7 @@ from compute_budget.store.migrations import (
     schema_state,
     upgrade_to_head,
 )
+from compute_budget.store.repairs import Repair
 from compute_budget.store.schema_check import (
     clear_foreign,
     refuse_edited_sqlite_schema,
@@ -30,7 +32,7 @@ from compute_budget.store.schema_check import (
     schema_problems,
 )
 from compute_budget.store.seal import seal_statements_for
-from compute_budget.store.session import lock_for_append, read_head
+from compute_budget.store.session import lock_for_append, read_head, utc_now
 from compute_budget.store.statements import statements_for
 from compute_budget.store.table import TABLE_NAME
 
@@ -69,10 +71,15 @@ def open_engine(
 
 
 def migrate_store(
-    target: str | os.PathLike[str] | None, *, origin: str | None, on_restore: Callable[[list[str]], None] | None
+    target: str | os.PathLike[str] | None,
+    *,
+    origin: str | None,
+    on_restore: Callable[[list[str]], None] | None,
+    on_repair: Callable[[Repair], None] | None = None,
 ) -> tuple[str | None, str]:
     """Bring the schema at `target` to head, restore its guard and complete its seal (see `BudgetStore.migrate`)."""
     location = locate(target)
+    repair_row: Repair | None = None
     check_file(location, readonly=False)
     engine = create_store_engine(location, readonly=False)
     try:
@@ -111,14 +118,24 @@ def migrate_store(
                     f"{location.display}: migrate cannot repair this, and changed nothing: {left[0]}; restore the "
                     "database from a backup, or salvage its rows into a new store with `compute-budget copy --through`"
                 )
-            if repaired and on_restore is not None:
-                on_restore(repaired)
+            if repaired:
+                repair_row = _record_repair(connection, repaired)
+                if on_restore is not None:
+                    on_restore(repaired)
             seal_on_open(connection, origin, create_origin=True)
     except SQLAlchemyError as error:
         raise translate(error, location) from None
     finally:
         engine.dispose()
+    if repair_row is not None and on_repair is not None:
+        on_repair(repair_row)  # committed
     return revision, head_revision()
+
+
+def _record_repair(connection: Connection, repaired: list[str]) -> Repair:
+    """Spec 9.9.10: the guard was down for a while; say so in the store, in the repair's own transaction."""
+    size = repairs.head_size(connection, statements_for(connection.dialect.name))
+    return repairs.record_repair(connection, repaired, size, utc_now())
 
 
 def seal_on_open(connection: Connection, origin: str | None, *, create_origin: bool) -> None:

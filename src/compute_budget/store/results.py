@@ -63,6 +63,7 @@ class BatchResult:
     writer_state_created: bool = False  # `init_writer_state` made the state from the store's own checkpoint
     witness_warnings: tuple[str, ...] = ()  # one line per witness that did not cosign (spec 9.5)
     witnessed: tuple[int, int] | None = None  # (cosigned, asked): how many witnesses cosigned the new checkpoint
+    acknowledged_repair: int | None = None  # the repair `after_repair` acknowledged (spec 9.9.10), else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from compute_budget.store.table import (
     cosignatures,
     origin,
     provenance,
+    repairs,
     tree_nodes,
     witness_sizes,
 )
@@ -38,7 +39,7 @@ GUARDED_COLUMNS: dict[str, tuple[str, ...]] = {
     TABLE_NAME: ROW_COLUMNS,
     **{
         table.name: tuple(column.name for column in table.columns)
-        for table in (origin, tree_nodes, checkpoints, provenance, witness_sizes, cosignatures)
+        for table in (origin, tree_nodes, checkpoints, provenance, witness_sizes, cosignatures, repairs)
     },
 }
 

@@ -12,7 +12,10 @@ from compute_budget.core.log.merkle import CompactRange
 from compute_budget.core.log.note import VerifierKey
 from compute_budget.core.log.tree import TiledTree
 from compute_budget.core.seal import StoredCheckpoint
+from compute_budget.errors import StoreDamaged
+from compute_budget.store import repairs
 from compute_budget.store import seal as sealing
+from compute_budget.store.repairs import Repair
 from compute_budget.store.schema_check import schema_problems
 from compute_budget.store.seal import SealStatements
 from compute_budget.store.session import prefer_index_order
@@ -158,6 +161,19 @@ class Snapshot:
     def schema_problems(self) -> list[str]:
         """How the guard and the guarded tables differ from what this release creates (empty: they do not)."""
         return schema_problems(self._connection)
+
+    def repair_problems(self) -> list[str]:
+        """Each repair `migrate` recorded that no writer acknowledged, and each acknowledgement written by hand
+        (spec 9.9.10): the audit's `schema_tampered`."""
+        return repairs.problems(self._connection)
+
+    def repairs(self) -> list[Repair]:
+        """Every repair and acknowledgement, oldest first (`StoreDamaged` when one was written by hand so that it
+        cannot be read: a copy would lose it)."""
+        found, unreadable = repairs.read_all(self._connection)
+        if unreadable:
+            raise StoreDamaged(f"{unreadable[0]}; run `compute-budget audit`")
+        return found
 
     def write_privileges(self) -> list[str]:
         """On PostgreSQL, which of INSERT, UPDATE, DELETE and TRUNCATE this connection's role holds on the

@@ -145,6 +145,23 @@ cosignatures = Table(
 
 WITNESS_TABLES: tuple[str, ...] = (WITNESS_SIZES_TABLE, COSIGNATURES_TABLE)
 
+# Repairs (spec 9.9.10, migration 0006): one row each time `migrate` repaired something (kind 'repair': what it
+# repaired and the head's size then), and one row each time a writer acknowledged the repairs before it (kind
+# 'acknowledged', `record --after-repair ID`). Order is meaning: an acknowledgement covers every repair before it.
+REPAIRS_TABLE = "compute_budget_repairs"
+
+repairs = Table(
+    REPAIRS_TABLE,
+    metadata,
+    Column("id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True),
+    Column("kind", Text, nullable=False),
+    Column("recorded_at", Text, nullable=False),
+    Column("what", Text, nullable=False),
+    Column("head_size", BigInteger().with_variant(Integer(), "sqlite"), nullable=False),
+    CheckConstraint("kind IN ('repair', 'acknowledged')", name="kind_known"),
+    CheckConstraint("head_size >= 0", name="head_size_non_negative"),
+)
+
 # Every table of this release's head schema, Alembic's own included (spec 9.7 compares a database with it).
 VERSION_TABLE = "alembic_version"
 HEAD_TABLES: frozenset[str] = frozenset({VERSION_TABLE, *metadata.tables})

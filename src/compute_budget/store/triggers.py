@@ -15,6 +15,7 @@ from compute_budget.store.table import (
     NODES_TABLE,
     ORIGIN_TABLE,
     PROVENANCE_TABLE,
+    REPAIRS_TABLE,
     TABLE_NAME,
     WITNESS_SIZES_TABLE,
 )
@@ -60,6 +61,7 @@ _SEAL_KEYS = {
     PROVENANCE_TABLE: "id = NEW.id",  # migration 0004
     WITNESS_SIZES_TABLE: "id = NEW.id",  # migration 0005
     COSIGNATURES_TABLE: "id = NEW.id",
+    REPAIRS_TABLE: "id = NEW.id",  # migration 0006
 }
 
 SQLITE_SEAL_GUARD: tuple[str, ...] = tuple(
