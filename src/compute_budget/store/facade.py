@@ -127,8 +127,7 @@ class BudgetStore(Browsing):
         creates it; `on_restore` is told what was wrong (added or removed columns are the audit's to report).
         Also completes the seal of an existing store: builds the Merkle tree of its rows when it has none yet
         (after migration 0003, or an offline ``--sql`` migration), and sets its origin (`origin`, else a random
-        one) when it holds rows and has none.
-        Any repair is recorded in the store (spec 9.9.10; `on_repair` is told it once committed).
+        one) when it holds rows and has none. A repair is recorded (spec 9.9.10; `on_repair` told once committed).
         """
         if origin is not None:
             sealing.check_origin_name(origin)
