@@ -29,8 +29,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from compute_budget.auditor.head_note import HeadNote, head_signature_findings, load_head_note, parse_head_note
 from compute_budget.auditor.report import AuditReport, utc_now
-from compute_budget.auditor.witnessed import DEFAULT_MAX_WITNESS_AGE, WitnessPolicy, given_note_findings, witnessed
+from compute_budget.auditor.witnessed import (
+    DEFAULT_MAX_WITNESS_AGE,
+    WitnessPolicy,
+    given_note_findings,
+    judge_witness_answer,
+    witness_size_warnings,
+    witnessed,
+)
 from compute_budget.core.leaf import unreadable_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey
@@ -67,6 +75,9 @@ AUTO_ROWS_PER_JOB = 5_000 if FORKED_WORKERS else 50_000
 MAX_BAD_SIGNATURES_PER_KEY = 20  # a forged checkpoint table is reported, not verified to the end
 
 CheckpointLike = Checkpoint | ChainHead | Mapping[str, Any] | str | os.PathLike[str]
+# A checkpoint a witness served (`--witness-url`), with the source findings name: (source, note or checkpoint).
+WitnessAnswer = CheckpointLike | tuple[str, CheckpointLike]
+HeadLike = HeadNote | str | os.PathLike[str]
 
 
 def audit(
@@ -83,7 +94,8 @@ def audit(
     witness_keys: Iterable[WitnessKey | str | os.PathLike[str]] = (),
     witness_quorum: int | None = None,
     max_witness_age: int = DEFAULT_MAX_WITNESS_AGE,
-    witnessed_checkpoints: Iterable[CheckpointLike] = (),
+    witnessed_checkpoints: Iterable[WitnessAnswer] = (),
+    since_head: HeadLike | None = None,
 ) -> AuditReport:
     """Audit the store at `target` read-only. `checkpoint`: prove history extends it. `since`: prove it,
     then check only the rows after it. `through`: check only the rows up to this `seq` (with `since`, a `seq`
@@ -102,7 +114,13 @@ process gets at least `AUTO_ROWS_PER_JOB` rows to check, else one. The report's 
     `witness_quorum` (default: all) valid cosignatures, counted from the note and the store; the rows after the
     newest checkpoint of this store that many witnesses cosigned are `unwitnessed_rows` when none did or the
     K-th newest cosignature is over `max_witness_age` seconds old; the report's `witnessed_size` names it.
-    `witnessed_checkpoints` (what `--witness-url` fetched from witnesses): the store must extend each.
+    `witnessed_checkpoints` (what `--witness-url` fetched from witnesses, each a note or a (source, note) pair): the
+    store must extend each; one whose extension lines differ from the store's checkpoint of its size is a
+    `checkpoint_mismatch` when a trusted writer signature on it verifies, else `StoreUnavailable` (spec 9.9.4).
+    `since_head` (spec 9.9.2: a `HeadNote`, its text or its file; with witness keys and `since` given as a path,
+    that path plus ``.head`` by default): the head an earlier audit checked and when; it must verify under a trusted
+    key and the store must extend it, and the rows it held that K witnesses have not cosigned within
+    `max_witness_age` are `unwitnessed_rows`. Without it the witness age comes from cosignature timestamps only.
 
     When `since` does not hold (history before it was rewritten), every row is checked after all, so the report
     names the rows that changed (`escalated`); the checkpoint mismatches follow from them.
@@ -111,26 +129,46 @@ process gets at least `AUTO_ROWS_PER_JOB` rows to check, else one. The report's 
     the first range itself) and as each worker's range completes.
     Raises `StoreUnavailable` (and its subclasses) when the audit cannot run at all.
     """
+    witness_keys = list(witness_keys)
+    witnessed_checkpoints = list(witnessed_checkpoints)
+    head = _head_note(since, since_head, bool(witness_keys))
     report = _audit_once(
         target, checkpoint=checkpoint, since=since, jobs=jobs, on_progress=on_progress, trusted_keys=trusted_keys,
         all_signatures=all_signatures, through=through, expected_origin=expected_origin, witness_keys=witness_keys,
         witness_quorum=witness_quorum, max_witness_age=max_witness_age, witnessed_checkpoints=witnessed_checkpoints,
+        head=head,
     )
     if report.since is None or through is not None or not _since_broken(report):
         return _with_rewritten_range(target, report)
     # The rows before --since were trusted, and the checkpoint says they changed: check every row, so the report
     # names the rows themselves, not only the checkpoint they no longer match.
-    given = [report.checkpoint] if report.checkpoint is not None else []
+    given: list[WitnessAnswer] = [("--checkpoint", report.checkpoint)] if report.checkpoint is not None else []
     full = _audit_once(
         target, checkpoint=report.since, since=None, jobs=jobs, on_progress=on_progress, trusted_keys=trusted_keys,
         all_signatures=all_signatures, expected_origin=expected_origin, witness_keys=witness_keys,
         witness_quorum=witness_quorum, max_witness_age=max_witness_age,
-        witnessed_checkpoints=[*given, *witnessed_checkpoints],
+        witnessed_checkpoints=[*given, *witnessed_checkpoints], head=head, checkpoint_label="--since",
     )
     return _with_rewritten_range(target, dataclasses.replace(
         full, checkpoint=report.checkpoint, since=report.since, escalated=True,
         elapsed_seconds=report.elapsed_seconds + full.elapsed_seconds, started_at=report.started_at,
     ))
+
+
+def _head_note(since: CheckpointLike | None, since_head: HeadLike | None, witnesses: bool) -> HeadNote | None:
+    """The `FILE.head` of spec 9.9.2: as given; else, with witness keys and `since` named by a file path, that
+    path's `.head` (required: `CheckpointError` when missing)."""
+    if isinstance(since_head, HeadNote):
+        return since_head
+    if since_head is not None:
+        text = os.fspath(since_head)
+        return parse_head_note(text) if "\n" in text else load_head_note(text)
+    if not witnesses or not isinstance(since, str | os.PathLike):
+        return None
+    path = os.fspath(since)
+    if path.lstrip().startswith("{") or "\n" in path:
+        return None  # the checkpoint's own text: no file beside it
+    return load_head_note(path + ".head")
 
 
 def _with_rewritten_range(target: str | os.PathLike[str] | None, report: AuditReport) -> AuditReport:
@@ -180,7 +218,9 @@ def _audit_once(
     witness_keys: Iterable[WitnessKey | str | os.PathLike[str]],
     witness_quorum: int | None,
     max_witness_age: int,
-    witnessed_checkpoints: Iterable[CheckpointLike],
+    witnessed_checkpoints: Iterable[WitnessAnswer],
+    head: HeadNote | None = None,
+    checkpoint_label: str = "--checkpoint",
 ) -> AuditReport:
     """One audit as `audit` describes, without the escalation from a broken --since."""
     if jobs != "auto" and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
@@ -191,7 +231,7 @@ def _audit_once(
     started_at = utc_now()
     checkpoint = as_checkpoint(checkpoint) if checkpoint is not None else None
     since = as_checkpoint(since) if since is not None else None
-    from_witnesses = [as_checkpoint(item) for item in witnessed_checkpoints]
+    from_witnesses = [_answer(index, item) for index, item in enumerate(witnessed_checkpoints)]
     keys = _unique_keys(verifier_key(item) for item in trusted_keys)
     policy = _witness_policy(witness_keys, witness_quorum, max_witness_age)
     try:
@@ -220,15 +260,23 @@ def _audit_once(
                     )
                 )
             held: list[Checkpoint] = []
-            for proof in (checkpoint, since, *from_witnesses):
+            sources: list[tuple[str, Checkpoint | None]] = [(checkpoint_label, checkpoint), ("--since", since)]
+            for source, answer in from_witnesses:
+                served, answer_findings = judge_witness_answer(snapshot, source, answer, origin, keys, plan.max_seq)
+                findings_before += answer_findings
+                sources.append((source, served))
+            if head is not None:
+                sources.append((head.source, head.checkpoint))
+                findings_before += head_signature_findings(head, keys)
+            for source, proof in sources:
                 if proof is not None:
                     # Another log's checkpoint says nothing about this one's rows: that is the one finding, not
                     # a "rewritten history" its chain hash cannot match anyway.
                     problems = _check_origin(proof, origin) or _check_checkpoint(snapshot, proof, plan.max_seq)
-                    findings_before += problems
-                    if not problems:
+                    findings_before += _named(problems, source)  # each source its own finding (issue 28, 12)
+                    if not problems and not any(_same(proof, other) for other in held):
                         held.append(proof)
-                    if keys:
+                    if keys and proof is not (head.checkpoint if head is not None else None):
                         findings_before += _check_given_signature(proof, keys)
             if since is None and plan.end_seq == plan.max_seq:
                 outliers = _outliers(snapshot, plan)
@@ -251,12 +299,14 @@ def _audit_once(
             attested, attestation_findings = _attestation(snapshot, keys, origin, plan.max_seq)
             unattested = _unattested(snapshot, keys, attested, plan.max_seq)
             witnessed_size = None
+            witness_warnings = witness_size_warnings(snapshot, policy)
             if policy is not None:
                 for proof in (checkpoint, since):
                     if proof is not None:
                         findings_before += given_note_findings(proof, snapshot, policy)
                 witnessed_size, witness_findings = witnessed(
-                    snapshot, policy, origin, held, plan.max_seq, all_signatures=all_signatures
+                    snapshot, policy, origin, held, plan.max_seq, all_signatures=all_signatures,
+                    head=(head.checkpoint.seq, head.started) if head is not None else None,
                 )
                 unattested += witness_findings
         tasks = [(low, high, anchor) for (low, high), anchor in zip(plan.ranges, anchors, strict=True)]
@@ -297,11 +347,13 @@ def _audit_once(
         since=since,
         jobs=processes,
         warnings=(
-            f"the audit's database role may {', '.join(privileges)} the decisions table: the audit itself never "
-            "writes, but only a SELECT-only role guarantees that (see the README's PostgreSQL section)",
-        )
-        if privileges
-        else (),
+            (
+                f"the audit's database role may {', '.join(privileges)} the decisions table: the audit itself never "
+                "writes, but only a SELECT-only role guarantees that (see the README's PostgreSQL section)",
+            )
+            if privileges
+            else ()
+        ) + tuple(witness_warnings),
         policy_counts=dict(merged.policy_counts),
         started_at=started_at,
         finished_at=utc_now(),
@@ -312,7 +364,35 @@ def _audit_once(
         provenance=provenance,
         witnessed_size=witnessed_size,
         witness_keys=tuple(key.format() for key in policy.keys) if policy is not None else (),
+        witness_age=_witness_age(head) if policy is not None else None,
     )
+
+
+def _witness_age(head: HeadNote | None) -> str:
+    """How the report judged the witnesses' age (spec 9.9.2)."""
+    if head is None:
+        return "witness age from cosignature timestamps only"
+    size = head.checkpoint.seq
+    return (f"witness age from {head.source} (the audit of {head.started_at} saw {size} rows) through seq {size}, "
+            "from cosignature timestamps above it")
+
+
+def _answer(index: int, item: WitnessAnswer) -> tuple[str, Checkpoint | str]:
+    """A witness's answer as (source, checkpoint or raw note text): the text is judged against the store later."""
+    source, value = item if isinstance(item, tuple) else (f"witness checkpoint #{index + 1}", item)
+    if isinstance(value, str) and "\n" in value and not value.lstrip().startswith("{"):
+        return source, value
+    return source, as_checkpoint(value)
+
+
+def _named(findings: list[Finding], source: str) -> list[Finding]:
+    """`findings` about a given checkpoint, each naming where that checkpoint came from."""
+    return [dataclasses.replace(finding, detail=f"{source}: {finding.detail}") for finding in findings]
+
+
+def _same(one: Checkpoint, other: Checkpoint) -> bool:
+    """Two given checkpoints of one size, root and chain hash: the tree checks one of them once."""
+    return (one.seq, one.root, one.chain_hash) == (other.seq, other.root, other.chain_hash)
 
 
 def _witness_policy(

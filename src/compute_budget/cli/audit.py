@@ -14,10 +14,11 @@ from compute_budget.cli.progress import audit_progress
 from compute_budget.errors import clip
 
 if TYPE_CHECKING:
+    from compute_budget.auditor.head_note import HeadNote
     from compute_budget.auditor.report import AuditReport
     from compute_budget.core.log.checkpoint import Checkpoint
     from compute_budget.core.log.cosignature import WitnessKey
-    from compute_budget.core.log.note import SignerKey
+    from compute_budget.core.log.note import SignerKey, VerifierKey
 
 
 def _report_spec(value: str) -> tuple[str, str]:
@@ -92,6 +93,7 @@ def _reports_for_usage_error(args: list[str], error: click.UsageError) -> None:
     inputs = [("--checkpoint", path) for path in _option_values(args, "--checkpoint")]
     inputs += [("--since", path) for path in _option_values(args, "--since")]
     inputs += [("--save-checkpoint", path) for path in _option_values(args, "--save-checkpoint")]
+    inputs += [(option, path + ".head") for option, path in list(inputs) if option in ("--since", "--save-checkpoint")]
     key_files = [("--cosign", path) for path in _option_values(args, "--cosign")]
     key_files += [("--trusted-key", item) for item in _option_values(args, "--trusted-key") if os.path.exists(item)]
     writable = []
@@ -203,6 +205,7 @@ def audit_command(
     targets += [_report_spec(value) for value in reports]
     writable: list[tuple[str, str]] = []
     inputs = [("--checkpoint", checkpoint_path or ""), ("--since", since_path or "")]
+    inputs += [("--since", since_path + ".head")] if since_path else []  # spec 9.9.2: read with witness keys
     key_files = [("--cosign", cosign_path)] if cosign_path else []
     key_files += [("--trusted-key", item) for item in trusted_keys if os.path.exists(item)]
     try:
@@ -215,7 +218,7 @@ def audit_command(
             try:
                 # The kept checkpoint is never a report either: an error report there would lose the next night's
                 # --since anchor.
-                kept = [("--save-checkpoint", save_path)] if save_path else []
+                kept = [("--save-checkpoint", path) for path in (save_path or "", f"{save_path}.head") if save_path]
                 check_writable(option, path, db=db, keep=[*inputs, *kept])
                 check_keys_apart(key_files, [(option, path)])  # a key is never an output, not even an error report
                 writable.append((target_format, path))
@@ -223,10 +226,11 @@ def audit_command(
                 refused.append(error)
         if refused:
             raise refused[0]
-        _distinct_outputs([path for _, path in targets] + ([save_path] if save_path else []))
-        if save_path:
-            check_writable("--save-checkpoint", save_path, db=db, keep=inputs)
-            check_keys_apart(key_files, [("--save-checkpoint", save_path)])
+        saved = [save_path, save_path + ".head"] if save_path and witness_keys else [save_path] if save_path else []
+        _distinct_outputs([path for _, path in targets] + saved)
+        for path in saved:
+            check_writable("--save-checkpoint", path, db=db, keep=inputs)
+            check_keys_apart(key_files, [("--save-checkpoint", path)])
         # Until this audit has a verdict, every report says it has none: a run killed outright (SIGKILL, the OOM
         # killer) must not leave last night's CLEAN in place.
         _write_error_reports(
@@ -276,7 +280,7 @@ def _audit_and_report(
     from compute_budget.auditor.scan import audit, load_checkpoint
     from compute_budget.cli.render_audit import render
     from compute_budget.errors import CheckpointError
-    from compute_budget.store.keys import load_signer_key, verifier_key
+    from compute_budget.store.keys import verifier_key
 
     checkpoint = load_checkpoint(checkpoint_path) if checkpoint_path else None
     if since_path and not os.path.lexists(since_path):
@@ -292,9 +296,16 @@ def _audit_and_report(
         raise click.BadParameter(
             "--cosign signs the checkpoint --save-checkpoint writes: give both", param_hint="--cosign"
         )
-    cosigner = load_signer_key(cosign_path) if cosign_path else None
+    cosigner = _auditor_key(cosign_path, keys)
     witness_keys, witness_quorum, max_witness_age, witness_urls = witnessing
     witnesses = _witness_keys(witness_keys, witness_quorum)
+    if save_path and witnesses and not keys:
+        raise click.BadParameter(
+            f"with --witness-key, --save-checkpoint also keeps {save_path}.head, the head's checkpoint as the writer "
+            "signed it: give the writer's verifier key with --trusted-key",
+            param_hint="--save-checkpoint",
+        )
+    since_head = _since_head(since_path, witnesses)
     fetched = _fetch_witnessed(db, witness_urls, expected_origin)
     with audit_progress() as on_progress:
         report = audit(
@@ -310,6 +321,7 @@ def _audit_and_report(
             witness_quorum=witness_quorum,
             max_witness_age=max_witness_age,
             witnessed_checkpoints=fetched,
+            since_head=since_head,
         )
     for warning in report.warnings:
         say(f"warning: {warning}")
@@ -325,7 +337,7 @@ def _audit_and_report(
             from compute_budget.auditor.proofs import cosign
 
             given = [item for item in (checkpoint, since) if item is not None]
-            write_atomically(save_path, cosign(db, report, cosigner, given, keys))
+            write_atomically(save_path, cosign(db, report, _attested(report, report.head.seq, cosigner), given, keys))
             say(f"saved checkpoint seq {report.head.seq} to {save_path}")
         elif report.clean:
             write_atomically(save_path, report.head_checkpoint().to_json() + "\n")
@@ -341,6 +353,37 @@ def _audit_and_report(
         click.get_current_context().exit(1)
 
 
+def _auditor_key(cosign_path: str | None, keys: list[VerifierKey]) -> SignerKey | None:
+    """The `--cosign` key (spec 9.9.5): it needs --trusted-key, and it is never one of them (exit 2)."""
+    if not cosign_path:
+        return None
+    from compute_budget.store.keys import load_signer_key
+
+    cosigner = load_signer_key(cosign_path)  # an unusable key file is the first thing to say
+    if not keys:
+        raise click.BadParameter(
+            "--cosign vouches only for rows a trusted writer signed: give the writer's verifier key with "
+            "--trusted-key (the auditor's own key is never one)",
+            param_hint="--cosign",
+        )
+    if cosigner.verifier() in keys:
+        raise click.BadParameter(
+            f"the --cosign key {cosigner.name} is also a --trusted-key: an auditor's signature is never a writer's; "
+            "trust only the writers' keys, and check the auditor's line with `consistency --auditor-key`",
+            param_hint="--cosign",
+        )
+    return cosigner
+
+
+def _since_head(since_path: str | None, witnesses: list[WitnessKey]) -> HeadNote | None:
+    """With witness keys, the `FILE.head` beside `--since FILE` (spec 9.9.2; missing: exit 2, naming it)."""
+    if not since_path or not witnesses:
+        return None
+    from compute_budget.auditor.head_note import head_path, load_head_note
+
+    return load_head_note(head_path(since_path))
+
+
 def _witness_keys(witness_keys: tuple[str, ...], quorum: int | None) -> list[WitnessKey]:
     """The distinct witness keys, and a quorum in 1..their number (else a usage error, exit 2)."""
     from compute_budget.store.keys import witness_key
@@ -354,7 +397,9 @@ def _witness_keys(witness_keys: tuple[str, ...], quorum: int | None) -> list[Wit
     return keys
 
 
-def _fetch_witnessed(db: str | None, urls: tuple[str, ...], expected_origin: str | None) -> list[str]:
+def _fetch_witnessed(
+    db: str | None, urls: tuple[str, ...], expected_origin: str | None
+) -> list[tuple[str, str]]:
     """What each `--witness-url` witness last cosigned for this store's log (exit 2 when one cannot say)."""
     if not urls:
         return []
@@ -369,7 +414,7 @@ def _fetch_witnessed(db: str | None, urls: tuple[str, ...], expected_origin: str
             origin = store.origin()
     if origin is None:
         raise StoreUnavailable("the store has no origin yet: no witness can have cosigned it (give --origin NAME)")
-    return [fetch_latest(target, origin) for target in targets]
+    return [(f"--witness-url ({target.label})", fetch_latest(target, origin)) for target in targets]
 
 
 def _save_witnessed(
@@ -384,26 +429,51 @@ def _save_witnessed(
     """--save-checkpoint with witness keys: the newest checkpoint K witnesses cosigned, with its signatures."""
     import time
 
+    from compute_budget.auditor.head_note import format_head_note, head_path, writer_signed_head
     from compute_budget.auditor.witnessed import WitnessPolicy, witnessed_note
     from compute_budget.core.log.note import VerifierKey, add_signature
+    from compute_budget.errors import StoreDamaged
     from compute_budget.store import BudgetStore
 
     if not report.clean:
         say(f"audit not clean: checkpoint {save_path} was not written")
         return
     policy = WitnessPolicy(tuple(witnesses), quorum or len(witnesses), 0, int(time.time()))
-    note = None
+    note = head = None
+    writers = [VerifierKey.parse(text) for text in report.trusted_keys]
     if report.witnessed_size:
         with BudgetStore.open(db, readonly=True) as store, store.snapshot() as snapshot:
-            writers = [VerifierKey.parse(text) for text in report.trusted_keys]
             note = witnessed_note(snapshot, policy, report.witnessed_size, given, writers)
+            head = writer_signed_head(snapshot, report.head_checkpoint().note_text(), report.head.seq, writers)
     if note is None:
         say(f"no checkpoint carries {policy.quorum} cosignature(s) by the witness keys: {save_path} was not written")
         return
+    if head is None:
+        raise StoreDamaged(
+            f"{save_path} was not written: no stored checkpoint of the head (seq {report.head.seq}) carries a writer "
+            f"signature that verifies under --trusted-key, so there is no {head_path(save_path)} to keep (record with "
+            "the writer's key, or run `compute-budget checkpoint --signing-key`, and audit again)"
+        )
     if cosigner is not None:
-        note = add_signature(note, cosigner)
+        note = add_signature(note, _attested(report, report.witnessed_size or 0, cosigner))
+    # FILE.head first: a failure between the two leaves the older FILE with a newer head, which judges no row
+    # more leniently than the pair it replaces.
+    write_atomically(head_path(save_path), format_head_note(head, report.started_at))
     write_atomically(save_path, note)
-    say(f"saved checkpoint seq {report.witnessed_size} to {save_path}")
+    say(f"saved checkpoint seq {report.witnessed_size} to {save_path} (and the head, seq {report.head.seq}, to "
+        f"{head_path(save_path)})")
+
+
+def _attested(report: AuditReport, size: int, cosigner: SignerKey) -> SignerKey:
+    """`cosigner`, once every row through `size` is covered by a trusted writer's stored checkpoint (spec 9.9.5)."""
+    from compute_budget.errors import AuditError
+
+    if report.attested_size is None or report.attested_size < size:
+        raise AuditError(
+            f"refusing to cosign size {size} with {cosigner.name}: a trusted writer's stored checkpoint covers only "
+            f"{report.attested_size or 0} rows"
+        )
+    return cosigner
 
 
 def _distinct_outputs(paths: list[str]) -> None:
