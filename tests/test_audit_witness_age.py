@@ -5,6 +5,7 @@ audit with `--since`), on both backends, and fails on 600e1f3."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import urllib.parse
@@ -424,3 +425,83 @@ def test_the_cosigned_note_is_accepted_on_its_writer_signature_and_checked_by_au
                                "--trusted-key", WRITER_KEY, "--auditor-key", auditor_key)
     assert status == 1
     assert "the auditor's line" in err
+
+
+# -- the README's Witnessing recipe, run as written ----------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_readmes_witnessing_recipe_runs_for_three_nights(tmp_path: Path) -> None:
+    """The Witnessing block as it stands (the witness's address and state file made local): a witness served by
+    `witness serve`, records sent to it, the first night's full audit keeping witnessed.note and its .head, two
+    nightly `--since` audits moving both, and the receipt verified with the witness's quorum said. The third night,
+    rows the second night saw and no witness cosigned since (its .head made a day older) are unwitnessed_rows."""
+    import socket
+    import subprocess
+
+    from tests.test_readme import commands, fenced, shell
+
+    steps = commands(fenced("", "Witnessing")[0])
+    assert len(steps) == 7, steps
+    keygen, serve, record, submit, first_night, nightly, verify = steps
+    assert "--since witnessed.note" in nightly
+    assert "mv witnessed.next.head witnessed.note.head" in nightly
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    def local(command: str) -> str:
+        return (command.replace("witness.internal:7380", f"127.0.0.1:{port}")
+                .replace("/var/lib/witness/witness.db", "witness.db")
+                .replace("--host 10.0.0.2", f"--host 127.0.0.1 --port {port}"))
+
+    def run(command: str) -> subprocess.CompletedProcess[str]:
+        done = shell(local(command), tmp_path)
+        assert done.returncode == 0, (command, done.stderr)
+        return done
+
+    def gates(name: str, count: int) -> None:
+        (tmp_path / "gates.jsonl").write_text("\n".join(gate_lines(count, prefix=name)) + "\n")
+
+    run("compute-budget keygen writer/prod > writer.pub")
+    run(keygen)
+    from tests.test_readme import BIN
+
+    environment = {**os.environ, "PATH": BIN + os.pathsep + os.environ.get("PATH", "")}
+    log = tmp_path / "witness.log"
+    with log.open("w") as errors:
+        server = subprocess.Popen(["bash", "-c", "exec " + local(serve)], cwd=tmp_path, env=environment,
+                                  stdout=subprocess.DEVNULL, stderr=errors)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as client:
+                if client.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert server.poll() is None, log.read_text()
+            time.sleep(0.1)
+        gates("day0", 4)
+        run(record)
+        run(submit)
+        run(first_night)
+        assert (tmp_path / "witnessed.note.head").read_text().split("\n")[1] == "4"
+        gates("day1", 3)
+        run(record)
+        run(nightly)
+        assert (tmp_path / "witnessed.note.head").read_text().split("\n")[1] == "7"
+        assert not (tmp_path / "witnessed.next").exists()
+        budget_id = str(query(str(tmp_path / "compute_budget.db"),
+                              "SELECT budget_id FROM compute_budget_decisions WHERE seq = 2")[0][0])
+        run(f'compute-budget prove {budget_id} --witness-key "$(cat witness.pub)" > receipt.json')
+        assert "; witnessed: 1 of 1 cosignatures" in run(verify).stdout
+        gates("day2", 2)
+        run(record.split(" --witness ")[0])  # the witness is not told of rows 8..9
+        run(nightly)  # the newest witnessed checkpoint (7) is fresh: rows 8..9 are not yet due
+        _age(tmp_path / "witnessed.note.head", 86400 + 60)
+        done = shell(local(nightly), tmp_path)
+        assert done.returncode == 1, done.stderr
+        assert "unwitnessed_rows" in done.stdout
+        assert "rows 8..9 (2 rows) are unwitnessed" in done.stdout
+    finally:
+        server.terminate()
+        server.wait(10)
