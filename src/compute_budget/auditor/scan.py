@@ -259,25 +259,13 @@ def _audit_once(
                         "another store is in its place",
                     )
                 )
-            held: list[Checkpoint] = []
-            sources: list[tuple[str, Checkpoint | None]] = [(checkpoint_label, checkpoint), ("--since", since)]
+            sources = [(checkpoint_label, checkpoint), ("--since", since)]
             for source, answer in from_witnesses:
                 served, answer_findings = judge_witness_answer(snapshot, source, answer, origin, keys, plan.max_seq)
                 findings_before += answer_findings
                 sources.append((source, served))
-            if head is not None:
-                sources.append((head.source, head.checkpoint))
-                findings_before += head_signature_findings(head, keys)
-            for source, proof in sources:
-                if proof is not None:
-                    # Another log's checkpoint says nothing about this one's rows: that is the one finding, not
-                    # a "rewritten history" its chain hash cannot match anyway.
-                    problems = _check_origin(proof, origin) or _check_checkpoint(snapshot, proof, plan.max_seq)
-                    findings_before += _named(problems, source)  # each source its own finding (issue 28, 12)
-                    if not problems and not any(_same(proof, other) for other in held):
-                        held.append(proof)
-                    if keys and proof is not (head.checkpoint if head is not None else None):
-                        findings_before += _check_given_signature(proof, keys)
+            held, given_findings = _hold_given(snapshot, sources, head, origin, keys, plan.max_seq)
+            findings_before += given_findings
             if since is None and plan.end_seq == plan.max_seq:
                 outliers = _outliers(snapshot, plan)
             elif plan.end_seq == plan.max_seq:
@@ -383,6 +371,35 @@ def _answer(index: int, item: WitnessAnswer) -> tuple[str, Checkpoint | str]:
     if isinstance(value, str) and "\n" in value and not value.lstrip().startswith("{"):
         return source, value
     return source, as_checkpoint(value)
+
+
+def _hold_given(
+    snapshot: Snapshot,
+    sources: list[tuple[str, Checkpoint | None]],
+    head: HeadNote | None,
+    origin: str | None,
+    keys: list[VerifierKey],
+    max_seq: int,
+) -> tuple[list[Checkpoint], list[Finding]]:
+    """The given checkpoints the store holds (each distinct one once, for the tree to check), and the findings of
+    the rest, each naming its source (issue 28, 12). `FILE.head` must be signed by a trusted writer (spec 9.9.2:
+    else `checkpoint_mismatch`); the others, with trusted keys, carry a trusted signature (else `bad_signature`)."""
+    held: list[Checkpoint] = []
+    findings: list[Finding] = []
+    if head is not None:
+        findings += head_signature_findings(head, keys)
+    for source, proof in [*sources, *([(head.source, head.checkpoint)] if head is not None else [])]:
+        if proof is None:
+            continue
+        # Another log's checkpoint says nothing about this one's rows: that is the one finding, not a "rewritten
+        # history" its chain hash cannot match anyway.
+        problems = _check_origin(proof, origin) or _check_checkpoint(snapshot, proof, max_seq)
+        findings += _named(problems, source)
+        if not problems and not any(_same(proof, other) for other in held):
+            held.append(proof)
+        if keys and (head is None or proof is not head.checkpoint):
+            findings += _check_given_signature(proof, keys)
+    return held, findings
 
 
 def _named(findings: list[Finding], source: str) -> list[Finding]:

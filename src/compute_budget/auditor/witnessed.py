@@ -438,8 +438,9 @@ def judge_witness_answer(
     chain = snapshot.chain_at(served.size)
     if root != served.root or chain is None:
         return _as_checkpoint(source, answer, served)
-    ours = format_checkpoint(served.origin, served.size, root, chain) if _CHAIN.fullmatch(chain) else None
-    if text == ours:
+    if not _CHAIN.fullmatch(chain):
+        return _as_checkpoint(source, answer, served)  # an edited row: its own findings say so
+    if text == format_checkpoint(served.origin, served.size, root, chain):
         return Checkpoint.from_note(answer, source=source), []
     return None, [_extension_mismatch(source, answer, served.size, writers)]
 
