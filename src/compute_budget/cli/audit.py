@@ -117,10 +117,13 @@ def _reports_for_usage_error(args: list[str], error: click.UsageError) -> None:
     "--since",
     "since_path",
     metavar="FILE",
-    help="Incremental: prove this checkpoint holds, then check only the rows after it.",
+    help="Incremental: prove this checkpoint holds, then check only the rows after it. With --witness-key, the "
+    "FILE.head beside it (written by --save-checkpoint) is required.",
 )
 @click.option(
-    "--save-checkpoint", "save_path", metavar="FILE", help="Write the new head here, only when the audit is clean."
+    "--save-checkpoint", "save_path", metavar="FILE",
+    help="Write the new head here, only when the audit is clean. With --witness-key: the newest checkpoint the "
+    "witnesses cosigned, and FILE.head, the head this audit checked and when (needs --trusted-key).",
 )
 @click.option(
     "--format", "output_format", type=click.Choice(["text", "json", "junit"]), default="text", show_default=True
@@ -157,7 +160,7 @@ def _reports_for_usage_error(args: list[str], error: click.UsageError) -> None:
     "cosign_path",
     metavar="FILE",
     help="After a clean audit, sign the checkpoint --save-checkpoint writes with this note key (type 0x01: the "
-    "auditor attests re-derivation; cosignatures come from witnesses).",
+    "auditor attests re-derivation; cosignatures come from witnesses). Needs --trusted-key, and is never one.",
 )
 @click.option(
     "--origin",
@@ -345,7 +348,7 @@ def _audit_and_report(
             if keys:  # spec 8: with --trusted-key a given checkpoint must carry a trusted signature
                 say(
                     f"warning: {save_path} is an unsigned JSON checkpoint: given to --since or --checkpoint with "
-                    "--trusted-key it is bad_signature; add --cosign KEY to sign it (and trust that key too)"
+                    "--trusted-key it is bad_signature; add --cosign AUDITOR_KEY to keep the writer-signed note instead"
                 )
         else:
             say(f"audit not clean: checkpoint {save_path} was not written")
