@@ -282,7 +282,7 @@ def _audit_once(
                 Finding(FindingKind.SCHEMA_TAMPERED, None, None, problem) for problem in snapshot.schema_problems()
             ]
             privileges = snapshot.write_privileges()
-            seal = _plan_seal(snapshot, plan, since, held, origin, keys, all_signatures)
+            seal = _plan_seal(snapshot, plan, since, _distinct(held), origin, keys, all_signatures)
             findings_before += seal.findings
             attested, attestation_findings = _attestation(snapshot, keys, origin, plan.max_seq)
             unattested = _unattested(snapshot, keys, attested, plan.max_seq)
@@ -381,9 +381,10 @@ def _hold_given(
     keys: list[VerifierKey],
     max_seq: int,
 ) -> tuple[list[Checkpoint], list[Finding]]:
-    """The given checkpoints the store holds (each distinct one once, for the tree to check), and the findings of
-    the rest, each naming its source (issue 28, 12). `FILE.head` must be signed by a trusted writer (spec 9.9.2:
-    else `checkpoint_mismatch`); the others, with trusted keys, carry a trusted signature (else `bad_signature`)."""
+    """The given checkpoints the store holds (each with its own signature lines: they count as cosignatures), and
+    the findings of the rest, each naming its source (issue 28, 12). `FILE.head` must be signed by a trusted
+    writer (spec 9.9.2: else `checkpoint_mismatch`); the others, with trusted keys, carry a trusted signature (else
+    `bad_signature`)."""
     held: list[Checkpoint] = []
     findings: list[Finding] = []
     if head is not None:
@@ -395,7 +396,7 @@ def _hold_given(
         # history" its chain hash cannot match anyway.
         problems = _check_origin(proof, origin) or _check_checkpoint(snapshot, proof, max_seq)
         findings += _named(problems, source)
-        if not problems and not any(_same(proof, other) for other in held):
+        if not problems:
             held.append(proof)
         if keys and (head is None or proof is not head.checkpoint):
             findings += _check_given_signature(proof, keys)
@@ -407,9 +408,13 @@ def _named(findings: list[Finding], source: str) -> list[Finding]:
     return [dataclasses.replace(finding, detail=f"{source}: {finding.detail}") for finding in findings]
 
 
-def _same(one: Checkpoint, other: Checkpoint) -> bool:
-    """Two given checkpoints of one size, root and chain hash: the tree checks one of them once."""
-    return (one.seq, one.root, one.chain_hash) == (other.seq, other.root, other.chain_hash)
+def _distinct(held: list[Checkpoint]) -> list[Checkpoint]:
+    """One given checkpoint per size, root and chain hash: the tree checks each once (one finding, not one per
+    source that gave it)."""
+    first: dict[tuple[int, bytes | None, str], Checkpoint] = {}
+    for proof in held:
+        first.setdefault((proof.seq, proof.root, proof.chain_hash), proof)
+    return list(first.values())
 
 
 def _witness_policy(
