@@ -505,3 +505,36 @@ def test_the_readmes_witnessing_recipe_runs_for_three_nights(tmp_path: Path) -> 
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_the_python_api_reads_the_head_beside_a_since_path_and_takes_one_given(
+    served: Served, run_cli: Run, writer: Path, store_target: str, tmp_path: Path
+) -> None:
+    """`audit(since=PATH, witness_keys=...)` reads PATH.head (missing: `CheckpointError` naming it); `since_head=`
+    takes a `HeadNote`'s text instead; a `since` object without one judges by timestamps only and says so."""
+    from compute_budget import audit
+    from compute_budget.auditor.scan import load_checkpoint
+    from compute_budget.errors import CheckpointError
+
+    db = store_target
+    saved = tmp_path / "kept.note"
+    _record(run_cli, db, writer, 3, "seen", _url(served.port))
+    _record(run_cli, db, writer, 2, "unseen")
+    assert _nightly(run_cli, db, served.port, "--save-checkpoint", str(saved))[0] == 0  # witnessed 3, head 5
+    head_text = (tmp_path / "kept.note.head").read_text()
+    report = audit(db, since=str(saved), trusted_keys=[WRITER_KEY], witness_keys=[WITNESS_KEY])
+    assert report.clean, report.findings
+    assert report.witness_age is not None
+    assert report.witness_age.startswith(f"witness age from {saved}.head")
+    _age(tmp_path / "kept.note.head", 2 * 86400)
+    aged = (tmp_path / "kept.note.head").read_text()
+    (tmp_path / "kept.note.head").unlink()
+    with pytest.raises(CheckpointError, match=r"kept\.note\.head does not exist"):
+        audit(db, since=str(saved), trusted_keys=[WRITER_KEY], witness_keys=[WITNESS_KEY])
+    report = audit(db, since=load_checkpoint(str(saved)), trusted_keys=[WRITER_KEY], witness_keys=[WITNESS_KEY],
+                   since_head=aged)
+    assert [(item.kind.value, item.seq) for item in report.findings] == [("unwitnessed_rows", 4)]
+    report = audit(db, since=load_checkpoint(str(saved)), trusted_keys=[WRITER_KEY], witness_keys=[WITNESS_KEY])
+    assert report.clean  # no head: the cosignature of size 3 is fresh, so rows 4..5 are not yet due
+    assert report.witness_age == "witness age from cosignature timestamps only"
+    assert head_text != aged
