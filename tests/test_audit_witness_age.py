@@ -200,6 +200,10 @@ def test_save_checkpoint_with_witness_keys_keeps_its_head_under_the_same_guards(
     assert not saved.exists()
     assert _nightly(run_cli, db, served.port, "--save-checkpoint", str(saved))[0] == 0
     kept = (saved.read_text(), (tmp_path / "kept.note.head").read_text())
+    status, _, _ = run_cli("audit", "--db", db, "--format", "nope", "--save-checkpoint", str(saved),
+                           "--report", f"json:{saved}.head")  # a command line that does not parse
+    assert status == 2
+    assert (saved.read_text(), (tmp_path / "kept.note.head").read_text()) == kept  # no error report replaced it
     _record(run_cli, db, writer, 1, "late")
     time.sleep(1.1)  # the witness's word is now over 0 s old: the late row is unwitnessed
     status, _, err = _nightly(run_cli, db, served.port, "--since", str(saved), "--max-witness-age", "0",

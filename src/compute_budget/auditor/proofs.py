@@ -262,18 +262,8 @@ def cosign(
     Spec 9.9.5: `trusted` is required, `signer` is never one of its keys, and every row of the head must be covered
     by a trusted writer's stored checkpoint (`report.attested_size`); else `AuditError`.
     """
-    if not report.clean:
-        raise AuditError("only a clean audit is cosigned")
     trusted = list(trusted)
-    if not trusted:
-        raise AuditError("cosign vouches only for rows a trusted writer signed: give the writer's verifier keys")
-    if signer.verifier() in trusted:
-        raise AuditError(f"the auditor's key {signer.name} is among the trusted writer keys: it never is one")
-    if report.attested_size is None or report.attested_size < report.head.seq:
-        raise AuditError(
-            f"refusing to cosign size {report.head.seq}: a trusted writer's stored checkpoint covers only "
-            f"{report.attested_size or 0} rows"
-        )
+    _check_auditor(report, signer, trusted)
     if report.origin is None or report.root is None:
         raise StoreUnavailable(f"{report.database} has no origin yet: there is nothing to cosign")
     checkpoint = report.head_checkpoint()
@@ -304,6 +294,22 @@ def cosign(
     if not kept:
         return sign_note(text, signer)
     return add_signature(text + "\n" + "".join(line.line() for line in kept), signer)
+
+
+def _check_auditor(report: AuditReport, signer: SignerKey, trusted: list[VerifierKey]) -> None:
+    """Spec 9.9.5: an auditor signs only a clean audit's head, every row of which a trusted writer's stored checkpoint
+    covers, and its key is never a trusted writer key."""
+    if not report.clean:
+        raise AuditError("only a clean audit is cosigned")
+    if not trusted:
+        raise AuditError("cosign vouches only for rows a trusted writer signed: give the writer's verifier keys")
+    if signer.verifier() in trusted:
+        raise AuditError(f"the auditor's key {signer.name} is among the trusted writer keys: it never is one")
+    if report.attested_size is None or report.attested_size < report.head.seq:
+        raise AuditError(
+            f"refusing to cosign size {report.head.seq}: a trusted writer's stored checkpoint covers only "
+            f"{report.attested_size or 0} rows"
+        )
 
 
 def _verified_lines(text: str, notes: Iterable[str], trusted: Iterable[VerifierKey]) -> list[Signature]:

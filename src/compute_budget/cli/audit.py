@@ -302,13 +302,7 @@ def _audit_and_report(
     cosigner = _auditor_key(cosign_path, keys)
     witness_keys, witness_quorum, max_witness_age, witness_urls = witnessing
     witnesses = _witness_keys(witness_keys, witness_quorum)
-    if save_path and witnesses and not keys:
-        raise click.BadParameter(
-            f"with --witness-key, --save-checkpoint also keeps {save_path}.head, the head's checkpoint as the writer "
-            "signed it: give the writer's verifier key with --trusted-key",
-            param_hint="--save-checkpoint",
-        )
-    since_head = _since_head(since_path, witnesses)
+    since_head = _since_head(since_path, save_path, witnesses, keys)
     fetched = _fetch_witnessed(db, witness_urls, expected_origin)
     with audit_progress() as on_progress:
         report = audit(
@@ -378,8 +372,17 @@ def _auditor_key(cosign_path: str | None, keys: list[VerifierKey]) -> SignerKey 
     return cosigner
 
 
-def _since_head(since_path: str | None, witnesses: list[WitnessKey]) -> HeadNote | None:
-    """With witness keys, the `FILE.head` beside `--since FILE` (spec 9.9.2; missing: exit 2, naming it)."""
+def _since_head(
+    since_path: str | None, save_path: str | None, witnesses: list[WitnessKey], keys: list[VerifierKey]
+) -> HeadNote | None:
+    """With witness keys (spec 9.9.2), the `FILE.head` beside `--since FILE` (missing: exit 2, naming it); and the
+    one `--save-checkpoint FILE` will keep needs a writer key to verify the head's signature under (exit 2)."""
+    if save_path and witnesses and not keys:
+        raise click.BadParameter(
+            f"with --witness-key, --save-checkpoint also keeps {save_path}.head, the head's checkpoint as the writer "
+            "signed it: give the writer's verifier key with --trusted-key",
+            param_hint="--save-checkpoint",
+        )
     if not since_path or not witnesses:
         return None
     from compute_budget.auditor.head_note import head_path, load_head_note
