@@ -411,10 +411,12 @@ def test_cosign_refuses_a_store_that_no_longer_extends_its_last_cosignature(
     checkpoint is neither cosigned nor written."""
     saved, later = tmp_path / "night1.note", tmp_path / "night2.note"
     cosign = str(keys["auditor"][0])
-    assert run_cli("audit", "--db", signed, "--save-checkpoint", str(saved), "--cosign", cosign)[0] == 0
+    writer = keys["writer"][1]
+    assert run_cli("audit", "--db", signed, "--trusted-key", writer, "--save-checkpoint", str(saved),
+                   "--cosign", cosign)[0] == 0
     rewrite_consistently(signed, 2)
-    status, _, err = run_cli("audit", "--db", signed, "--since", str(saved), "--save-checkpoint", str(later),
-                             "--cosign", str(keys["auditor"][0]))
+    status, _, err = run_cli("audit", "--db", signed, "--trusted-key", writer, "--since", str(saved),
+                             "--save-checkpoint", str(later), "--cosign", str(keys["auditor"][0]))
     assert status == 1
     assert "was not written" in err
     assert not later.exists()

@@ -91,22 +91,31 @@ def test_substitution_a_writer_only_note_is_no_witness(
     served: Served, run_cli: Run, writer: Path, tmp_path: Path
 ) -> None:
     """A --since note signed only by the writer, of a checkpoint no witness cosigned, does not stand in for a
-    witness: bad_signature, 0 of 1 (before, one --trusted-key list took it for both roles)."""
+    witness: bad_signature, 0 of 1 (before, one --trusted-key list took it for both roles). The night's FILE.head
+    (spec 9.9.2) stays in place; removed too, the audit cannot run (exit 2, naming it)."""
     db = tmp_path / "store.db"
     _record(run_cli, db, writer, 4, "night1", _url(served))
-    _record(run_cli, db, writer, 1, "unwitnessed")
     note = tmp_path / "writer-only.note"
+    status, _, err = run_cli("audit", "--db", str(db), "--trusted-key", WRITER_KEY, "--witness-key", WITNESS_KEY,
+                             "--save-checkpoint", str(note))
+    assert status == 0, err
+    _record(run_cli, db, writer, 1, "unwitnessed")
     status, text, err = run_cli("checkpoint", "--db", str(db), "--signing-key", str(writer))
     assert status == 0, err
-    note.write_text(text)
+    note.write_text(text)  # the substitution: the witnessed note replaced by a writer-only one
     status, _, _ = run_cli("audit", "--db", str(db), "--since", str(note), "--trusted-key", WRITER_KEY)
     assert status == 0  # as a writer's note, it is fine
-    status, out, _ = run_cli("audit", "--db", str(db), "--since", str(note), "--witness-key", WITNESS_KEY,
-                             "--format", "json")
+    status, out, _ = run_cli("audit", "--db", str(db), "--since", str(note), "--trusted-key", WRITER_KEY,
+                             "--witness-key", WITNESS_KEY, "--format", "json")
     findings = json.loads(out)["findings"]
     assert status == 1
     assert [item["kind"] for item in findings] == ["bad_signature"]
     assert "0 of 1 cosignatures" in findings[0]["detail"]
+    (tmp_path / "writer-only.note.head").unlink()
+    status, out, err = run_cli("audit", "--db", str(db), "--since", str(note), "--trusted-key", WRITER_KEY,
+                               "--witness-key", WITNESS_KEY)
+    assert (status, out) == (2, "")
+    assert f"{note}.head does not exist" in err
 
 
 def test_rollback_the_database_and_the_since_file_put_back_is_caught_by_the_witness(
@@ -229,7 +238,8 @@ def test_consistency_and_save_checkpoint_with_witness_keys(
     db = tmp_path / "store.db"
     _record(run_cli, db, writer, 3, "night1", _url(served))
     saved = tmp_path / "witnessed.note"
-    status, _, err = run_cli("audit", "--db", str(db), "--witness-key", WITNESS_KEY, "--save-checkpoint", str(saved))
+    status, _, err = run_cli("audit", "--db", str(db), "--trusted-key", WRITER_KEY, "--witness-key", WITNESS_KEY,
+                             "--save-checkpoint", str(saved))
     assert status == 0, err
     assert f"saved checkpoint seq 3 to {saved}" in err
     assert "— witness.example/w1 " in saved.read_text()
@@ -248,8 +258,8 @@ def test_consistency_and_save_checkpoint_with_witness_keys(
     status, _, err = run_cli("record", str(tmp_path / "alone.jsonl"), "--db", str(db2), "--signing-key", str(writer),
                              "--writer-state", str(tmp_path / "alone.state"), "--origin", ORIGIN)
     assert status == 0, err
-    status, _, err = run_cli("audit", "--db", str(db2), "--witness-key", WITNESS_KEY, "--max-witness-age", "999999",
-                             "--save-checkpoint", str(empty))
+    status, _, err = run_cli("audit", "--db", str(db2), "--trusted-key", WRITER_KEY, "--witness-key", WITNESS_KEY,
+                             "--max-witness-age", "999999", "--save-checkpoint", str(empty))
     assert status == 1  # unwitnessed rows
     assert not empty.exists()
 

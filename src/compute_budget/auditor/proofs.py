@@ -237,12 +237,14 @@ def prove_consistency(
     trusted_keys: Iterable[VerifierKey | str | os.PathLike[str]] = (),
     witness_keys: Iterable[WitnessKey | str | os.PathLike[str]] = (),
     witness_quorum: int | None = None,
+    auditor_key: VerifierKey | str | os.PathLike[str] | None = None,
 ) -> ConsistencyProof:
     """Prove that the store at `target` extends the older checkpoint `old` (a signed note, or a JSON checkpoint
     with origin and root), in O(log n) hashes, and check the proof before returning it.
 
     With `trusted_keys`, `old` must carry a valid signature by one of them; with `witness_keys` (spec 9.3), valid
-    cosignatures by `witness_quorum` of them (default: all), counted from `old` and the store. Raises
+    cosignatures by `witness_quorum` of them (default: all), counted from `old` and the store; with `auditor_key`
+    (spec 9.9.5), a valid signature by the auditor who cosigned it after a clean audit. Raises
     `NotConsistent` (its `reason`: ``origin``, ``untrusted``, ``truncated`` or ``rewritten``) when the store does
     not extend it, and `CheckpointError` when `old` cannot be used.
     """
@@ -259,6 +261,8 @@ def prove_consistency(
             raise NotConsistent("untrusted", f"the old checkpoint's signature by {failed[0].name} does not verify")
         if not verified:
             raise NotConsistent("untrusted", "the old checkpoint carries no signature by a trusted key")
+    if auditor_key is not None:
+        _check_auditor_line(checkpoint, verifier_key(auditor_key))
     body = checkpoint.body()
     policy = _policy(witness_keys, witness_quorum)
     with BudgetStore.open(target, readonly=True) as store, store.snapshot() as snapshot:
@@ -287,6 +291,16 @@ def prove_consistency(
     return proof
 
 
+def _check_auditor_line(checkpoint: Checkpoint, auditor: VerifierKey) -> None:
+    """`NotConsistent` ("untrusted") unless the old checkpoint carries a valid signature by the auditor's key."""
+    label = f"{auditor.name}+{auditor.key_hash:08x}"
+    if checkpoint.note is None:
+        raise NotConsistent("untrusted", f"it is a JSON checkpoint, so it carries no signature by auditor {label}")
+    problem = signature_problem(checkpoint.note, auditor)
+    if problem is not None:
+        raise NotConsistent("untrusted", f"the auditor's line: {problem}")
+
+
 def _old_cosignatures(snapshot: Snapshot, checkpoint: Checkpoint, policy: WitnessPolicy) -> int:
     if checkpoint.note is None:
         return 0  # a JSON checkpoint carries none
@@ -308,9 +322,12 @@ def cosign(
     key's, or a bogus one under a writer's name) is never vouched for. Refuses (`StoreDamaged`) when the store no
     longer extends the newest checkpoint this key signed for the origin (stored, or among the `given` ones), as
     every signer must.
+
+    Spec 9.9.5: `trusted` is required, `signer` is never one of its keys, and every row of the head must be covered
+    by a trusted writer's stored checkpoint (`report.attested_size`); else `AuditError`.
     """
-    if not report.clean:
-        raise AuditError("only a clean audit is cosigned")
+    trusted = list(trusted)
+    _check_auditor(report, signer, trusted)
     if report.origin is None or report.root is None:
         raise StoreUnavailable(f"{report.database} has no origin yet: there is nothing to cosign")
     checkpoint = report.head_checkpoint()
@@ -341,6 +358,22 @@ def cosign(
     if not kept:
         return sign_note(text, signer)
     return add_signature(text + "\n" + "".join(line.line() for line in kept), signer)
+
+
+def _check_auditor(report: AuditReport, signer: SignerKey, trusted: list[VerifierKey]) -> None:
+    """Spec 9.9.5: an auditor signs only a clean audit's head, every row of which a trusted writer's stored checkpoint
+    covers, and its key is never a trusted writer key."""
+    if not report.clean:
+        raise AuditError("only a clean audit is cosigned")
+    if not trusted:
+        raise AuditError("cosign vouches only for rows a trusted writer signed: give the writer's verifier keys")
+    if signer.verifier() in trusted:
+        raise AuditError(f"the auditor's key {signer.name} is among the trusted writer keys: it never is one")
+    if report.attested_size is None or report.attested_size < report.head.seq:
+        raise AuditError(
+            f"refusing to cosign size {report.head.seq}: a trusted writer's stored checkpoint covers only "
+            f"{report.attested_size or 0} rows"
+        )
 
 
 def _verified_lines(text: str, notes: Iterable[str], trusted: Iterable[VerifierKey]) -> list[Signature]:

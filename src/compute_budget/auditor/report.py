@@ -109,6 +109,7 @@ class AuditReport:
     provenance: dict[str, Any] | None = None  # a salvaged store's origin of record (spec 9.8), else None
     witnessed_size: int | None = None  # rows covered by the newest checkpoint K witnesses cosigned (witness keys given)
     witness_keys: tuple[str, ...] = ()  # the witness verifier keys given
+    witness_age: str | None = None  # how the witnesses' age was judged (spec 9.9.2), with witness keys
     escalated: bool = False  # the --since checkpoint did not hold, so every row was checked
     # With no row to name, the seqs (first, last) a consistent rewrite lies in, bounded by stored checkpoints.
     rewritten_between: tuple[int, int] | None = None
@@ -190,6 +191,7 @@ class AuditReport:
             "provenance": self.provenance,
             "witness_keys": list(self.witness_keys),
             "witnessed_size": self.witnessed_size,
+            "witness_age": self.witness_age,
             "status_counts": dict(sorted(self.status_counts.items())),
             "reason_counts": dict(sorted(self.reason_counts.items())),
             "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,

@@ -31,9 +31,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from compute_budget.auditor.head_note import HeadNote, head_signature_findings, load_head_note, parse_head_note
 from compute_budget.auditor.look_back import day_number, look_below
 from compute_budget.auditor.report import AuditReport, LookBack, utc_now
-from compute_budget.auditor.witnessed import DEFAULT_MAX_WITNESS_AGE, WitnessPolicy, given_note_findings, witnessed
+from compute_budget.auditor.witnessed import (
+    DEFAULT_MAX_WITNESS_AGE,
+    WitnessPolicy,
+    given_note_findings,
+    judge_witness_answer,
+    witness_size_warnings,
+    witnessed,
+)
 from compute_budget.core.leaf import unreadable_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey
@@ -70,6 +78,9 @@ AUTO_ROWS_PER_JOB = 5_000 if FORKED_WORKERS else 50_000
 MAX_BAD_SIGNATURES_PER_KEY = 20  # a forged checkpoint table is reported, not verified to the end
 
 CheckpointLike = Checkpoint | ChainHead | Mapping[str, Any] | str | os.PathLike[str]
+# A checkpoint a witness served (`--witness-url`), with the source findings name: (source, note or checkpoint).
+WitnessAnswer = CheckpointLike | tuple[str, CheckpointLike]
+HeadLike = HeadNote | str | os.PathLike[str]
 
 
 def audit(
@@ -86,7 +97,8 @@ def audit(
     witness_keys: Iterable[WitnessKey | str | os.PathLike[str]] = (),
     witness_quorum: int | None = None,
     max_witness_age: int = DEFAULT_MAX_WITNESS_AGE,
-    witnessed_checkpoints: Iterable[CheckpointLike] = (),
+    witnessed_checkpoints: Iterable[WitnessAnswer] = (),
+    since_head: HeadLike | None = None,
     look_back: int = 0,
     look_back_day: int | None = None,
 ) -> AuditReport:
@@ -107,7 +119,13 @@ process gets at least `AUTO_ROWS_PER_JOB` rows to check, else one. The report's 
     `witness_quorum` (default: all) valid cosignatures, counted from the note and the store; the rows after the
     newest checkpoint of this store that many witnesses cosigned are `unwitnessed_rows` when none did or the
     K-th newest cosignature is over `max_witness_age` seconds old; the report's `witnessed_size` names it.
-    `witnessed_checkpoints` (what `--witness-url` fetched from witnesses): the store must extend each.
+    `witnessed_checkpoints` (what `--witness-url` fetched from witnesses, each a note or a (source, note) pair): the
+    store must extend each; one whose extension lines differ from the store's checkpoint of its size is a
+    `checkpoint_mismatch` when a trusted writer signature on it verifies, else `StoreUnavailable` (spec 9.9.4).
+    `since_head` (spec 9.9.2: a `HeadNote`, its text or its file; with witness keys and `since` given as a path,
+    that path plus ``.head`` by default): the head an earlier audit checked and when; it must verify under a trusted
+    key and the store must extend it, and the rows it held that K witnesses have not cosigned within
+    `max_witness_age` are `unwitnessed_rows`. Without it the witness age comes from cosignature timestamps only.
 
     `look_back` N (spec 9.9.7; needs `since`; 0: off) also re-derives and re-hashes the full tiles of 256 rows
     below `since` whose number t has t mod N == d mod N, d the UTC day number of the audit's start (`look_back_day`
@@ -121,27 +139,47 @@ process gets at least `AUTO_ROWS_PER_JOB` rows to check, else one. The report's 
     the first range itself) and as each worker's range completes.
     Raises `StoreUnavailable` (and its subclasses) when the audit cannot run at all.
     """
+    witness_keys = list(witness_keys)
+    witnessed_checkpoints = list(witnessed_checkpoints)
+    head = _head_note(since, since_head, bool(witness_keys))
     report = _audit_once(
         target, checkpoint=checkpoint, since=since, jobs=jobs, on_progress=on_progress, trusted_keys=trusted_keys,
         all_signatures=all_signatures, through=through, expected_origin=expected_origin, witness_keys=witness_keys,
         witness_quorum=witness_quorum, max_witness_age=max_witness_age, witnessed_checkpoints=witnessed_checkpoints,
         look_back=(look_back, look_back_day),
+        head=head,
     )
     if report.since is None or through is not None or not _since_broken(report):
         return _with_rewritten_range(target, report)
     # The rows before --since were trusted, and the checkpoint says they changed: check every row, so the report
     # names the rows themselves, not only the checkpoint they no longer match.
-    given = [report.checkpoint] if report.checkpoint is not None else []
+    given: list[WitnessAnswer] = [("--checkpoint", report.checkpoint)] if report.checkpoint is not None else []
     full = _audit_once(
         target, checkpoint=report.since, since=None, jobs=jobs, on_progress=on_progress, trusted_keys=trusted_keys,
         all_signatures=all_signatures, expected_origin=expected_origin, witness_keys=witness_keys,
         witness_quorum=witness_quorum, max_witness_age=max_witness_age,
-        witnessed_checkpoints=[*given, *witnessed_checkpoints],
+        witnessed_checkpoints=[*given, *witnessed_checkpoints], head=head, checkpoint_label="--since",
     )
     return _with_rewritten_range(target, dataclasses.replace(
         full, checkpoint=report.checkpoint, since=report.since, escalated=True, look_back=report.look_back,
         elapsed_seconds=report.elapsed_seconds + full.elapsed_seconds, started_at=report.started_at,
     ))
+
+
+def _head_note(since: CheckpointLike | None, since_head: HeadLike | None, witnesses: bool) -> HeadNote | None:
+    """The `FILE.head` of spec 9.9.2: as given; else, with witness keys and `since` named by a file path, that
+    path's `.head` (required: `CheckpointError` when missing)."""
+    if isinstance(since_head, HeadNote):
+        return since_head
+    if since_head is not None:
+        text = os.fspath(since_head)
+        return parse_head_note(text) if "\n" in text else load_head_note(text)
+    if not witnesses or not isinstance(since, str | os.PathLike):
+        return None
+    path = os.fspath(since)
+    if path.lstrip().startswith("{") or "\n" in path:
+        return None  # the checkpoint's own text: no file beside it
+    return load_head_note(path + ".head")
 
 
 def _with_rewritten_range(target: str | os.PathLike[str] | None, report: AuditReport) -> AuditReport:
@@ -194,8 +232,10 @@ def _audit_once(
     witness_keys: Iterable[WitnessKey | str | os.PathLike[str]],
     witness_quorum: int | None,
     max_witness_age: int,
-    witnessed_checkpoints: Iterable[CheckpointLike],
+    witnessed_checkpoints: Iterable[WitnessAnswer],
     look_back: tuple[int, int | None] = (0, None),
+    head: HeadNote | None = None,
+    checkpoint_label: str = "--checkpoint",
 ) -> AuditReport:
     """One audit as `audit` describes, without the escalation from a broken --since."""
     if jobs != "auto" and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
@@ -208,7 +248,7 @@ def _audit_once(
     _check_look_back(look_back[0], day, since)
     checkpoint = as_checkpoint(checkpoint) if checkpoint is not None else None
     since = as_checkpoint(since) if since is not None else None
-    from_witnesses = [as_checkpoint(item) for item in witnessed_checkpoints]
+    from_witnesses = [_answer(index, item) for index, item in enumerate(witnessed_checkpoints)]
     keys = _unique_keys(verifier_key(item) for item in trusted_keys)
     policy = _witness_policy(witness_keys, witness_quorum, max_witness_age)
     try:
@@ -236,17 +276,13 @@ def _audit_once(
                         "another store is in its place",
                     )
                 )
-            held: list[Checkpoint] = []
-            for proof in (checkpoint, since, *from_witnesses):
-                if proof is not None:
-                    # Another log's checkpoint says nothing about this one's rows: that is the one finding, not
-                    # a "rewritten history" its chain hash cannot match anyway.
-                    problems = _check_origin(proof, origin) or _check_checkpoint(snapshot, proof, plan.max_seq)
-                    findings_before += problems
-                    if not problems:
-                        held.append(proof)
-                    if keys:
-                        findings_before += _check_given_signature(proof, keys)
+            sources = [(checkpoint_label, checkpoint), ("--since", since)]
+            for source, answer in from_witnesses:
+                served, answer_findings = judge_witness_answer(snapshot, source, answer, origin, keys, plan.max_seq)
+                findings_before += answer_findings
+                sources.append((source, served))
+            held, given_findings = _hold_given(snapshot, sources, head, origin, keys, plan.max_seq)
+            findings_before += given_findings
             if since is None and plan.end_seq == plan.max_seq:
                 outliers = _outliers(snapshot, plan)
             elif plan.end_seq == plan.max_seq:
@@ -264,17 +300,19 @@ def _audit_once(
                 for problem in snapshot.schema_problems() + snapshot.repair_problems()  # spec 9.9.10
             ]
             privileges = snapshot.write_privileges()
-            seal = _plan_seal(snapshot, plan, since, held, origin, keys, all_signatures)
+            seal = _plan_seal(snapshot, plan, since, _distinct(held), origin, keys, all_signatures)
             findings_before += seal.findings
             attested, attestation_findings = _attestation(snapshot, keys, origin, plan.max_seq)
             unattested = _unattested(snapshot, keys, attested, plan.max_seq)
             witnessed_size = None
+            witness_warnings = witness_size_warnings(snapshot, policy)
             if policy is not None:
                 for proof in (checkpoint, since):
                     if proof is not None:
                         findings_before += given_note_findings(proof, snapshot, policy)
                 witnessed_size, witness_findings = witnessed(
-                    snapshot, policy, origin, held, plan.max_seq, all_signatures=all_signatures
+                    snapshot, policy, origin, held, plan.max_seq, all_signatures=all_signatures,
+                    head=(head.checkpoint.seq, head.started) if head is not None else None,
                 )
                 unattested += witness_findings
         tasks = [(low, high, anchor) for (low, high), anchor in zip(plan.ranges, anchors, strict=True)]
@@ -322,7 +360,7 @@ def _audit_once(
         checkpoint=checkpoint,
         since=since,
         jobs=processes,
-        warnings=_warnings(privileges, looked_back),
+        warnings=_warnings(privileges, looked_back) + tuple(witness_warnings),
         policy_counts=dict(merged.policy_counts),
         started_at=started_at,
         finished_at=utc_now(),
@@ -334,6 +372,7 @@ def _audit_once(
         witnessed_size=witnessed_size,
         witness_keys=tuple(key.format() for key in policy.keys) if policy is not None else (),
         look_back=looked_back[0] if looked_back is not None else None,
+        witness_age=_witness_age(head) if policy is not None else None,
     )
 
 
@@ -364,6 +403,67 @@ def _look_back(store: BudgetStore, since: Checkpoint, n: int, day: int, max_seq:
     check the new rows."""
     with store.snapshot() as snapshot:
         return look_below(snapshot, since, n, day, max_seq)
+
+
+def _witness_age(head: HeadNote | None) -> str:
+    """How the report judged the witnesses' age (spec 9.9.2)."""
+    if head is None:
+        return "witness age from cosignature timestamps only"
+    size = head.checkpoint.seq
+    return (f"witness age from {head.source} (the audit of {head.started_at} saw {size} rows) through seq {size}, "
+            "from cosignature timestamps above it")
+
+
+def _answer(index: int, item: WitnessAnswer) -> tuple[str, Checkpoint | str]:
+    """A witness's answer as (source, checkpoint or raw note text): the text is judged against the store later."""
+    source, value = item if isinstance(item, tuple) else (f"witness checkpoint #{index + 1}", item)
+    if isinstance(value, str) and "\n" in value and not value.lstrip().startswith("{"):
+        return source, value
+    return source, as_checkpoint(value)
+
+
+def _hold_given(
+    snapshot: Snapshot,
+    sources: list[tuple[str, Checkpoint | None]],
+    head: HeadNote | None,
+    origin: str | None,
+    keys: list[VerifierKey],
+    max_seq: int,
+) -> tuple[list[Checkpoint], list[Finding]]:
+    """The given checkpoints the store holds (each with its own signature lines: they count as cosignatures), and
+    the findings of the rest, each naming its source (issue 28, 12). `FILE.head` must be signed by a trusted
+    writer (spec 9.9.2: else `checkpoint_mismatch`); the others, with trusted keys, carry a trusted signature (else
+    `bad_signature`)."""
+    held: list[Checkpoint] = []
+    findings: list[Finding] = []
+    if head is not None:
+        findings += head_signature_findings(head, keys)
+    for source, proof in [*sources, *([(head.source, head.checkpoint)] if head is not None else [])]:
+        if proof is None:
+            continue
+        # Another log's checkpoint says nothing about this one's rows: that is the one finding, not a "rewritten
+        # history" its chain hash cannot match anyway.
+        problems = _check_origin(proof, origin) or _check_checkpoint(snapshot, proof, max_seq)
+        findings += _named(problems, source)
+        if not problems:
+            held.append(proof)
+        if keys and (head is None or proof is not head.checkpoint):
+            findings += _check_given_signature(proof, keys)
+    return held, findings
+
+
+def _named(findings: list[Finding], source: str) -> list[Finding]:
+    """`findings` about a given checkpoint, each naming where that checkpoint came from."""
+    return [dataclasses.replace(finding, detail=f"{source}: {finding.detail}") for finding in findings]
+
+
+def _distinct(held: list[Checkpoint]) -> list[Checkpoint]:
+    """One given checkpoint per size, root and chain hash: the tree checks each once (one finding, not one per
+    source that gave it)."""
+    first: dict[tuple[int, bytes | None, str], Checkpoint] = {}
+    for proof in held:
+        first.setdefault((proof.seq, proof.root, proof.chain_hash), proof)
+    return list(first.values())
 
 
 def _witness_policy(

@@ -9,15 +9,26 @@ claiming a witness key that does not verify, is `bad_signature`.
 
 from __future__ import annotations
 
+import base64
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey
 from compute_budget.core.log.merkle import root_from_reader
-from compute_budget.core.log.note import CheckpointBody, VerifierKey, parse_checkpoint, parse_note
+from compute_budget.core.log.note import (
+    CheckpointBody,
+    TlogCheckpoint,
+    VerifierKey,
+    format_checkpoint,
+    parse_checkpoint,
+    parse_note,
+    parse_tlog_checkpoint,
+)
+from compute_budget.core.seal import trusted_signers
 from compute_budget.core.verify import Finding, FindingKind
-from compute_budget.errors import MerkleError, NoteError, StoreDamaged
+from compute_budget.errors import CheckpointError, MerkleError, NoteError, StoreDamaged, StoreUnavailable, clip
 from compute_budget.store.snapshot import Snapshot
 
 DEFAULT_MAX_WITNESS_AGE = 86400
@@ -120,6 +131,7 @@ def witnessed(
     max_seq: int,
     *,
     all_signatures: bool = False,
+    head: tuple[int, int] | None = None,
 ) -> tuple[int, list[Finding]]:
     """The size of the newest checkpoint of this store K witnesses cosigned, and the findings: stored cosignatures
     that claim a witness key and do not verify, ones of another log or no checkpoint (`bad_signature`), forks
@@ -129,7 +141,11 @@ def witnessed(
     Stored rows are read newest first and each distinct line is verified once; the scan stops below the newest
     size K witnesses cosigned, unless `all_signatures` asks for every stored cosignature to be checked. A valid
     cosignature counts for the size its own text names (it is that checkpoint's signature wherever the row was
-    filed), and only when that text is this store's own at that size."""
+    filed), and only when that text is this store's own at that size.
+
+    `head` (spec 9.9.2: `FILE.head`'s size and its audit's start, seconds since the epoch): the rows after the newest
+    witnessed size and at or below the head's are `unwitnessed_rows` once that audit started more than the maximum
+    age ago, whatever any cosignature timestamp says; the timestamp rule then judges only the rows above it."""
     findings: list[Finding] = []
     best: tuple[int, int | None] = (0, None)  # (size, K-th newest timestamp)
     for proof in given:
@@ -148,9 +164,43 @@ def witnessed(
     if found is not None and found[0] > best[0]:
         best = found
     size, kth = best
-    if size < max_seq and (kth is None or kth < policy.now - policy.max_age):
-        findings.append(_unwitnessed(snapshot, policy, size, kth, max_seq))
+    findings += _age_findings(snapshot, policy, size, kth, max_seq, head)
     return size, findings
+
+
+def _age_findings(
+    snapshot: Snapshot, policy: WitnessPolicy, size: int, kth: int | None, max_seq: int, head: tuple[int, int] | None
+) -> list[Finding]:
+    """The `unwitnessed_rows` finding (at most one: its first row, the range in detail) of spec 9.3 and 9.9.2."""
+    stale = kth is None or kth < policy.now - policy.max_age
+    seen, started = (min(head[0], max_seq), head[1]) if head is not None else (0, 0)
+    first: int | None = None
+    last = 0
+    whys: list[str] = []
+    if head is not None and size < seen and started < policy.now - policy.max_age:
+        first, last = size + 1, seen
+        whys.append(
+            f"they were in the store at the audit of {policy.now - started} s ago (its FILE.head, size {head[0]}), "
+            f"over the maximum witness age of {policy.max_age} s, and {policy.quorum} witness(es) have still not "
+            "cosigned them"
+        )
+    top = max(size, seen)
+    if top < max_seq and stale:
+        first = top + 1 if first is None else first
+        last = max_seq
+        whys.append(_stale_why(policy, size, kth))
+    if first is None:
+        return []
+    return [_unwitnessed(snapshot, first, last, "; ".join(whys))]
+
+
+def _stale_why(policy: WitnessPolicy, size: int, kth: int | None) -> str:
+    if kth is None:
+        plural = "s" if policy.quorum != 1 else ""
+        return f"no checkpoint carries {policy.quorum} cosignature{plural} by the witness keys"
+    age = policy.now - kth
+    return (f"the newest checkpoint {policy.quorum} witness(es) cosigned (size {size}) is {age} s old, over the "
+            f"maximum witness age of {policy.max_age} s")
 
 
 MAX_BAD_COSIGNATURES_PER_KEY = 20  # reported per witness key; every line is still verified (a valid one may follow)
@@ -255,21 +305,13 @@ def _placement(
     return body.size, None
 
 
-def _unwitnessed(snapshot: Snapshot, policy: WitnessPolicy, size: int, kth: int | None, max_seq: int) -> Finding:
-    first = size + 1
+def _unwitnessed(snapshot: Snapshot, first: int, last: int, why: str) -> Finding:
     link = snapshot.link_at(first)
     budget_id = link[2] if link is not None and isinstance(link[2], str) else None
-    count = max_seq - size
-    if kth is None:
-        plural = "s" if policy.quorum != 1 else ""
-        why = f"no checkpoint carries {policy.quorum} cosignature{plural} by the witness keys"
-    else:
-        age = policy.now - kth
-        why = (f"the newest checkpoint {policy.quorum} witness(es) cosigned (size {size}) is {age} s old, over the "
-               f"maximum witness age of {policy.max_age} s")
+    count = last - first + 1
     return Finding(
         FindingKind.UNWITNESSED_ROWS, budget_id, first,
-        f"rows {first}..{max_seq} ({count} row{'s' if count != 1 else ''}) are unwitnessed: {why}",
+        f"rows {first}..{last} ({count} row{'s' if count != 1 else ''}) are unwitnessed: {why}",
     )
 
 
@@ -322,3 +364,118 @@ def _checked_line(text: str, line: str, policy: WitnessPolicy, writers: Sequence
         return policy.kth_newest([line], text)[0] == 1
     claimed = [key for key in writers if (key.name, key.key_hash) == (signature.name, signature.key_hash)]
     return all(key.verify(text.encode("utf-8"), signature.signature) for key in claimed)
+
+
+MAX_SIZE_WARNINGS = 20  # stored witness sizes named one by one; the rest are counted
+
+
+def witness_size_warnings(snapshot: Snapshot, policy: WitnessPolicy | None) -> list[str]:
+    """Spec 9.9.1: a warning for each stored witness size that no valid stored cosignature of that witness at exactly
+    that size backs (a planted row, or a 409's word stored by an earlier release). With the witness's key among the
+    policy's, the cosignature must verify under it; without it, one claiming that witness (name and key ID) must be
+    stored there: no key, no verification, but a size with no cosignature at all is still named."""
+    unbacked = 0
+    warnings: list[str] = []
+    for name, key_id, size in snapshot.witness_sizes():
+        if _size_backed(snapshot, policy, name, key_id, size):
+            continue
+        unbacked += 1
+        if unbacked <= MAX_SIZE_WARNINGS:
+            warnings.append(
+                f"the store says witness {clip(name, 60)} (key ID {clip(key_id, 8)}) cosigned size {size}, but no "
+                f"valid stored cosignature of that witness at exactly size {size} backs it: a claim, not a "
+                "cosignature (planted, or a refusal's word); submitters no longer read it"
+            )
+    if unbacked > MAX_SIZE_WARNINGS:
+        warnings.append(f"{unbacked - MAX_SIZE_WARNINGS} more stored witness sizes that no cosignature backs")
+    return warnings
+
+
+def _size_backed(snapshot: Snapshot, policy: WitnessPolicy | None, name: str, key_id: str, size: int) -> bool:
+    keys = policy.keys if policy is not None else ()
+    key = next((item for item in keys if (item.name, f"{item.key_id:08x}") == (name, key_id)), None)
+    for text, line in snapshot.cosignatures_filed_at(size):
+        try:
+            if parse_tlog_checkpoint(text).size != size:
+                continue
+            signatures = parse_note(text + "\n" + line)[1]
+        except NoteError:
+            continue
+        if policy is not None and key is not None:
+            if any(valid is key for valid, _ in policy.judge(text, line).valid):
+                return True
+        elif any((item.name, f"{item.key_hash:08x}") == (name, key_id) for item in signatures):
+            return True
+    return False
+
+
+def judge_witness_answer(
+    snapshot: Snapshot,
+    source: str,
+    answer: Checkpoint | str,
+    origin: str | None,
+    writers: Sequence[VerifierKey],
+    max_seq: int,
+) -> tuple[Checkpoint | None, list[Finding]]:
+    """A witness's `GET /latest` answer against the store (spec 9.5, 9.9.4): the checkpoint to hold the store to, or
+    a finding. The witness vouches for the origin, size and root; the extension lines (the `chain` line) only a
+    writer's signature authenticates. So an answer of this store's size and root whose extension lines differ from
+    the store's checkpoint is `checkpoint_mismatch` when a trusted writer signature on it verifies (the writer
+    signed two texts of one size), and `StoreUnavailable` (exit 2, its word cannot be weighed) when none does."""
+    if isinstance(answer, Checkpoint):
+        return answer, []
+    try:
+        text = parse_note(answer)[0]
+        served = parse_tlog_checkpoint(text)
+    except NoteError as error:
+        raise StoreUnavailable(f"{source} served no checkpoint note: {error}") from None
+    if served.origin != origin or served.size > max_seq or served.size == 0:
+        return _as_checkpoint(source, answer, served)
+    try:
+        root = root_from_reader(snapshot.tree(served.size), served.size)
+    except (MerkleError, StoreDamaged):
+        return _as_checkpoint(source, answer, served)  # the tree's own findings say why
+    chain = snapshot.chain_at(served.size)
+    if root != served.root or chain is None:
+        return _as_checkpoint(source, answer, served)
+    if not _CHAIN.fullmatch(chain):
+        return _as_checkpoint(source, answer, served)  # an edited row: its own findings say so
+    if text == format_checkpoint(served.origin, served.size, root, chain):
+        return Checkpoint.from_note(answer, source=source), []
+    return None, [_extension_mismatch(source, answer, served.size, writers)]
+
+
+_CHAIN = re.compile(r"[0-9a-f]{64}")
+
+
+def _as_checkpoint(source: str, answer: str, served: TlogCheckpoint) -> tuple[Checkpoint | None, list[Finding]]:
+    """An answer that is not this store's checkpoint at its size: this project's checkpoint is held to the store as
+    any given one; another text (no `chain` line) is reported from its first three lines."""
+    try:
+        return Checkpoint.from_note(answer, source=source), []
+    except CheckpointError:
+        pass
+    return None, [Finding(
+        FindingKind.CHECKPOINT_MISMATCH, None, served.size,
+        f"{source}: the witness cosigned size {served.size} of log {clip(served.origin, 80)} with root "
+        f"{base64.b64encode(served.root).decode('ascii')}, which this store does not extend",
+    )]
+
+
+def _extension_mismatch(source: str, answer: str, size: int, writers: Sequence[VerifierKey]) -> Finding:
+    try:
+        verified, failed = trusted_signers(answer, writers)
+    except NoteError:
+        verified, failed = [], []
+    if not verified or failed:
+        raise StoreUnavailable(
+            f"{source} serves size {size} with this store's root but other extension lines than the store's "
+            "checkpoint, and no trusted writer signature on it verifies (give the writer's --trusted-key): its word "
+            "cannot be weighed"
+        )
+    return Finding(
+        FindingKind.CHECKPOINT_MISMATCH, None, size,
+        f"{source}: the witness's checkpoint of size {size} has this store's root but other extension lines (the "
+        f"chain line) than the store's, and writer {verified[0].name}'s signature on it verifies: the writer signed "
+        "two texts of one size",
+    )

@@ -15,6 +15,7 @@ from compute_budget.cli.progress import audit_progress
 from compute_budget.errors import clip
 
 if TYPE_CHECKING:
+    from compute_budget.auditor.head_note import HeadNote
     from compute_budget.auditor.report import AuditReport
     from compute_budget.core.log.checkpoint import Checkpoint
     from compute_budget.core.log.cosignature import WitnessKey
@@ -93,6 +94,7 @@ def _reports_for_usage_error(args: list[str], error: click.UsageError) -> None:
     inputs = [("--checkpoint", path) for path in _option_values(args, "--checkpoint")]
     inputs += [("--since", path) for path in _option_values(args, "--since")]
     inputs += [("--save-checkpoint", path) for path in _option_values(args, "--save-checkpoint")]
+    inputs += [(option, path + ".head") for option, path in list(inputs) if option in ("--since", "--save-checkpoint")]
     key_files = [("--cosign", path) for path in _option_values(args, "--cosign")]
     key_files += [("--trusted-key", item) for item in _option_values(args, "--trusted-key") if os.path.exists(item)]
     writable = []
@@ -116,7 +118,8 @@ def _reports_for_usage_error(args: list[str], error: click.UsageError) -> None:
     "--since",
     "since_path",
     metavar="FILE",
-    help="Incremental: prove this checkpoint holds, then check only the rows after it.",
+    help="Incremental: prove this checkpoint holds, then check only the rows after it. With --witness-key, the "
+    "FILE.head beside it (written by --save-checkpoint) is required.",
 )
 @click.option(
     "--look-back",
@@ -129,7 +132,9 @@ def _reports_for_usage_error(args: list[str], error: click.UsageError) -> None:
     "and the last partial tile of 256; N nightly audits in a row re-check every row. 0: off.",
 )
 @click.option(
-    "--save-checkpoint", "save_path", metavar="FILE", help="Write the new head here, only when the audit is clean."
+    "--save-checkpoint", "save_path", metavar="FILE",
+    help="Write the new head here, only when the audit is clean. With --witness-key: the newest checkpoint the "
+    "witnesses cosigned, and FILE.head, the head this audit checked and when (needs --trusted-key).",
 )
 @click.option(
     "--format", "output_format", type=click.Choice(["text", "json", "junit"]), default="text", show_default=True
@@ -166,7 +171,7 @@ def _reports_for_usage_error(args: list[str], error: click.UsageError) -> None:
     "cosign_path",
     metavar="FILE",
     help="After a clean audit, sign the checkpoint --save-checkpoint writes with this note key (type 0x01: the "
-    "auditor attests re-derivation; cosignatures come from witnesses).",
+    "auditor attests re-derivation; cosignatures come from witnesses). Needs --trusted-key, and is never one.",
 )
 @click.option(
     "--origin",
@@ -216,6 +221,7 @@ def audit_command(
     writable: list[tuple[str, str]] = []
     unwritten: dict[str, str] = {}
     inputs = [("--checkpoint", checkpoint_path or ""), ("--since", since_path or "")]
+    inputs += [("--since", since_path + ".head")] if since_path else []  # spec 9.9.2: read with witness keys
     key_files = [("--cosign", cosign_path)] if cosign_path else []
     key_files += [("--trusted-key", item) for item in trusted_keys if os.path.exists(item)]
     try:
@@ -228,7 +234,7 @@ def audit_command(
             try:
                 # The kept checkpoint is never a report either: an error report there would lose the next night's
                 # --since anchor.
-                kept = [("--save-checkpoint", save_path)] if save_path else []
+                kept = [("--save-checkpoint", path) for path in (save_path or "", f"{save_path}.head") if save_path]
                 check_writable(option, path, db=db, keep=[*inputs, *kept])
                 check_keys_apart(key_files, [(option, path)])  # a key is never an output, not even an error report
                 writable.append((target_format, path))
@@ -236,10 +242,11 @@ def audit_command(
                 refused.append(error)
         if refused:
             raise refused[0]
-        _distinct_outputs([path for _, path in targets] + ([save_path] if save_path else []))
-        if save_path:
-            check_writable("--save-checkpoint", save_path, db=db, keep=inputs)
-            check_keys_apart(key_files, [("--save-checkpoint", save_path)])
+        saved = [save_path, save_path + ".head"] if save_path and witness_keys else [save_path] if save_path else []
+        _distinct_outputs([path for _, path in targets] + saved)
+        for path in saved:
+            check_writable("--save-checkpoint", path, db=db, keep=inputs)
+            check_keys_apart(key_files, [("--save-checkpoint", path)])
         # Until this audit has a verdict, every report says it has none: a run killed outright (SIGKILL, the OOM
         # killer) must not leave last night's CLEAN in place. A report that cannot be replaced (a full disk) was
         # removed instead: it is said once and not tried again.
@@ -295,8 +302,8 @@ def _audit_and_report(
 ) -> None:
     from compute_budget.auditor.scan import audit, load_checkpoint
     from compute_budget.cli.render_audit import render
-    from compute_budget.errors import CheckpointError, OutputUnwritable
-    from compute_budget.store.keys import load_signer_key, verifier_key
+    from compute_budget.errors import AuditError, CheckpointError, OutputUnwritable, StoreDamaged
+    from compute_budget.store.keys import verifier_key
 
     if look_back and not since_path:  # a usage error: the look-back is below a --since checkpoint, none is given
         raise click.BadParameter("--look-back re-checks rows below a --since checkpoint: give --since FILE too",
@@ -315,9 +322,10 @@ def _audit_and_report(
         raise click.BadParameter(
             "--cosign signs the checkpoint --save-checkpoint writes: give both", param_hint="--cosign"
         )
-    cosigner = load_signer_key(cosign_path) if cosign_path else None
+    cosigner = _auditor_key(cosign_path, keys)
     witness_keys, witness_quorum, max_witness_age, witness_urls = witnessing
     witnesses = _witness_keys(witness_keys, witness_quorum)
+    since_head = _since_head(since_path, save_path, witnesses, keys)
     fetched = _fetch_witnessed(db, witness_urls, expected_origin)
     with audit_progress() as on_progress:
         report = audit(
@@ -334,12 +342,17 @@ def _audit_and_report(
             max_witness_age=max_witness_age,
             witnessed_checkpoints=fetched,
             look_back=look_back,
+            since_head=since_head,
         )
     for warning in report.warnings:
         say(f"warning: {warning}")
     failed = dict(unwritten or {})
     given = [item for item in (checkpoint, since) if item is not None]
-    kept = _checkpoint_to_keep(db, report, save_path, cosigner, given, keys, witnesses, witness_quorum)
+    kept, refusal = None, None
+    try:
+        kept = _checkpoint_to_keep(db, report, save_path, cosigner, given, keys, witnesses, witness_quorum)
+    except (AuditError, StoreDamaged) as refused:  # nothing to keep; the reports still say what the audit found
+        refusal = refused
     if kept is not None and cosigner is not None:  # the reports embed the auditor's note (`checkpoint_note`)
         report = dataclasses.replace(report, checkpoint_note=kept[0])
     for target_format, path in targets:
@@ -352,16 +365,52 @@ def _audit_and_report(
         click.echo(render(report, output_format))
     if failed:  # said after the report itself; nothing more is written (no checkpoint to rotate to)
         raise ReportsNotWritten(_not_written(failed, report))
+    if refusal is not None:  # the reports carry the audit's verdict; what it refused to keep is said last
+        raise refusal
     if save_path and kept is not None:
-        write_atomically(save_path, kept[0])
-        say(f"saved checkpoint seq {kept[1]} to {save_path}")
-        if keys and cosigner is None and not witnesses:  # spec 8: with --trusted-key a given one must be signed
-            say(
-                f"warning: {save_path} is an unsigned JSON checkpoint: given to --since or --checkpoint with "
-                "--trusted-key it is bad_signature; add --cosign KEY to sign it (and trust that key too)"
-            )
+        _write_kept(save_path, kept, report, keys, cosigner)
     if not report.clean:
         click.get_current_context().exit(1)
+
+
+def _auditor_key(cosign_path: str | None, keys: list[VerifierKey]) -> SignerKey | None:
+    """The `--cosign` key (spec 9.9.5): it needs --trusted-key, and it is never one of them (exit 2)."""
+    if not cosign_path:
+        return None
+    from compute_budget.store.keys import load_signer_key
+
+    cosigner = load_signer_key(cosign_path)  # an unusable key file is the first thing to say
+    if not keys:
+        raise click.BadParameter(
+            "--cosign vouches only for rows a trusted writer signed: give the writer's verifier key with "
+            "--trusted-key (the auditor's own key is never one)",
+            param_hint="--cosign",
+        )
+    if cosigner.verifier() in keys:
+        raise click.BadParameter(
+            f"the --cosign key {cosigner.name} is also a --trusted-key: an auditor's signature is never a writer's; "
+            "trust only the writers' keys, and check the auditor's line with `consistency --auditor-key`",
+            param_hint="--cosign",
+        )
+    return cosigner
+
+
+def _since_head(
+    since_path: str | None, save_path: str | None, witnesses: list[WitnessKey], keys: list[VerifierKey]
+) -> HeadNote | None:
+    """With witness keys (spec 9.9.2), the `FILE.head` beside `--since FILE` (missing: exit 2, naming it); and the
+    one `--save-checkpoint FILE` will keep needs a writer key to verify the head's signature under (exit 2)."""
+    if save_path and witnesses and not keys:
+        raise click.BadParameter(
+            f"with --witness-key, --save-checkpoint also keeps {save_path}.head, the head's checkpoint as the writer "
+            "signed it: give the writer's verifier key with --trusted-key",
+            param_hint="--save-checkpoint",
+        )
+    if not since_path or not witnesses:
+        return None
+    from compute_budget.auditor.head_note import head_path, load_head_note
+
+    return load_head_note(head_path(since_path))
 
 
 def _checkpoint_to_keep(
@@ -373,9 +422,10 @@ def _checkpoint_to_keep(
     keys: list[VerifierKey],
     witnesses: list[WitnessKey],
     quorum: int | None,
-) -> tuple[str, int] | None:
-    """What --save-checkpoint writes, and its size; None (said on stderr) when nothing is. Made before the reports
-    are written, so that they can embed the auditor's note."""
+) -> tuple[str, int, str | None] | None:
+    """What --save-checkpoint writes, its size, and with witness keys the text of FILE.head (spec 9.9.2); None
+    (said on stderr) when nothing is. Made before the reports are written, so that they can embed the auditor's
+    note."""
     if not save_path:
         return None
     if not report.clean:
@@ -386,8 +436,33 @@ def _checkpoint_to_keep(
     if cosigner is not None:
         from compute_budget.auditor.proofs import cosign
 
-        return cosign(db, report, cosigner, given, keys), report.head.seq
-    return report.head_checkpoint().to_json() + "\n", report.head.seq
+        note = cosign(db, report, _attested(report, report.head.seq, cosigner), given, keys)
+        return note, report.head.seq, None
+    return report.head_checkpoint().to_json() + "\n", report.head.seq, None
+
+
+def _write_kept(
+    save_path: str, kept: tuple[str, int, str | None], report: AuditReport, keys: list[VerifierKey],
+    cosigner: SignerKey | None,
+) -> None:
+    """Write what --save-checkpoint keeps: FILE.head first (a failure between the two leaves the older FILE with a
+    newer head, which judges no row more leniently than the pair it replaces), then FILE."""
+    from compute_budget.auditor.head_note import head_path
+
+    note, size, head = kept
+    if head is not None:
+        write_atomically(head_path(save_path), head)
+        write_atomically(save_path, note)
+        say(f"saved checkpoint seq {size} to {save_path} (and the head, seq {report.head.seq}, to "
+            f"{head_path(save_path)})")
+        return
+    write_atomically(save_path, note)
+    say(f"saved checkpoint seq {size} to {save_path}")
+    if keys and cosigner is None:  # spec 8: with --trusted-key a given checkpoint must carry a trusted signature
+        say(
+            f"warning: {save_path} is an unsigned JSON checkpoint: given to --since or --checkpoint with "
+            "--trusted-key it is bad_signature; add --cosign AUDITOR_KEY to keep the writer-signed note instead"
+        )
 
 
 def _witness_keys(witness_keys: tuple[str, ...], quorum: int | None) -> list[WitnessKey]:
@@ -403,7 +478,9 @@ def _witness_keys(witness_keys: tuple[str, ...], quorum: int | None) -> list[Wit
     return keys
 
 
-def _fetch_witnessed(db: str | None, urls: tuple[str, ...], expected_origin: str | None) -> list[str]:
+def _fetch_witnessed(
+    db: str | None, urls: tuple[str, ...], expected_origin: str | None
+) -> list[tuple[str, str]]:
     """What each `--witness-url` witness last cosigned for this store's log (exit 2 when one cannot say)."""
     if not urls:
         return []
@@ -418,7 +495,7 @@ def _fetch_witnessed(db: str | None, urls: tuple[str, ...], expected_origin: str
             origin = store.origin()
     if origin is None:
         raise StoreUnavailable("the store has no origin yet: no witness can have cosigned it (give --origin NAME)")
-    return [fetch_latest(target, origin) for target in targets]
+    return [(f"--witness-url ({target.label})", fetch_latest(target, origin)) for target in targets]
 
 
 def _witnessed_to_keep(
@@ -429,27 +506,48 @@ def _witnessed_to_keep(
     given: list[Checkpoint],
     witnesses: list[WitnessKey],
     quorum: int | None,
-) -> tuple[str, int] | None:
-    """--save-checkpoint with witness keys: the newest checkpoint K witnesses cosigned, with its signatures (and
-    its size), or None when none is."""
+) -> tuple[str, int, str] | None:
+    """--save-checkpoint with witness keys: the newest checkpoint K witnesses cosigned, with its signatures, its
+    size and the text of FILE.head (the head this audit checked, spec 9.9.2), or None when none is."""
     import time
 
+    from compute_budget.auditor.head_note import format_head_note, head_path, writer_signed_head
     from compute_budget.auditor.witnessed import WitnessPolicy, witnessed_note
     from compute_budget.core.log.note import VerifierKey, add_signature
+    from compute_budget.errors import StoreDamaged
     from compute_budget.store import BudgetStore
 
     policy = WitnessPolicy(tuple(witnesses), quorum or len(witnesses), 0, int(time.time()))
-    note = None
+    note = head = None
+    writers = [VerifierKey.parse(text) for text in report.trusted_keys]
     if report.witnessed_size:
         with BudgetStore.open(db, readonly=True) as store, store.snapshot() as snapshot:
-            writers = [VerifierKey.parse(text) for text in report.trusted_keys]
             note = witnessed_note(snapshot, policy, report.witnessed_size, given, writers)
+            head = writer_signed_head(snapshot, report.head_checkpoint().note_text(), report.head.seq, writers)
     if note is None or not report.witnessed_size:
         say(f"no checkpoint carries {policy.quorum} cosignature(s) by the witness keys: {save_path} was not written")
         return None
+    if head is None:
+        raise StoreDamaged(
+            f"{save_path} was not written: no stored checkpoint of the head (seq {report.head.seq}) carries a writer "
+            f"signature that verifies under --trusted-key, so there is no {head_path(save_path)} to keep (record with "
+            "the writer's key, or run `compute-budget checkpoint --signing-key`, and audit again)"
+        )
     if cosigner is not None:
-        note = add_signature(note, cosigner)
-    return note, report.witnessed_size
+        note = add_signature(note, _attested(report, report.witnessed_size, cosigner))
+    return note, report.witnessed_size, format_head_note(head, report.started_at)
+
+
+def _attested(report: AuditReport, size: int, cosigner: SignerKey) -> SignerKey:
+    """`cosigner`, once every row through `size` is covered by a trusted writer's stored checkpoint (spec 9.9.5)."""
+    from compute_budget.errors import AuditError
+
+    if report.attested_size is None or report.attested_size < size:
+        raise AuditError(
+            f"refusing to cosign size {size} with {cosigner.name}: a trusted writer's stored checkpoint covers only "
+            f"{report.attested_size or 0} rows"
+        )
+    return cosigner
 
 
 def _distinct_outputs(paths: list[str]) -> None:

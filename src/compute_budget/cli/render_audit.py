@@ -56,6 +56,8 @@ def render_text(report: AuditReport) -> str:
     if report.witness_keys:
         names = ", ".join(escaped(key.rsplit("+", 1)[0]) for key in report.witness_keys)
         lines.append(f"  witnessed     through seq {report.witnessed_size or 0} by witness keys ({names})")
+        if report.witness_age is not None:
+            lines.append(f"  freshness     {escaped(report.witness_age)}")
     held = not any(finding.kind is FindingKind.CHECKPOINT_MISMATCH for finding in report.findings)
     for label, proof in (("checkpoint", report.checkpoint), ("since", report.since)):
         if proof is not None:

@@ -206,11 +206,18 @@ MAX_BUNDLE_BYTES = 256 << 20
     multiple=True,
     help="Require OLD to carry a valid signature by this key (a verifier key or a file); repeatable.",
 )
+@click.option(
+    "--auditor-key",
+    "auditor_key",
+    metavar="KEY",
+    help="Also require OLD to carry a valid signature by this auditor (the verifier key of `audit --cosign`).",
+)
 @witness_role_options
 def consistency_command(
     old_path: str,
     db: str | None,
     trusted_keys: tuple[str, ...],
+    auditor_key: str | None,
     witness_keys: tuple[str, ...],
     witness_quorum: int | None,
 ) -> None:
@@ -228,7 +235,10 @@ def consistency_command(
     keys = [verifier_key(item) for item in trusted_keys]
     try:
         witnesses, quorum = witness_options(witness_keys, witness_quorum)
-        proof = prove_consistency(old, db, trusted_keys=keys, witness_keys=witnesses, witness_quorum=quorum)
+        proof = prove_consistency(
+            old, db, trusted_keys=keys, witness_keys=witnesses, witness_quorum=quorum,
+            auditor_key=verifier_key(auditor_key) if auditor_key is not None else None,
+        )
     except NotConsistent as failed:
         if failed.reason == "untrusted":  # not a verdict on the store: the old checkpoint is not the one asked for
             say(f"the old checkpoint is untrusted: {failed.detail}; the store was not compared with it")

@@ -289,11 +289,13 @@ def verify_proof(
         )
     if origin is not None and checkpoint.origin != origin:
         return outcome("origin", f"the checkpoint is of log {checkpoint.origin}, not {origin}", verified)
+    witnessed = ""
     if distinct:
         assert now is not None
         cosigned = valid_cosignatures(proof.checkpoint, distinct, now=now)
         if len(cosigned) < need:
             return outcome("witness", f"{len(cosigned)} of {need} cosignatures", verified)
+        witnessed = f"; witnessed: {len(cosigned)} of {need} cosignatures"  # the quorum checked (issue 28, 12)
     if proof.tree_size != checkpoint.seq:
         return outcome(
             "inclusion", f"the bundle says tree size {proof.tree_size}, its checkpoint {checkpoint.seq}", verified
@@ -321,7 +323,7 @@ def verify_proof(
     return outcome(
         None,
         f"valid: budget_id {budget_id}, seq {seq}, in {checkpoint.origin} (tree size {checkpoint.seq}), "
-        f"signed by {signers}{uncovered}",
+        f"signed by {signers}{witnessed}{uncovered}",
         verified,
     )
 

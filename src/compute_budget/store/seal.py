@@ -170,6 +170,13 @@ class SealStatements:
             f"SELECT id, witness_name, witness_key_id, tree_size, recorded_at FROM {WITNESS_SIZES_TABLE} "
             f"WHERE id > {m} ORDER BY id LIMIT {PAGE_ROWS}"
         )
+        # The audit's view of the sizes a submitter stored (spec 9.9.1): claims, each to be backed by a cosignature.
+        self.witness_sizes_claimed = (
+            f"SELECT witness_name, witness_key_id, tree_size FROM {WITNESS_SIZES_TABLE} "
+            "WHERE tree_size = CAST(tree_size AS BIGINT) AND witness_name = CAST(witness_name AS TEXT) "
+            "AND witness_key_id = CAST(witness_key_id AS TEXT) "
+            f"GROUP BY witness_name, witness_key_id, tree_size ORDER BY tree_size DESC LIMIT {PAGE_ROWS}"
+        )
         self.copy_cosignatures = (
             f"SELECT id, tree_size, witness_name, witness_key_id, timestamp, checkpoint, line, recorded_at "
             f"FROM {COSIGNATURES_TABLE} WHERE id > {m} ORDER BY id LIMIT {PAGE_ROWS}"

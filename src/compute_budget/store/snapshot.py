@@ -122,6 +122,17 @@ class Snapshot:
             if len(rows) < sealing.PAGE_ROWS:
                 return
 
+    def witness_sizes(self) -> list[tuple[str, str, int]]:
+        """The distinct (witness name, key ID, size) a submitter stored (spec 9.5), largest sizes first; at most
+        one page of them (a store where more were planted is reported from its largest)."""
+        rows = self._connection.exec_driver_sql(self._seal.witness_sizes_claimed).fetchall()
+        return [(str(row[0]), str(row[1]), int(row[2])) for row in rows]
+
+    def cosignatures_filed_at(self, size: int) -> list[tuple[str, str]]:
+        """The stored cosignatures (checkpoint text, line) filed under `size`."""
+        rows = self._connection.exec_driver_sql(self._seal.cosignatures_at, (size,)).fetchall()
+        return [(str(row[0]), str(row[1])) for row in rows]
+
     def cosignatures_of(self, checkpoint_text: str, size: int) -> list[str]:
         """The stored cosignature lines of exactly this checkpoint text."""
         rows = self._connection.exec_driver_sql(self._seal.cosignatures_at, (size,)).fetchall()
