@@ -188,6 +188,33 @@ def test_a_dropped_guard_leads_every_page_with_a_red_banner(store_target: str) -
         assert problems[0] in banners(client.get("/").text)[0][1]
 
 
+def test_an_unacknowledged_repair_leads_every_page_until_a_writer_acknowledges_it(store_target: str) -> None:
+    """After `migrate` restored a dropped guard (spec 9.9.10), the audit says `schema_tampered` until a writer
+    acknowledges the repair; the Workbench said nothing once the guard held again. Now every page leads with the
+    repair and what to do, and no checkpoint is offered to keep, until `record --after-repair`."""
+    fill(store_target, 12)
+    drop_guard(store_target)
+    repaired: list[int] = []
+    BudgetStore.migrate(store_target, on_repair=lambda repair: repaired.append(repair.id))
+    assert len(repaired) == 1
+    with TestClient(create_app(store_target)) as client:
+        for path in ("/", "/audit", "/checkpoints"):
+            shown = banners(client.get(path).text)
+            assert shown, path
+            css, text = shown[0]
+            assert css.split()[:2] == ["banner", "red"], path
+            assert "The store was repaired and the repair is not acknowledged" in text
+            assert f"--after-repair {repaired[0]}" in text
+        checkpoints = client.get("/api/checkpoints").json()
+        assert checkpoints["head"] is None
+        assert any("not acknowledged" in problem for problem in checkpoints["guard_problems"])
+    with BudgetStore.open(store_target) as store:
+        store.record_many([], after_repair=repaired[0])
+    with TestClient(create_app(store_target)) as client:
+        assert banners(client.get("/").text) == []
+        assert client.get("/api/checkpoints").json()["head"] is not None
+
+
 def test_the_guard_is_checked_again_within_five_seconds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The check is cached at most 5 s: a guard dropped while the Workbench runs is on the pages after that."""
     from compute_budget.web import verdicts

@@ -139,7 +139,7 @@ class Workbench:
     def banners(self) -> list[verdicts.Banner]:
         """The banners every page opens with: the guard's (checked live), then the audit report's."""
         found = (
-            verdicts.guard_banner(self.guard.problems(), self.display),
+            verdicts.guard_banner(self.guard.problems(), self.display, self.guard.repair_problems()),
             self.report.banner(),
         )
         return [banner for banner in found if banner is not None]

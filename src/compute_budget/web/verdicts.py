@@ -60,32 +60,45 @@ class GuardWatch:
         self._max_age = max_age
         self._lock = threading.Lock()
         self._checked_at = -max_age - 1.0
-        self._problems: tuple[str, ...] = ()
+        self._found: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
     def problems(self) -> tuple[str, ...]:
-        """How the guard and schema differ from this release's, one sentence each (empty: they hold)."""
+        """How the guard and schema differ from this release's, then each repair no writer acknowledged (spec
+        9.9.10: the audit's `schema_tampered` too), one sentence each (empty: they hold)."""
+        guard, repairs = self._current()
+        return guard + repairs
+
+    def repair_problems(self) -> tuple[str, ...]:
+        """The unacknowledged repairs alone (the last of `problems`)."""
+        return self._current()[1]
+
+    def _current(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         with self._lock:
             now = time.monotonic()
             if now - self._checked_at > self._max_age:
-                self._problems = self._check()
+                self._found = self._check()
                 self._checked_at = now
-            return self._problems
+            return self._found
 
-    def _check(self) -> tuple[str, ...]:
+    def _check(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         try:
             with self._store.snapshot() as snapshot:
-                return tuple(snapshot.schema_problems())
+                return tuple(snapshot.schema_problems()), tuple(snapshot.repair_problems())
         except (ComputeBudgetError, SQLAlchemyError) as error:
             # A store the check cannot read is no store to vouch for: the failure is the problem. SQLAlchemy's
             # text would carry SQL, never the URL; only its class is named.
             reason = str(error) if isinstance(error, ComputeBudgetError) else type(error).__name__
-            return (f"the guard could not be checked ({reason})",)
+            return (f"the guard could not be checked ({reason})",), ()
 
 
-def guard_banner(problems: tuple[str, ...], display: str) -> Banner | None:
-    """The red banner of a broken guard: what is wrong and what to do; None while the guard holds."""
+def guard_banner(problems: tuple[str, ...], display: str, repairs: tuple[str, ...] = ()) -> Banner | None:
+    """The red banner of a broken guard, or of a repair not acknowledged (`repairs`, the last of `problems`): what
+    is wrong and what to do; None while the guard holds and every repair is acknowledged."""
     if not problems:
         return None
+    if len(problems) == len(repairs):  # the guard holds again: the rows may have changed while it did not
+        more = f" (and {len(repairs) - 1} more)" if len(repairs) > 1 else ""
+        return Banner(Tone.RED, f"The store was repaired and the repair is not acknowledged: {repairs[0]}{more}.")
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
     return Banner(
         Tone.RED,
