@@ -354,6 +354,21 @@ def test_no_command_prints_or_reports_a_url_password(run_cli: Run, store_target:
     assert "***@127.0.0.1:" in json.loads(report.read_text())["error"]
 
 
+
+@pytest.mark.parametrize("password", ["s3c/ret", "s3c#ret", "s3c?ret"])
+def test_a_url_password_holding_a_delimiter_is_never_shown(password: str) -> None:
+    """A password typed raw with `/`, `#` or `?` in it ends the URL's authority early, so `urlsplit` finds no
+    user information: the typed URL, with the password in clear, was printed whole in the error line (and the
+    parser's own message quoted its first part as a port). Anything up to the last `@` is hidden now."""
+    from compute_budget.errors import InputError
+    from compute_budget.store.witnessing import WitnessTarget
+
+    with pytest.raises(InputError) as refused:
+        WitnessTarget.parse(f"http://alice:{password}@127.0.0.1:7380={WITNESS_KEY}")
+    assert "s3c" not in str(refused.value)
+    assert "ret@" not in str(refused.value)
+    assert "***@127.0.0.1:7380" in str(refused.value)
+
 # -- r: witness submit sends a note a trusted writer signed -----------------------------------------------------
 
 

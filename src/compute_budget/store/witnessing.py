@@ -58,11 +58,13 @@ def redacted_url(text: str) -> str:
 
 
 def _shown(typed: str) -> str:
-    """What the user typed as a URL, for an error line: redacted, and with no "//" (``user:pw@host``) everything
-    up to its last "@" hidden too."""
+    """What the user typed as a URL, for an error line: everything up to its last "@" hidden. Not only the
+    user information `urlsplit` finds: a password typed raw with "/", "?" or "#" in it ends the authority early,
+    and without "//" there is no authority at all (``user:pw@host``)."""
     shown = redacted_url(typed)
-    if "//" not in shown and "@" in shown:
-        shown = "***@" + shown.rpartition("@")[2]
+    if "@" in shown:
+        scheme, slashes, _ = shown.partition("//")
+        shown = (scheme + slashes if slashes else "") + "***@" + shown.rpartition("@")[2]
     return shown[:80]
 
 
@@ -85,8 +87,9 @@ class WitnessTarget:
         try:
             parts = urllib.parse.urlsplit(url)
             _ = parts.port  # a port that is not a number from 0 to 65535 raises here, not at the first request
-        except ValueError as error:
-            raise InputError(f"witness URL {shown!r} is not a URL: {redacted_url(str(error))}") from None
+        except ValueError as error:  # its text can quote part of a password (as a port): not shown when "@" is
+            reason = redacted_url(str(error)) if "@" not in url else "its host or port cannot be read"
+            raise InputError(f"witness URL {shown!r} is not a URL: {reason}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
             raise InputError(f"witness URL {shown!r} is not an http:// or https:// prefix (no query or fragment)")
         return cls(url.rstrip("/"), witness_key(key_text))
