@@ -110,3 +110,30 @@ def test_a_blank_path_or_one_ending_in_a_slash_is_no_database(
         with pytest.raises(StoreUnavailable, match=re.escape(said)):
             BudgetStore.open(given, readonly=readonly)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "typed",
+    [
+        "postgresql ://alice:Secr3t@127.0.0.1/db",  # not a URL SQLAlchemy reads: was echoed whole
+        "sqlite://alice:Secr3t@/x.db?mode=ro",  # a SQLite URL with a query: was echoed whole
+        "postgresql ://alice:Sec/r3t@127.0.0.1/db",  # a raw "/" in the password, in a URL that cannot be read
+    ],
+)
+def test_a_database_url_that_is_refused_never_shows_its_password(typed: str) -> None:
+    """Red team on issue 28 n (spec 9.9.6, any URL): `--db` URLs that `locate` refuses were printed as typed,
+    password included. Everything up to the last `@` is hidden now."""
+    with pytest.raises(StoreUnavailable) as refused:
+        locate(typed)
+    assert "Sec" not in str(refused.value)
+    assert "r3t" not in str(refused.value)
+    assert "***@" in str(refused.value)
+
+
+def test_a_password_typed_with_a_raw_at_sign_is_not_shown_in_part() -> None:
+    """SQLAlchemy reads `alice:Se@cr3t@host` as the password `Se` at host `cr3t@host`: its hidden rendering still
+    showed `cr3t`, the rest of the password. The display hides everything up to the last `@` then."""
+    location = locate("postgresql://alice:Se@cr3t@127.0.0.1:5432/db")
+    assert "cr3t" not in location.display
+    assert location.display == "postgresql://***@127.0.0.1:5432/db"
+    assert locate("postgresql://alice:Secr3t@127.0.0.1:5432/db").display == "postgresql://alice:***@127.0.0.1:5432/db"

@@ -69,19 +69,31 @@ def locate(target: str | os.PathLike[str] | None) -> Location:
     try:
         url = make_url(raw)
     except ArgumentError:
-        raise StoreUnavailable(f"{raw!r} is neither a file path nor a valid SQLAlchemy URL") from None
+        raise StoreUnavailable(f"{_hidden(raw)!r} is neither a file path nor a valid SQLAlchemy URL") from None
     if url.get_backend_name() == "sqlite":
         if not url.database or url.database == ":memory:":
             raise StoreUnavailable("an in-memory SQLite database cannot hold an audit trail: give a file")
         if url.query:
             # Silently dropping `?mode=ro` would let `record` write to a file the user meant to protect.
             raise StoreUnavailable(
-                f"{raw!r}: query parameters ({', '.join(sorted(url.query))}) are not supported on a SQLite URL; "
-                "give the file's path (readers already open it read-only)"
+                f"{_hidden(raw)!r}: query parameters ({', '.join(sorted(url.query))}) are not supported on a SQLite "
+                "URL; give the file's path (readers already open it read-only)"
             )
         path = _file_path(url.database, raw)
         return Location(URL.create("sqlite", database=str(path)), path, str(path))
-    return Location(url, None, url.render_as_string(hide_password=True))
+    shown = url.render_as_string(hide_password=True)
+    # A password typed with a raw "@": SQLAlchemy takes its first part for the password, the rest for the host.
+    return Location(url, None, _hidden(shown) if "@" in (url.host or "") else shown)
+
+
+def _hidden(typed: str) -> str:
+    """A URL as typed, for a message: everything from "//" (or the start) up to its last "@" shown as ``***@``
+    (spec 9.9.6: a password is never printed, even one holding "/", "?", "#" or "@" that ends the user information
+    where a parser would not)."""
+    if "@" not in typed:
+        return typed
+    scheme, slashes, _ = typed.partition("//")
+    return (scheme + slashes if slashes else "") + "***@" + typed.rpartition("@")[2]
 
 
 def _file_path(name: str, given: str) -> Path:
