@@ -118,6 +118,7 @@ def test_a_blank_path_or_one_ending_in_a_slash_is_no_database(
         "postgresql ://alice:Secr3t@127.0.0.1/db",  # not a URL SQLAlchemy reads: was echoed whole
         "sqlite://alice:Secr3t@/x.db?mode=ro",  # a SQLite URL with a query: was echoed whole
         "postgresql ://alice:Sec/r3t@127.0.0.1/db",  # a raw "/" in the password, in a URL that cannot be read
+        "postgresql://alice:Secr3t@127.0.0.1:notaport/db",  # a port that is not a number: was an internal error
     ],
 )
 def test_a_database_url_that_is_refused_never_shows_its_password(typed: str) -> None:

@@ -68,7 +68,7 @@ def locate(target: str | os.PathLike[str] | None) -> Location:
         return Location(URL.create("sqlite", database=str(path)), path, str(path))
     try:
         url = make_url(raw)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise StoreUnavailable(f"{_hidden(raw)!r} is neither a file path nor a valid SQLAlchemy URL") from None
     if url.get_backend_name() == "sqlite":
         if not url.database or url.database == ":memory:":
