@@ -5,9 +5,10 @@ signed notes keeps out (9.9.3), pending notes promoted or dropped, one text per 
 from __future__ import annotations
 
 import base64
+import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from compute_budget.witness import state as state_module
 from compute_budget.witness.app import allowed_hosts, create_witness_app
 from compute_budget.witness.protocol import Witness
 from compute_budget.witness.state import WitnessState
+from tests.backends import query
+from tests.conftest import gate_lines
 from tests.witnessing import FORK, LOG, ORIGIN, TREE, WITNESS, Served, body, note, serving_in_thread
 
 BIG = MemoryTree(leaf_hash(b"row %d" % index) for index in range(1100))  # TREE's history, longer
@@ -250,3 +253,36 @@ def test_the_caps_hold_for_both_kinds_of_evidence(served: Served, monkeypatch: p
         assert served.post(body(6, forked))[0] == 409
     kept, dropped = served.state.evidence(ORIGIN)
     assert ([item.note for item in kept], dropped) == ([forks[0]], 2)
+
+
+# -- red team on issue 28 k: the first text a witness cosigns at a size may carry other extension lines ----------
+
+
+def test_a_witness_answer_with_an_extra_extension_line_is_a_finding_not_an_audit_that_cannot_run(
+    served: Served, run_cli: Callable[..., tuple[int, str, str]], store_target: str, tmp_path: Path
+) -> None:
+    """The witness keeps one text per size, but the first one it cosigns is whatever a log key signed: a writer
+    key's holder who sends the store's head with one more extension line first makes `/latest` serve it. Every
+    `audit --witness-url` then stopped with exit 2 ("expected 4 lines"), where spec 9.9.4 says extension lines
+    that differ from the store's are `checkpoint_mismatch` when a trusted writer signature on the answer verifies
+    (else exit 2, as for any answer the audit cannot use)."""
+    key = tmp_path / "writer.key"
+    key.write_text(LOG.format() + "\n")
+    key.chmod(0o600)
+    gates = tmp_path / "gates.jsonl"
+    gates.write_text("\n".join(gate_lines(6)) + "\n")
+    assert run_cli("record", str(gates), "--db", store_target, "--signing-key", str(key), "--origin", ORIGIN)[0] == 0
+    stored = query(store_target, "SELECT note FROM compute_budget_checkpoints")[0][0]
+    longer = sign_note(parse_note(stored)[0] + "another extension line\n", LOG)
+    assert served.post(body(0, longer))[0] == 200
+    url = f"http://127.0.0.1:{served.port}={WITNESS.verifier().format()}"
+    status, out, err = run_cli("audit", "--db", store_target, "--trusted-key", LOG.verifier().format(),
+                               "--witness-url", url, "--format", "json")
+    assert status == 1, out + err
+    findings = json.loads(out)["findings"]
+    assert [item["kind"] for item in findings] == ["checkpoint_mismatch"]
+    assert "extension lines" in findings[0]["detail"]
+    status, _, err = run_cli("audit", "--db", store_target, "--witness-url", url)  # no trusted writer key: exit 2
+    assert status == 2
+    assert "--trusted-key" in err
+    assert "Traceback" not in err

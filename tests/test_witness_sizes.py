@@ -168,6 +168,32 @@ def test_a_planted_witness_size_neither_stops_nor_steers_the_submitter(
     assert [row[0] for row in query(store_target, "SELECT tree_size FROM compute_budget_witness_sizes")] == [999999]
 
 
+
+def test_the_audit_warns_of_each_stored_witness_size_no_valid_cosignature_backs(
+    served: Served, run_cli: Run, store_target: str, tmp_path: Path
+) -> None:
+    """Red team on issue 28 a: a planted size row left the audit clean and silent. With the witness's key, each
+    stored size with no valid stored cosignature of that witness at exactly that size is a warning in the report
+    (the audit stays clean: the submitter no longer reads them), another witness's size with no cosignature too; a
+    size the witness's cosignature backs is not."""
+    with _open(store_target, tmp_path, f"http://127.0.0.1:{served.port}={WITNESS_KEY}") as store:
+        assert store.record_many(gate_lines(3)).witness_warnings == ()
+    for name, key_id, size in [(WITNESS.name, WITNESS_ID, 999999), (WITNESS.name, WITNESS_ID, 3),
+                               (WITNESS.name, WITNESS_ID, 2), (WITNESS.name, WITNESS_ID, 999999),
+                               ("someone.else/w", "0badc0de", 7)]:
+        execute(store_target, (PLANT_SIZE, {"name": name, "key_id": key_id, "size": size}))
+    status, out, err = run_cli("audit", "--db", store_target, "--witness-key", WITNESS_KEY, "--format", "json")
+    assert status == 0, out + err
+    claims = [item for item in json.loads(out)["warnings"] if "but no valid stored cosignature" in item]
+    said = {(name, size) for name, size in [(WITNESS.name, 2), (WITNESS.name, 999999), ("someone.else/w", 7)]
+            if any(f"witness {name} " in item and f"cosigned size {size}," in item for item in claims)}
+    assert said == {(WITNESS.name, 2), (WITNESS.name, 999999), ("someone.else/w", 7)}
+    assert not any("cosigned size 3," in item for item in claims)  # the witness's own cosignature backs size 3
+    status, out, err = run_cli("audit", "--db", store_target, "--witness-key", WITNESS_KEY)
+    assert status == 0
+    assert f"warning: the store says witness {WITNESS.name}" in out + err
+
+
 def test_old_is_the_largest_cosignature_that_verifies_and_that_the_store_extends(
     served: Served, relay: Relay, store_target: str, tmp_path: Path
 ) -> None:
