@@ -79,6 +79,24 @@ def test_a_pending_note_is_promoted_when_its_size_is_cosigned_with_another_root(
     assert len(served.state.evidence(ORIGIN)[0]) == 1
 
 
+def test_an_honest_note_sent_first_with_a_junk_proof_cannot_keep_out_a_fork_of_its_size(served: Served) -> None:
+    """Red team on issue 28 d: the pending slot is one per size (the first note). A note the log signed honestly,
+    sent by anyone with a junk proof, took size 16's slot; the real fork of size 16 arriving next was not kept, and
+    once the witness cosigned 16 from the honest log the fork was gone. Two signed texts of one size are a fork
+    whatever the witness later cosigns: both are conclusive at once, and stay so."""
+    assert served.post(body(0, note(8)))[0] == 200
+    assert served.post(body(8, note(16), proof=JUNK_PROOF))[0] == 422  # the honest note takes the slot
+    forked = note(16, tree=FORK)
+    assert served.post(body(8, forked, tree=FORK))[0] == 422
+    assert served.post(body(8, note(16)))[0] == 200
+    kept, dropped = served.state.evidence(ORIGIN)
+    assert sorted((item.label, item.size, item.note) for item in kept) == sorted(
+        [("fork", 16, note(16)), ("fork", 16, forked)]
+    )
+    assert dropped == 0
+    assert served.state.pending(ORIGIN) == ([], 0)
+
+
 def test_a_note_refused_at_the_proof_check_at_the_cosigned_size_is_judged_at_once(served: Served) -> None:
     """At the size the witness already cosigned, a note with a proof (422) is conclusive when its text differs and
     nothing when it is the text cosigned; it never waits as pending."""
@@ -253,6 +271,26 @@ def test_the_caps_hold_for_both_kinds_of_evidence(served: Served, monkeypatch: p
         assert served.post(body(6, forked))[0] == 409
     kept, dropped = served.state.evidence(ORIGIN)
     assert ([item.note for item in kept], dropped) == ([forks[0]], 2)
+
+
+def test_pending_notes_the_log_grew_past_make_room_for_a_later_fork(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team on issue 28 d: a pending note settles only when the witness cosigns exactly its size. Honest notes
+    sent with junk proofs at sizes the log then grew past held every pending slot for good, so a later fork of a
+    new size was only counted. Now the oldest note below the cosigned size gives way (and is counted)."""
+    monkeypatch.setattr(state_module, "MAX_PENDING_PER_ORIGIN", 2)
+    assert served.post(body(0, note(6)))[0] == 200
+    for size in (7, 8):  # honest notes with junk proofs fill both slots
+        assert served.post(body(6, note(size), proof=JUNK_PROOF))[0] == 422
+    assert served.post(body(6, note(10)))[0] == 200  # the log grows past 7 and 8: neither can settle now
+    forked = note(12, tree=FORK)
+    assert served.post(body(10, forked, tree=FORK))[0] == 422  # a fork's note of a new size, pending
+    pending, dropped = served.state.pending(ORIGIN)
+    assert ([item.size for item in pending], dropped) == ([8, 12], 1)
+    assert served.post(body(10, note(12)))[0] == 200  # the witness cosigns 12 from the honest log
+    kept, _ = served.state.evidence(ORIGIN)
+    assert [(item.label, item.size, item.note) for item in kept] == [("fork", 12, forked)]
 
 
 # -- red team on issue 28 k: the first text a witness cosigns at a size may carry other extension lines ----------

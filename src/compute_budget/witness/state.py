@@ -220,7 +220,7 @@ def settle_pending(connection: sqlite3.Connection, latest: Latest) -> None:
         return
     note, root, seen_at = row
     connection.execute("DELETE FROM witness_pending WHERE origin = ? AND size = ?", (latest.origin, latest.size))
-    label = conflict(latest, note[: note.rfind("\n\n") + 1], root)
+    label = conflict(latest, _text_of(note), root)
     if label is not None:
         keep_evidence(connection, Evidence(latest.origin, latest.size, root, note, label, seen_at))
 
@@ -245,21 +245,58 @@ def keep_evidence(connection: sqlite3.Connection, evidence: Evidence) -> None:
 
 
 def keep_pending(connection: sqlite3.Connection, pending: Pending) -> None:
-    """Keep the first note refused at check 6 for its size; a later one of that size changes nothing; past
-    `MAX_PENDING_PER_ORIGIN` sizes for its origin, only count it."""
+    """Keep the first note refused at check 6 for its size; a later one of that size with the same text changes
+    nothing; past `MAX_PENDING_PER_ORIGIN` sizes for its origin, only count it. A later one of that size with
+    another text is conclusive at once, with the first (see `_second_text`)."""
     known = connection.execute(
-        "SELECT 1 FROM witness_pending WHERE origin = ? AND size = ?", (pending.origin, pending.size)
+        "SELECT note, root, seen_at FROM witness_pending WHERE origin = ? AND size = ?", (pending.origin, pending.size)
     ).fetchone()
     if known is not None:
+        _second_text(connection, Pending(pending.origin, pending.size, known[1], known[0], known[2]), pending)
         return
     kept = connection.execute("SELECT count(*) FROM witness_pending WHERE origin = ?", (pending.origin,)).fetchone()[0]
-    if kept >= MAX_PENDING_PER_ORIGIN:
+    if kept >= MAX_PENDING_PER_ORIGIN and not _evict_unsettleable(connection, pending.origin):
         _count(connection, "witness_pending_dropped", pending.origin)
         return
     connection.execute(
         "INSERT INTO witness_pending (origin, size, root, note, seen_at) VALUES (?, ?, ?, ?, ?)",
         (pending.origin, pending.size, pending.root, pending.note, pending.seen_at),
     )
+
+
+def _evict_unsettleable(connection: sqlite3.Connection, origin: str) -> bool:
+    """Make room by dropping (and counting) the oldest pending note of a size below the one the witness cosigned
+    last: a note is settled only when the witness cosigns exactly its size, so one it passed by never will be.
+    Without this, honest notes sent with junk proofs at sizes the log then grew past would hold every slot for good
+    and a later fork could only be counted (red team, issue 28 d). False when every kept note can still settle."""
+    stale = connection.execute(
+        "SELECT p.size FROM witness_pending p JOIN witness_latest l ON l.origin = p.origin "
+        "WHERE p.origin = ? AND p.size < l.size ORDER BY p.seen_at, p.size LIMIT 1",
+        (origin,),
+    ).fetchone()
+    if stale is None:
+        return False
+    connection.execute("DELETE FROM witness_pending WHERE origin = ? AND size = ?", (origin, stale[0]))
+    _count(connection, "witness_pending_dropped", origin)
+    return True
+
+
+def _second_text(connection: sqlite3.Connection, first: Pending, second: Pending) -> None:
+    """Two notes the log's keys signed, of one size and two texts, are a fork (or an `extension_mismatch`) whatever
+    the witness later cosigns: both are kept as conclusive evidence. Were only the first kept, one honest note sent
+    with a junk proof would take the size's pending slot, and a real fork of that size arriving next would be lost
+    once the witness cosigned the honest root (red team, issue 28 d)."""
+    first_text, second_text = _text_of(first.note), _text_of(second.note)
+    if first_text == second_text:
+        return
+    label = EvidenceLabel.FORK if first.root != second.root else EvidenceLabel.EXTENSION_MISMATCH
+    for item in (first, second):
+        keep_evidence(connection, Evidence(item.origin, item.size, item.root, item.note, label, item.seen_at))
+
+
+def _text_of(note: str) -> str:
+    """The checkpoint text of a kept note (its text, an empty line, its verified signature lines)."""
+    return note[: note.rfind("\n\n") + 1]
 
 
 def _count(connection: sqlite3.Connection, table: str, origin: str) -> None:
