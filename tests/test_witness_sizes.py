@@ -228,37 +228,40 @@ def test_old_is_the_largest_cosignature_that_verifies_and_that_the_store_extends
     assert served.state.latest(ORIGIN).size == 5  # type: ignore[union-attr]
 
 
-def test_a_flood_of_planted_cosignatures_costs_one_warning_within_the_timeout(
+def test_a_flood_of_planted_cosignatures_neither_holds_the_writer_nor_stops_witnessing(
     relay: Relay, store_target: str, tmp_path: Path
 ) -> None:
-    """Thousands of distinct lines planted under the witness's name and key ID, none of which verifies: checking
-    them must not hold the writer past `witness_timeout`; that witness gets one warning saying why, the rows stay
-    recorded, and nothing is sent to it."""
-    with _open(store_target, tmp_path) as store:
-        store.record_many(gate_lines(3))
+    """Thousands of distinct lines planted under the witness's name and key ID, none of which verifies. Checking
+    them took the whole `witness_timeout` and the witness was never asked again (red team on issue 28 a: the table
+    is append-only, so the store could never be witnessed again). Now the check gets half the timeout; past it
+    `old` is 0, the witness's 409 names its size, and the one retry from there (the store's tree proves it) is
+    cosigned: the writer is held no longer than the timeout, and the rows stay witnessed."""
+    with _open(store_target, tmp_path, f"{relay.url}={WITNESS_KEY}") as store:
+        assert store.record_many(gate_lines(3)).witnessed == (1, 1)
     text = parse_note(query(store_target, "SELECT note FROM compute_budget_checkpoints")[0][0])[0]
     now = int(time.time())
     signed = WITNESS.cosign(text, now).signature[8:]  # after the timestamp: the Ed25519 signature
     key_id = WITNESS.key_id.to_bytes(4, "big")
     lines = [  # each dated a second earlier: distinct, well formed, and each costs a verification that fails
         f"— {WITNESS.name} {base64.b64encode(key_id + (now - i).to_bytes(8, 'big') + signed).decode()}\n"
-        for i in range(1, 4001)
+        for i in range(1, 16001)
     ]
     execute(store_target, *[
         (PLANT_COSIGNATURE, {"size": 3, "name": WITNESS.name, "key_id": WITNESS_ID, "checkpoint": text, "line": line})
         for line in lines
     ])
+    relay.olds.clear()
     store = BudgetStore.open(store_target, origin=ORIGIN, signing_key=LOG, writer_state=str(tmp_path / "writer.state"),
-                             witnesses=[f"{relay.url}={WITNESS_KEY}"], witness_timeout=0.2)
+                             witnesses=[f"{relay.url}={WITNESS_KEY}"], witness_timeout=0.6)
     with store:
         began = time.monotonic()
         result = store.record_many(gate_lines(1, prefix="more"))
         elapsed = time.monotonic() - began
     assert result.new == 1
-    assert elapsed < 1.5
-    assert len(result.witness_warnings) == 1
-    assert "took longer than the timeout" in result.witness_warnings[0]
-    assert relay.olds == []
+    assert elapsed < 2.5
+    assert result.witness_warnings == ()
+    assert result.witnessed == (1, 1)
+    assert relay.olds == ["old 0", "old 3"]  # the check gave way; the 409's size, at most the head, drove the retry
 
 
 def test_an_answer_that_is_not_http_is_a_warning_not_a_thread_traceback(tmp_path: Path) -> None:
