@@ -1,5 +1,6 @@
-"""The README cannot rot: its Python blocks, its quick start, its shell transcript, its nightly recipe (three
-nights) and its PostgreSQL section are run as they stand, in temporary folders (issue 11)."""
+"""The docs cannot rot: every Python block of the README and of docs/*.md, the quick start, the command line's
+shell transcript, the nightly recipe (three nights), the PostgreSQL section and the keys recipe are run as they
+stand, in temporary folders (issues 11 and 29)."""
 
 from __future__ import annotations
 
@@ -18,17 +19,20 @@ import pytest
 from tests.backends import tamper
 from tests.conftest import REPO_ROOT, gate_lines
 
-README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+DOC_PATHS = ["README.md", *sorted(str(path.relative_to(REPO_ROOT)) for path in (REPO_ROOT / "docs").glob("*.md"))]
+DOCS = {name: (REPO_ROOT / name).read_text(encoding="utf-8") for name in DOC_PATHS}
+README = DOCS["README.md"]
+OPERATIONS = "docs/operations.md"
 BIN = str(Path(sys.executable).parent)  # where this environment's compute-budget script is installed
 
 
-def fenced(language: str, section: str | None = None) -> list[str]:
-    """The text of every ```language block (of one `## section`, when given), in order."""
-    text = README
+def fenced(language: str, section: str | None = None, doc: str = "README.md") -> list[str]:
+    """The text of every ```language block of `doc` (of one `## section`, when given), in order."""
+    text = DOCS[doc]
     if section is not None:
-        start = README.index(f"\n## {section}\n")
-        end = README.find("\n## ", start + 1)
-        text = README[start : end if end != -1 else None]
+        start = text.index(f"\n## {section}\n")
+        end = text.find("\n## ", start + 1)
+        text = text[start : end if end != -1 else None]
     return re.findall(rf"^```{language}\n(.*?)^```$", text, flags=re.DOTALL | re.MULTILINE)
 
 
@@ -76,37 +80,45 @@ def with_examples(folder: Path) -> Path:
 # -- Python ---------------------------------------------------------------------------------------------------
 
 
-PYTHON_BLOCKS = fenced("python")
+PYTHON_BLOCKS = [(doc, index, block) for doc in DOC_PATHS for index, block in enumerate(fenced("python", doc=doc))]
 
 
-def test_the_readme_has_python_blocks() -> None:
-    """There is something to run (a renamed fence would otherwise make the test below vacuous)."""
-    assert len(PYTHON_BLOCKS) >= 2
+def test_the_docs_have_python_blocks() -> None:
+    """There is something to run in the README and beyond it (a renamed fence would otherwise make the test below
+    vacuous)."""
+    assert len(fenced("python")) >= 2
+    assert {doc for doc, _, _ in PYTHON_BLOCKS} >= {"README.md", "docs/python.md", "docs/hashing.md"}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("index", range(len(PYTHON_BLOCKS)))
-def test_every_python_block_runs(index: int, tmp_path: Path) -> None:
-    """Each python block runs as it stands, in an empty folder, in a fresh interpreter."""
+@pytest.mark.parametrize(("doc", "index", "block"), PYTHON_BLOCKS,
+                         ids=[f"{doc}-{index}" for doc, index, _ in PYTHON_BLOCKS])
+def test_every_python_block_runs(doc: str, index: int, block: str, tmp_path: Path) -> None:
+    """Each python block of every doc runs as it stands, in an empty folder, in a fresh interpreter."""
     done = subprocess.run(
-        [sys.executable, "-c", PYTHON_BLOCKS[index]], cwd=tmp_path, capture_output=True, text=True, check=False,
-        timeout=300,
+        [sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300,
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, (doc, index, done.stderr)
     assert "Traceback" not in done.stderr
 
 
 @pytest.mark.slow
 def test_the_python_blocks_print_what_their_comments_say(tmp_path: Path) -> None:
     """The values the comments promise are the values printed."""
-    first = subprocess.run([sys.executable, "-c", PYTHON_BLOCKS[0]], cwd=tmp_path, capture_output=True, text=True,
+    first_block, second_block = fenced("python")
+    first = subprocess.run([sys.executable, "-c", first_block], cwd=tmp_path, capture_output=True, text=True,
                            check=True)
     assert first.stdout.splitlines()[-1] == "True 499"
     assert first.stdout.splitlines()[0].endswith(" 10")
-    second = subprocess.run([sys.executable, "-c", PYTHON_BLOCKS[1]], cwd=tmp_path, capture_output=True, text=True,
+    second = subprocess.run([sys.executable, "-c", second_block], cwd=tmp_path, capture_output=True, text=True,
                             check=True)
     assert second.stdout.splitlines()[:5] == ["0 2 True", "1 1 False", "3 3 True", "2 ('residual_ids',)", "1 True"]
     assert "was closed" in second.stdout
+    (seal_block,) = fenced("python", "Signing, proving, verifying", doc="docs/python.md")
+    (tmp_path / "seal").mkdir()
+    seal = subprocess.run([sys.executable, "-c", seal_block], cwd=tmp_path / "seal", capture_output=True, text=True,
+                          check=False)
+    assert seal.stdout.splitlines() == ["True True True"], seal.stderr
 
 
 # -- shell ----------------------------------------------------------------------------------------------------
@@ -141,10 +153,49 @@ def test_ci_runs_the_readme_test_command_in_a_fresh_environment() -> None:
     assert 'if [ -e .venv ]; then' in before
 
 
+def test_the_readme_stays_under_250_lines() -> None:
+    """Issue 29: the README is a page a newcomer finishes; the reference lives in docs/."""
+    assert len(README.splitlines()) < 250
+
+
+def test_the_readme_and_operations_give_the_same_nightly_commands() -> None:
+    """The nightly recipe is in both places (the README's short version, operations.md's whole section), and the
+    test below runs the README's: both must be the same commands."""
+    assert fenced("sh", "Nightly audit") == fenced("sh", "Nightly audit", doc=OPERATIONS)
+
+
+def test_every_doc_names_the_kept_note_one_way() -> None:
+    """One name per file across the docs (issue 29): the note the nightly audit keeps is `witnessed.note`."""
+    for doc, text in DOCS.items():
+        assert not re.search(r"(?<![\w.])witness\.(note|next)\b", text), doc
+    assert "witnessed.note" in DOCS[OPERATIONS]
+
+
+def _slug(heading: str) -> str:
+    """The anchor GitHub makes of a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_between_the_docs_resolves() -> None:
+    """A relative link names a file that exists and, with `#anchor`, a heading in it: moving a section cannot
+    leave a link pointing nowhere."""
+    for doc in [*DOC_PATHS, "benchmarks/README.md"]:
+        text = (REPO_ROOT / doc).read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if "://" in target:
+                continue
+            path, _, anchor = target.partition("#")
+            file = (REPO_ROOT / doc).parent / path if path else REPO_ROOT / doc
+            assert file.exists(), (doc, target)
+            if anchor:
+                headings = re.findall(r"^#+ (.*)$", file.read_text(encoding="utf-8"), flags=re.MULTILINE)
+                assert anchor in {_slug(heading) for heading in headings}, (doc, target)
+
+
 @pytest.mark.slow
 def test_the_shell_transcript_matches(tmp_path: Path) -> None:
     """Each `$ command` of the transcript gives the output shown ("…" stands for any text)."""
-    block = fenced("sh", "From the shell")[0]
+    block = fenced("sh", "Common to every command", doc="docs/cli.md")[0]
     folder = with_examples(tmp_path)
     steps: list[tuple[str, list[str]]] = []
     for line in block.splitlines():
@@ -161,17 +212,18 @@ def test_the_shell_transcript_matches(tmp_path: Path) -> None:
 
 
 def _recipe() -> dict[str, str]:
-    """The nightly recipe's commands: the first-night step, the shell block's nightly command, the cron lines,
-    the systemd unit's command and folder, the CI step."""
+    """The nightly recipe's commands: the first-night step, the README's nightly command, and (from
+    docs/operations.md) the cron lines, the systemd unit's command and folder, the CI step."""
     first_night, nightly = commands(fenced("sh", "Nightly audit")[0])
     cron = {}
-    for line in fenced("cron", "Nightly audit")[0].splitlines():
+    for line in fenced("cron", "Nightly audit", doc=OPERATIONS)[0].splitlines():
         fields = line.split(None, 6)
         cron["cron_weekday" if fields[4] == "1-6" else "cron_sunday"] = fields[6]
-    unit = fenced("ini", "Nightly audit")[0]
+    unit = fenced("ini", "Nightly audit", doc=OPERATIONS)[0]
     executable = re.search(r"^ExecStart=/bin/sh -c '(.*)'$", unit, flags=re.MULTILINE)
     folder = re.search(r"^WorkingDirectory=(.*)$", unit, flags=re.MULTILINE)
-    ci = re.search(r"- run: (compute-budget audit .*)$", fenced("yaml", "Nightly audit")[0], flags=re.MULTILINE)
+    ci = re.search(r"- run: (compute-budget audit .*)$", fenced("yaml", "Nightly audit", doc=OPERATIONS)[0],
+                   flags=re.MULTILINE)
     assert executable is not None
     assert folder is not None
     assert ci is not None
@@ -281,8 +333,8 @@ def test_the_postgresql_section_runs(pg_admin_url: str, tmp_path: Path) -> None:
         finally:
             engine.dispose()
 
-    create, create_auditor = fenced("sql", "PostgreSQL")
-    writer, reader = fenced("sh", "PostgreSQL")
+    create, create_auditor = fenced("sql", "PostgreSQL", doc=OPERATIONS)
+    writer, reader = fenced("sh", "PostgreSQL", doc=OPERATIONS)
     folder = with_examples(tmp_path)
     assert shell("compute-budget record examples/gates.jsonl && compute-budget checkpoint > checkpoint.json",
                  folder).returncode == 0
