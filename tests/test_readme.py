@@ -361,3 +361,55 @@ def test_the_postgresql_section_runs(pg_admin_url: str, tmp_path: Path) -> None:
             for role in (names["auditor"], names["practice"]):
                 connection.exec_driver_sql(f'DROP ROLE IF EXISTS "{role}"')
         cleanup.dispose()
+
+
+# -- keys (docs/operations.md) --------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_keys_recipe_runs_for_two_nights(tmp_path: Path) -> None:
+    """The keys recipe as it stands, after the one first night by hand: the writer records signed, the nightly
+    audit trusts the writer's key and cosigns with the auditor's, `consistency --auditor-key` checks that line,
+    and the receipt of the example's first decision verifies with no database."""
+    _, recipe = fenced("sh", "Keys and witnesses", doc=OPERATIONS)
+    steps = commands(recipe)
+    assert len(steps) == 7, steps
+    writer_key, auditor_key, record, nightly, consistency, prove, verify = steps
+    assert "--since witnessed.note" in nightly
+    folder = with_examples(tmp_path)
+    shutil.copy(folder / "examples" / "gates.jsonl", folder / "gates.jsonl")
+
+    def run(command: str) -> subprocess.CompletedProcess[str]:
+        done = shell(command, folder)
+        assert done.returncode == 0, (command, done.stderr)
+        return done
+
+    for command in (writer_key, auditor_key, record):
+        run(command)
+    run("compute-budget audit --trusted-key writer.pub --save-checkpoint witnessed.note --cosign auditor.key")
+    first = (folder / "witnessed.note").read_text()
+    (folder / "gates.jsonl").write_text("\n".join(gate_lines(3, prefix="night2")) + "\n")
+    run(record)
+    assert "CLEAN" in run(nightly).stdout
+    assert (folder / "witnessed.note").read_text() != first  # tonight's note replaced last night's
+    assert not (folder / "witnessed.next").exists()
+    assert json.loads(run(consistency).stdout)["old_size"] == 11
+    run(prove)
+    assert run(verify).stdout.startswith("valid: budget_id 1640737b")
+
+
+@pytest.mark.slow
+def test_the_adoption_block_adopts_the_unsigned_rows(tmp_path: Path) -> None:
+    """`Adopting unsigned rows` as it stands: seven rows recorded without a key are listed, then adopted through
+    the head by the writer's first signed append, and an audit trusting the writer then finds no unattested row."""
+    adopt, _ = fenced("sh", "Keys and witnesses", doc=OPERATIONS)
+    (tmp_path / "old.jsonl").write_text("\n".join(gate_lines(7, prefix="old")) + "\n")
+    (tmp_path / "new.jsonl").write_text("\n".join(gate_lines(2, prefix="new")) + "\n")
+    assert shell("compute-budget record old.jsonl && compute-budget keygen writer/prod > writer.pub",
+                 tmp_path).returncode == 0
+    done = shell(adopt, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "adopted 7 rows (seq 1..7)" in done.stderr
+    assert "# stderr: adopted 7 rows (seq 1..7)" in adopt
+    audited = shell("compute-budget audit --trusted-key writer.pub", tmp_path)
+    assert audited.returncode == 0, audited.stdout
