@@ -171,6 +171,32 @@ def test_every_doc_names_the_kept_note_one_way() -> None:
     assert "witnessed.note" in DOCS[OPERATIONS]
 
 
+# The shell blocks the tests of this file (and the runbook tests of tests/test_repairs.py, the Witnessing test of
+# tests/test_audit_witness_age.py) run, by doc and section: a block added anywhere else has no test yet.
+SHELL_BLOCKS_RUN = {
+    ("README.md", "Quick start"): 1, ("README.md", "Nightly audit"): 1,
+    ("docs/cli.md", "Common to every command"): 1,
+    ("docs/incident.md", "After a repair: `migrate` restored the guard"): 2,
+    ("docs/incident.md", "Salvage: `copy --through`"): 1,
+    ("docs/operations.md", "Nightly audit"): 1, ("docs/operations.md", "PostgreSQL"): 2,
+    ("docs/operations.md", "Keys and witnesses"): 2, ("docs/operations.md", "Witnessing"): 1,
+    ("docs/upgrading.md", "0003: the seal (spec section 8)"): 1,
+}
+
+
+def test_every_shell_block_of_the_docs_is_run_by_a_test() -> None:
+    """Every ```sh block (and the Witnessing recipe's bare one) of the README and docs/*.md is one a test runs."""
+    found: dict[tuple[str, str], int] = {}
+    for doc in DOC_PATHS:
+        for section in re.findall(r"^## (.*)$", DOCS[doc], flags=re.MULTILINE):
+            count = len(fenced("sh", section, doc=doc))
+            if (doc, section) == ("docs/operations.md", "Witnessing"):
+                count += len(fenced("", section, doc=doc))
+            if count:
+                found[(doc, section)] = count
+    assert found == SHELL_BLOCKS_RUN
+
+
 def _slug(heading: str) -> str:
     """The anchor GitHub makes of a heading."""
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
@@ -413,3 +439,62 @@ def test_the_adoption_block_adopts_the_unsigned_rows(tmp_path: Path) -> None:
     assert "# stderr: adopted 7 rows (seq 1..7)" in adopt
     audited = shell("compute-budget audit --trusted-key writer.pub", tmp_path)
     assert audited.returncode == 0, audited.stdout
+
+
+# -- docs/incident.md and docs/upgrading.md -------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_salvage_block_runs_with_its_placeholders_filled(tmp_path: Path) -> None:
+    """incident.md's `copy --through` block, S and NEW_VERIFIER_KEY filled in: rows 1..3 of a signed store salvaged
+    into a new origin, adopted by the new key's first append, and the new log audits clean with its provenance."""
+    (block,) = fenced("sh", "Salvage: `copy --through`", doc="docs/incident.md")
+    filled = re.sub(r"\bS\b", "3", block).replace("NEW_VERIFIER_KEY", '"$(cat new.pub)"')
+    assert "NEW_VERIFIER_KEY" in block
+    (tmp_path / "gates.jsonl").write_text("\n".join(gate_lines(5)) + "\n")
+    (tmp_path / "new.jsonl").write_text("\n".join(gate_lines(2, prefix="new")) + "\n")
+    setup = ("compute-budget keygen writer > writer.pub && compute-budget keygen new > new.pub"
+             " && compute-budget record gates.jsonl --db damaged.db --signing-key writer.key")
+    assert shell(setup, tmp_path).returncode == 0
+    done = shell(filled, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "adopted 3 rows (seq 1..3)" in done.stderr
+    assert "CLEAN" in done.stdout
+    assert re.search(r"provenance +salvaged from \S+ through seq 3", done.stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_the_upgrade_to_the_seal_block_runs(pg_url: str, tmp_path: Path) -> None:
+    """upgrading.md's 0003 block, either way: each SQLite `migrate` on a store of its own, and on PostgreSQL the
+    offline `--sql` script (from a folder laid out as the repository root), applied with psql as it says, then
+    `migrate`; the PostgreSQL store then records and audits clean."""
+    from sqlalchemy.engine import make_url
+
+    (block,) = fenced("sh", "0003: the seal (spec section 8)", doc="docs/upgrading.md")
+    sqlite_steps, postgres_steps = (commands(part) for part in block.split("\n\n"))
+    assert len(sqlite_steps) == 2
+    for index, step in enumerate(sqlite_steps):  # "either of": each alone
+        folder = tmp_path / f"sqlite-{index}"
+        folder.mkdir()
+        done = shell(step, folder)
+        assert done.returncode == 0, (step, done.stderr)
+        assert shell("compute-budget checkpoint", folder).returncode == 0
+    url = make_url(pg_url).set(drivername="postgresql+psycopg")
+    root = with_examples(tmp_path / "root")
+    shutil.copy(REPO_ROOT / "alembic.ini", root / "alembic.ini")
+    (root / "src").symlink_to(REPO_ROOT / "src")
+    script, migrate = (step.replace("postgresql+psycopg://…", url.render_as_string(hide_password=False))
+                       for step in postgres_steps)
+    done = shell(script, root)
+    assert done.returncode == 0, done.stderr
+    psql = f"psql '{url.set(drivername='postgresql').render_as_string(hide_password=False)}' -v ON_ERROR_STOP=1 -q"
+    done = shell(f"{psql} -f 0003.sql", root)
+    assert done.returncode == 0, done.stderr
+    done = shell(migrate, root)
+    assert done.returncode == 0, done.stderr
+    database = url.render_as_string(hide_password=False)
+    done = shell(f"compute-budget record examples/gates.jsonl --db '{database}' && "
+                 f"compute-budget audit --db '{database}'", root)
+    assert done.returncode == 0, done.stderr
+    assert "CLEAN" in done.stdout
