@@ -1,4 +1,4 @@
-"""Benchmark: the 10-million-row night (issue 12's moonshot), run once and written into the README.
+"""Benchmark: the 10-million-row night (issue 12's moonshot), run once and written into benchmarks/README.md.
 
 In one run, on this machine, through the installed `compute-budget` command where an operator would use it:
 

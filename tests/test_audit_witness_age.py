@@ -1,6 +1,6 @@
 """Issue 28, the audit's witness rules (spec 9.9.1, 9.9.2, 9.9.4, 9.9.5): what the store says about witnesses is a
-claim. Each test is set up as the README's Witnessing recipe runs (a writer, a witness over real HTTP, a nightly
-audit with `--since`), on both backends, and fails on 600e1f3."""
+claim. Each test is set up as docs/operations.md's Witnessing recipe runs (a writer, a witness over real HTTP, a
+nightly audit with `--since`), on both backends, and fails on 600e1f3."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def _url(port: int) -> str:
 
 
 def _nightly(run_cli: Run, db: str, port: int, *extra: str) -> tuple[int, str, str]:
-    """The README's nightly witnessed audit (JSON on stdout)."""
+    """The Witnessing recipe's nightly witnessed audit (JSON on stdout)."""
     return run_cli("audit", "--db", db, "--trusted-key", WRITER_KEY, "--witness-key", WITNESS_KEY,
                    "--witness-url", _url(port), "--format", "json", *extra)
 
@@ -405,9 +405,9 @@ def test_cosign_needs_trusted_keys_and_is_never_one(
 def test_the_cosigned_note_is_accepted_on_its_writer_signature_and_checked_by_auditor_key(
     run_cli: Run, writer: Path, auditor: Path, store_target: str, tmp_path: Path
 ) -> None:
-    """The README's recipe: tonight's cosigned note is tomorrow's --since, accepted on the writer's signature (the
-    auditor's key is not trusted); `consistency --auditor-key` checks the auditor's line, and refuses (exit 1) a
-    note without it."""
+    """The keys recipe (docs/operations.md): tonight's cosigned note is tomorrow's --since, accepted on the writer's
+    signature (the auditor's key is not trusted); `consistency --auditor-key` checks the auditor's line, and refuses
+    (exit 1) a note without it."""
     db = store_target
     tonight, tomorrow = tmp_path / "auditor.note", tmp_path / "auditor.next"
     _record(run_cli, db, writer, 3, "night1")
@@ -431,7 +431,7 @@ def test_the_cosigned_note_is_accepted_on_its_writer_signature_and_checked_by_au
     assert "the auditor's line" in err
 
 
-# -- the README's Witnessing recipe, run as written ----------------------------------------------------------------
+# -- the Witnessing recipe (docs/operations.md), run as written ----------------------------------------------------
 
 
 @pytest.mark.slow
@@ -443,9 +443,9 @@ def test_the_readmes_witnessing_recipe_runs_for_three_nights(tmp_path: Path) -> 
     import socket
     import subprocess
 
-    from tests.test_readme import commands, fenced, shell
+    from tests.test_readme import OPERATIONS, commands, fenced, shell
 
-    steps = commands(fenced("", "Witnessing")[0])
+    steps = commands(fenced("", "Witnessing", doc=OPERATIONS)[0])
     assert len(steps) == 7, steps
     keygen, serve, record, submit, first_night, nightly, verify = steps
     assert "--since witnessed.note" in nightly

@@ -186,16 +186,23 @@ def test_checkpoint_prints_the_head(run_cli: Run, db_path: Path) -> None:
 
 
 def test_every_command_is_documented_in_the_readme(run_cli: Run) -> None:
-    """Each command of the CLI appears in the README."""
+    """Each command of the CLI appears in the README, and has its own section in docs/cli.md (each subcommand of a
+    group too)."""
     import click
 
     from compute_budget.cli import cli
 
     readme = (REPO_ROOT / "README.md").read_text()
-    names = cli.list_commands(click.Context(cli))  # the lazy commands too, loaded or not
+    reference = (REPO_ROOT / "docs" / "cli.md").read_text()
+    context = click.Context(cli)
+    names = cli.list_commands(context)  # the lazy commands too, loaded or not
     assert {"decide", "record", "audit", "witness", "serve"} <= set(names)
     for name in names:
         assert f"compute-budget {name}" in readme, name
+        command = cli.get_command(context, name)
+        subcommands = command.list_commands(context) if isinstance(command, click.Group) else [""]
+        for sub in subcommands:
+            assert f"\n## `compute-budget {f'{name} {sub}'.strip()}`\n" in reference, (name, sub)
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
-"""The attacks of issue 21, each set up as in the README's deployment (a writer, a witness on its own state, a
-nightly audit requiring the witness), and what now catches it: spec 9.3's roles and `audit --witness-url`."""
+"""The attacks of issue 21, each set up as in the deployment of docs/operations.md's Witnessing recipe (a writer, a
+witness on its own state, a nightly audit requiring the witness), and what now catches it: spec 9.3's roles and
+`audit --witness-url`."""
 
 from __future__ import annotations
 
