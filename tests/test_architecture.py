@@ -44,7 +44,7 @@ def test_the_layers_and_the_pure_core_hold() -> None:
         ("core/policy/hashing.py", "import compute_budget.store.facade", "Layers"),
         ("store/append.py", "import compute_budget.auditor.scan", "Layers"),
         ("auditor/scan.py", "import compute_budget.web.app", "Layers"),
-        ("web/model.py", "import compute_budget.cli.commands", "Layers"),
+        ("web/queries.py", "import compute_budget.cli.commands", "Layers"),
         ("core/verify.py", "import starlette", "The core is pure"),
         ("core/log/merkle.py", "import compute_budget.core.policy.types", "Two rooms"),
         ("core/policy/hashing.py", "import compute_budget.core.log.note", "Two rooms"),
@@ -55,7 +55,7 @@ def test_the_layers_and_the_pure_core_hold() -> None:
         ("witness/protocol.py", "import compute_budget.store.keys", "The witness keeps its own state"),
         ("witness/state.py", "import compute_budget.core.policy.rules", "The witness keeps its own state"),
         ("witness/app.py", "import compute_budget.web.app", "Layers"),
-        ("web/model.py", "import compute_budget.witness.state", "Layers"),
+        ("web/queries.py", "import compute_budget.witness.state", "Layers"),
     ],
 )
 def test_a_forbidden_import_breaks_a_contract(tmp_path: Path, module: str, line: str, contract: str) -> None:
@@ -161,3 +161,23 @@ def test_the_quick_commands_load_no_database_code(argv: list[str], lazy: bool) -
     done = subprocess.run([sys.executable, "-c", code], input='{"decision_id": "a"}\n', capture_output=True,
                           text=True, check=False)
     assert done.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_the_workbench_rooms_stay_small() -> None:
+    """Issue 29 item 3: no function over 60 lines and no module over 500 lines in `src/compute_budget/web/`."""
+    web = REPO_ROOT / "src" / "compute_budget" / "web"
+    long_modules: list[tuple[str, int]] = []
+    long_functions: list[tuple[str, str, int]] = []
+    for path in sorted(web.rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        name = str(path.relative_to(web))
+        if len(source.splitlines()) > 500:
+            long_modules.append((name, len(source.splitlines())))
+        long_functions += [
+            (name, node.name, node.end_lineno - node.lineno + 1)
+            for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.end_lineno is not None and node.end_lineno - node.lineno + 1 > 60
+        ]
+    assert long_modules == []
+    assert long_functions == []

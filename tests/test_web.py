@@ -647,7 +647,7 @@ def test_a_server_error_still_carries_the_headers(sqlite_store: str, monkeypatch
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(web_app.model, "checkpoints", broken)
+    monkeypatch.setattr(web_app.checkpoints, "checkpoints", broken)
     with TestClient(create_app(sqlite_store), raise_server_exceptions=False) as test_client:
         response = test_client.get("/checkpoints")
     assert response.status_code == 500

@@ -12,89 +12,32 @@ from __future__ import annotations
 import contextlib
 import urllib.parse
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.policy.types import ComputeBudgetStatus
 from compute_budget.errors import ComputeBudgetError
-from compute_budget.serving import ClientGone, allowed_hosts, answer_client_gone, host_of, read_body
+from compute_budget.serving import ClientGone, allowed_hosts, answer_client_gone, read_body
 from compute_budget.store import BudgetStore
 from compute_budget.store.browse import DecisionFilter, Page
-from compute_budget.web import model, verdicts
+from compute_budget.web import charts, checkpoints, decision, queries, rows, verdicts
 from compute_budget.web.audit_runner import AuditKeys, AuditRunner
+from compute_budget.web.guard import CONTENT_SECURITY_POLICY, SECURITY_HEADERS, Guard
+
+__all__ = ["CONTENT_SECURITY_POLICY", "SECURITY_HEADERS", "Guard", "Workbench", "create_app", "loopback_hosts"]
 
 HERE = Path(__file__).resolve().parent
-
-CONTENT_SECURITY_POLICY = (
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; font-src 'self'; "
-    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
-)
-SECURITY_HEADERS = {
-    "content-security-policy": CONTENT_SECURITY_POLICY,
-    "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
-    "x-frame-options": "DENY",
-    "cross-origin-opener-policy": "same-origin",
-    "cross-origin-resource-policy": "same-origin",
-}
-
-
-# Starting an audit changes what the audit page shows: it is the one POST the workbench answers (issue 22).
-AUDIT_START_PATHS = ("/audit/run", "/api/audit/run")
-
-
-class Guard:
-    """The outermost ASGI layer: GET and HEAD only, the Host check, and the security headers on everything."""
-
-    def __init__(self, app: ASGIApp, workbench: Workbench, *, allowed_hosts: Sequence[str] | None) -> None:
-        self.app = app
-        self.workbench = workbench
-        self.allowed_hosts = None if allowed_hosts is None else {host.lower() for host in allowed_hosts}
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_guarded(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = MutableHeaders(scope=message)
-                for name, value in SECURITY_HEADERS.items():
-                    headers[name] = value
-                if "cache-control" not in headers:
-                    headers["cache-control"] = "no-store"
-            await send(message)
-
-        starts_audit = scope["method"] == "POST" and scope.get("path") in AUDIT_START_PATHS
-        if scope["method"] not in ("GET", "HEAD") and not starts_audit:
-            response: Response = PlainTextResponse(
-                "405 Method Not Allowed: the workbench is read-only and answers GET only\n",
-                status_code=405,
-                headers={"Allow": "GET, HEAD"},
-            )
-            await response(scope, receive, send_guarded)
-            return
-        if self.allowed_hosts is not None and host_of(scope) not in self.allowed_hosts:
-            response = PlainTextResponse(
-                "400 Bad Request: unexpected Host header (the workbench answers only to the address it serves)\n",
-                status_code=400,
-            )
-            await response(scope, receive, send_guarded)
-            return
-        await self.app(scope, receive, send_guarded)
 
 
 class Workbench:
@@ -113,7 +56,7 @@ class Workbench:
         self.store = BudgetStore.open(target, readonly=True)
         self.display = self.store.location.display
         self.trusted_keys = tuple(trusted_keys)
-        self.counts = model.CountCache()
+        self.counts = charts.CountCache()
         self.audits = AuditRunner(target, AuditKeys(self.trusted_keys, tuple(witness_keys), witness_quorum))
         self.guard = verdicts.GuardWatch(self.store)
         self.report = verdicts.ReportWatch(audit_report, self.auditor_key, self.store)
@@ -146,9 +89,9 @@ class Workbench:
 
     # -- decisions ---------------------------------------------------------------------------------------
 
-    def _page(self, query: model.Query) -> tuple[Page, int, Counter[tuple[str, str]]]:
+    def _page(self, query: queries.Query) -> tuple[Page, int, Counter[tuple[str, str]]]:
         head_seq, counts = self.counts.get(self.store)
-        known = model.match_count(counts, model.Query(_only_status_reason(query.where), query.limit))
+        known = charts.match_count(counts, queries.Query(queries.only_status_reason(query.where), query.limit))
         if known == 0:  # no row has this status or reason: skip a query that would scan the whole table
             return Page([], None, None, False), head_seq, counts
         return self.store.page(query.where, limit=query.limit), head_seq, counts
@@ -158,22 +101,22 @@ class Workbench:
         if isinstance(query, Response):
             return query
         page, head_seq, counts = self._page(query)
-        rows = model.checked(page.rows, self.store, query)
+        listed = rows.checked(page.rows, self.store, query)
         return self.render(
             "decisions.html",
             nav="decisions",
             query=query,
-            rows=rows,
+            rows=listed,
             head_seq=head_seq,
-            charts=model.charts(counts, query),
+            charts=charts.charts(counts, query),
             chart_images=(
                 [(query.href(f"/charts/{which}.svg"), f"Decisions by {which}, under the filters")
                  for which in ("status", "reason")]
-                if model.needs_own_counts(query)
+                if charts.needs_own_counts(query)
                 else None
             ),
             chart_counts=sorted(counts.items()),
-            matches=model.match_count(counts, query),
+            matches=charts.match_count(counts, query),
             statuses=[status.value for status in ComputeBudgetStatus],
             reasons=sorted({reason for _, reason in counts}),
             older_href=query.href(before_seq=page.next_before_seq) if page.next_before_seq is not None else None,
@@ -202,8 +145,8 @@ class Workbench:
             after_seq=where.after_seq, before_seq=where.before_seq,
         )
         counts: Counter[tuple[str, str]] = Counter(self.store.filtered_counts(rest))
-        chart = model.charts(counts, query)[0 if which == "status" else 1]
-        return Response(model.chart_svg(chart), media_type="image/svg+xml")
+        chart = charts.charts(counts, query)[0 if which == "status" else 1]
+        return Response(charts.chart_svg(chart), media_type="image/svg+xml")
 
     def api_decisions(self, request: Request) -> Response:
         query = self._query(request, api=True)
@@ -212,51 +155,46 @@ class Workbench:
         if query.where.after_seq is not None and query.where.before_seq is None:
             return self._api_forward(query)
         page, head_seq, counts = self._page(query)
-        by_status: dict[str, int] = {}
-        by_reason: dict[str, int] = {}
-        for (status, reason), count in sorted(counts.items()):
-            by_status[status] = by_status.get(status, 0) + count
-            by_reason[reason] = by_reason.get(reason, 0) + count
         return JSONResponse(
             {
-                "decisions": _with_holds(page.rows, self.store),
+                "decisions": rows.with_holds(page.rows, self.store),
                 "next_before_seq": page.next_before_seq,
                 "head_seq": head_seq,
-                "counts": {"status": by_status, "reason": by_reason},
+                "counts": charts.counts_by_column(counts),
                 "guard_problems": list(self.guard.problems()),
             }
         )
 
-    def _api_forward(self, query: model.Query) -> Response:
+    def _api_forward(self, query: queries.Query) -> Response:
         """`/api/decisions?after_seq=A&limit=N`: the first N rows after A, oldest first, and `next_after_seq`."""
-        rows, following = self.store.forward_page(query.where, limit=query.limit)
+        found, following = self.store.forward_page(query.where, limit=query.limit)
         return JSONResponse(
             {
-                "decisions": _with_holds(rows, self.store),
+                "decisions": rows.with_holds(found, self.store),
                 "next_after_seq": following,
                 "head_seq": self.store.head_seq(),
                 "guard_problems": list(self.guard.problems()),
             }
         )
 
-    def _query(self, request: Request, *, api: bool = False) -> model.Query | Response:
+    def _query(self, request: Request, *, api: bool = False) -> queries.Query | Response:
         try:
-            return model.parse_query(request.query_params)
-        except model.BadQuery as error:
+            return queries.parse_query(request.query_params)
+        except queries.BadQuery as error:
             if api:
                 return JSONResponse({"error": str(error)}, status_code=400)
             return self.render("error.html", 400, nav="decisions", title="Bad request", message=str(error))
 
     def decision(self, request: Request) -> Response:
         budget_id = str(request.path_params["budget_id"])
-        found = model.detail(self.store, budget_id)
+        found = decision.detail(self.store, budget_id)
         if found is None:
             return self.not_found(f"No decision with budget_id {budget_id} is stored in this store.")
         return self.render("decision.html", nav="decisions", d=found)
 
     def api_decision(self, request: Request) -> Response:
         budget_id = str(request.path_params["budget_id"])
-        found = model.detail(self.store, budget_id)
+        found = decision.detail(self.store, budget_id)
         if found is None:
             return JSONResponse({"error": f"no decision with budget_id {budget_id}"}, status_code=404)
         return JSONResponse(
@@ -264,8 +202,8 @@ class Workbench:
                 **found.raw,
                 "rederived": found.rederived.to_dict(),
                 "chain": {
-                    "previous": _link(found.previous),
-                    "next": _link(found.next),
+                    "previous": rows.link_dict(found.previous),
+                    "next": rows.link_dict(found.next),
                 },
             }
         )
@@ -282,8 +220,8 @@ class Workbench:
             head_seq=head_seq,
             keys=self.audits.keys,
             refresh=run is not None and not run.finished,
-            is_budget_id=model.is_budget_id,
-            detail_href=model.detail_href,
+            is_budget_id=queries.is_budget_id,
+            detail_href=rows.detail_href,
         )
 
     def api_audit(self, request: Request) -> Response:
@@ -297,9 +235,9 @@ class Workbench:
             return 403, refused
         head_seq = self.store.head_seq()
         try:
-            after = model.int_param(params, "after_seq", low=0, high=2**63 - 1) or 0
-            through = model.int_param(params, "through_seq", low=0, high=2**63 - 1)
-        except model.BadQuery as error:
+            after = queries.int_param(params, "after_seq", low=0, high=queries.SEQ_LIMIT) or 0
+            through = queries.int_param(params, "through_seq", low=0, high=queries.SEQ_LIMIT)
+        except queries.BadQuery as error:
             return 400, str(error)
         through = head_seq if through is None else through
         if after > through:
@@ -307,7 +245,7 @@ class Workbench:
         start: Checkpoint | None = None
         if after > 0:
             link = self.store.link_at_seq(after)
-            if link is None or not isinstance(link.chain_hash, str) or not model.is_budget_id(link.chain_hash):
+            if link is None or not isinstance(link.chain_hash, str) or not queries.is_budget_id(link.chain_hash):
                 return 400, f"no readable row at seq {after} to start from: audit from seq 0 instead"
             start = Checkpoint(after, link.chain_hash, link.budget_id if isinstance(link.budget_id, str) else None)
         if self.audits.start(start, through) is None:
@@ -332,8 +270,12 @@ class Workbench:
 
     # -- checkpoints ---------------------------------------------------------------------------------------
 
+    def _checkpoints(self) -> checkpoints.Checkpoints:
+        return checkpoints.checkpoints(self.store, self.trusted_keys, self.audit_report, self._checked(),
+                                       self._withheld())
+
     def checkpoints(self, request: Request) -> Response:
-        found = model.checkpoints(self.store, self.trusted_keys, self.audit_report, self._checked(), self._withheld())
+        found = self._checkpoints()
         return self.render("checkpoints.html", nav="checkpoints", c=found)
 
     def _withheld(self) -> str | None:
@@ -367,18 +309,14 @@ class Workbench:
         return run.through_seq, bad, f"audit #{run.number} of seq 1..{run.through_seq}"
 
     def api_checkpoints(self, request: Request) -> Response:
-        found = model.checkpoints(self.store, self.trusted_keys, self.audit_report, self._checked(), self._withheld())
+        found = self._checkpoints()
         return JSONResponse(
             {
                 "head": found.head.to_dict() if found.head is not None else None,
                 "head_problem": found.head_problem,
                 "withheld": found.withheld,
                 "guard_problems": list(self.guard.problems()),
-                "trusted_keys": [
-                    {"given": key.given, "key": key.key, "name": key.name, "key_hash": key.key_hash,
-                     "problem": key.problem}
-                    for key in found.trusted_keys
-                ],
+                "trusted_keys": [key.to_dict() for key in found.trusted_keys],
                 "signed_checkpoints": found.signed.to_dict(),
             }
         )
@@ -387,18 +325,6 @@ class Workbench:
 
     def not_found(self, message: str = "There is no page at this address.") -> Response:
         return self.render("error.html", 404, nav=None, title="Not found", message=message)
-
-
-def _with_holds(rows: list[tuple[Any, ...]], store: BudgetStore) -> list[dict[str, Any]]:
-    """Rows as JSON, each with `holds` (the audit's check of it, live) and, when it does not, its `problems`."""
-    items = []
-    for raw, problems in zip(rows, model.row_problems(rows, store), strict=True):
-        item = model.row_dict(raw)
-        item["holds"] = not problems
-        if problems:
-            item["problems"] = list(problems)
-        items.append(item)
-    return items
 
 
 async def _fields(request: Request) -> dict[str, str]:
@@ -434,16 +360,6 @@ def _cross_site(request: Request) -> str | None:
     return f"refusing to start an audit without Sec-Fetch-Site: same-origin or Origin: {served}"
 
 
-def _only_status_reason(where: DecisionFilter) -> DecisionFilter:
-    return DecisionFilter(status=where.status, reason_code=where.reason_code)
-
-
-def _link(link: Any) -> dict[str, Any] | None:
-    if link is None:
-        return None
-    return {"seq": link.seq, "chain_hash": link.chain_hash, "budget_id": link.budget_id}
-
-
 def create_app(
     target: str,
     *,
@@ -469,6 +385,35 @@ def create_app(
         finally:
             bench.close()
 
+    app = Starlette(routes=_routes(bench), lifespan=lifespan, exception_handlers=_error_handlers(bench))
+    return Guard(app, bench, allowed_hosts=allowed_hosts)
+
+
+def _routes(bench: Workbench) -> list[Route | Mount]:
+    """Every address the workbench answers: the pages, their JSON twins, the charts and the static files."""
+
+    def get(path: str, endpoint: Callable[[Request], Response], name: str) -> Route:
+        return Route(path, endpoint, methods=["GET"], name=name)
+
+    return [
+        get("/", bench.decisions, "decisions"),
+        get("/decisions/{budget_id}", bench.decision, "decision"),
+        get("/audit", bench.audit, "audit"),
+        Route("/audit/run", bench.audit_run, methods=["POST"], name="audit_run"),
+        get("/checkpoints", bench.checkpoints, "checkpoints"),
+        get("/api/decisions", bench.api_decisions, "api_decisions"),
+        get("/charts/{which}.svg", bench.chart, "chart"),
+        get("/api/decisions/{budget_id}", bench.api_decision, "api_decision"),
+        get("/api/audit", bench.api_audit, "api_audit"),
+        Route("/api/audit/run", bench.api_audit_run, methods=["POST"], name="api_audit_run"),
+        get("/api/checkpoints", bench.api_checkpoints, "api_checkpoints"),
+        Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+
+
+def _error_handlers(bench: Workbench) -> dict[Any, Callable[[Request, Exception], Awaitable[Response]]]:
+    """An HTTP error and a store error as a page (or, under /api/, as JSON)."""
+
     def is_api(request: Request) -> bool:
         return request.url.path.startswith("/api/")
 
@@ -486,30 +431,8 @@ def create_app(
             return JSONResponse({"error": str(error)}, status_code=503)
         return bench.render("error.html", 503, nav=None, title="The store cannot be read", message=str(error))
 
-    def get(path: str, endpoint: Callable[[Request], Response], name: str) -> Route:
-        return Route(path, endpoint, methods=["GET"], name=name)
-
-    routes = [
-        get("/", bench.decisions, "decisions"),
-        get("/decisions/{budget_id}", bench.decision, "decision"),
-        get("/audit", bench.audit, "audit"),
-        Route("/audit/run", bench.audit_run, methods=["POST"], name="audit_run"),
-        get("/checkpoints", bench.checkpoints, "checkpoints"),
-        get("/api/decisions", bench.api_decisions, "api_decisions"),
-        get("/charts/{which}.svg", bench.chart, "chart"),
-        get("/api/decisions/{budget_id}", bench.api_decision, "api_decision"),
-        get("/api/audit", bench.api_audit, "api_audit"),
-        Route("/api/audit/run", bench.api_audit_run, methods=["POST"], name="api_audit_run"),
-        get("/api/checkpoints", bench.api_checkpoints, "api_checkpoints"),
-        Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
-    ]
-    app = Starlette(
-        routes=routes,
-        lifespan=lifespan,
-        # A client gone before its form arrived (`read_body`): no audit starts, nobody to answer.
-        exception_handlers={HTTPException: http_error, ComputeBudgetError: store_error, ClientGone: answer_client_gone},
-    )
-    return Guard(app, bench, allowed_hosts=allowed_hosts)
+    # A client gone before its form arrived (`read_body`): no audit starts, nobody to answer.
+    return {HTTPException: http_error, ComputeBudgetError: store_error, ClientGone: answer_client_gone}
 
 
 def loopback_hosts(host: str) -> tuple[str, ...]:

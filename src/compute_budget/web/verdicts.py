@@ -8,7 +8,6 @@ the audit's `--cosign` made, embedded in the report (`checkpoint_note`), can mak
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -23,7 +22,7 @@ from compute_budget.core.log.note import VerifierKey
 from compute_budget.core.seal import signature_problem
 from compute_budget.errors import ComputeBudgetError
 from compute_budget.store import BudgetStore
-from compute_budget.web.model import MAX_AUDIT_REPORT_BYTES
+from compute_budget.web.report import read_report
 
 # How stale a page's view of the guard (and of the report's standing) may be: a guard dropped now is on every
 # page within this many seconds.
@@ -149,7 +148,7 @@ def audit_banner(path: str | None, auditor_key: VerifierKey | None, store: Budge
     if path is None:
         return None
     try:
-        report = _read_report(path)
+        report = read_report(path)
     except (OSError, ValueError, RecursionError) as error:
         return Banner(Tone.RED, f"The audit report {path} cannot be read ({error}): the last verdict is unknown.")
     when = str(report.get("finished_at") or "an unknown time")
@@ -158,17 +157,6 @@ def audit_banner(path: str | None, auditor_key: VerifierKey | None, store: Budge
     if report.get("clean") is True:
         return _signed_verdict(path, report, auditor_key, store)
     return Banner(Tone.RED, _findings_text(report, when))
-
-
-def _read_report(path: str) -> dict[str, Any]:
-    with open(path, "rb") as handle:
-        raw = handle.read(MAX_AUDIT_REPORT_BYTES + 1)
-    if len(raw) > MAX_AUDIT_REPORT_BYTES:
-        raise ValueError("it is larger than any audit report")
-    report = json.loads(raw)
-    if not isinstance(report, dict):
-        raise ValueError("it is not a JSON object")
-    return report
 
 
 def _findings_text(report: dict[str, Any], when: str) -> str:
