@@ -358,6 +358,29 @@ def test_a_report_the_auditor_signed_of_this_store_is_green(
     assert "auditor auditor signed rows 1..6 of this store" in text
 
 
+def test_a_signed_clean_report_turns_grey_while_the_guard_is_broken_and_says_its_time_is_unsigned(
+    run_cli: Run, signed_store: tuple[str, str, Path, str], tmp_path: Path
+) -> None:
+    """Red team on issue 28 h: the green banner stood beside the red guard banner, over rows that may have changed
+    since the auditor signed; and the report's `finished_at` (a forged year 2099) read as the auditor's word. Now
+    the report's banner is grey while the guard banner is up, and the time is marked as the report's unsigned
+    word."""
+    target, writer, auditor_file, auditor = signed_store
+    report = nightly(run_cli, target, writer, auditor_file, tmp_path)
+    document = json.loads(report.read_text())
+    document["finished_at"] = "2099-01-01T00:00:00Z"
+    report.write_text(json.dumps(document))
+    with TestClient(create_app(target, audit_report=str(report), auditor_key=auditor)) as client:
+        [(css, text)] = banners(client.get("/").text)
+        assert css == "banner green clean"
+        assert "(finished 2099-01-01T00:00:00Z, by the report's unsigned word)" in text
+    drop_guard(target)
+    with TestClient(create_app(target, audit_report=str(report), auditor_key=auditor)) as client:
+        shown = banners(client.get("/").text)
+    assert [css.split()[:2] for css, _ in shown] == [["banner", "red"], ["banner", "grey"]]
+    assert "the store's guard is not whole now" in shown[1][1]
+
+
 def test_a_report_replaced_by_clean_true_is_grey(
     run_cli: Run, signed_store: tuple[str, str, Path, str], tmp_path: Path
 ) -> None:

@@ -81,11 +81,11 @@ class Workbench:
 
     def banners(self) -> list[verdicts.Banner]:
         """The banners every page opens with: the guard's (checked live), then the audit report's."""
-        found = (
-            verdicts.guard_banner(self.guard.problems(), self.display, self.guard.repair_problems()),
-            self.report.banner(),
-        )
-        return [banner for banner in found if banner is not None]
+        guard = verdicts.guard_banner(self.guard.problems(), self.display, self.guard.repair_problems())
+        report = self.report.banner()
+        if guard is not None and report is not None:
+            report = verdicts.under_broken_guard(report)
+        return [banner for banner in (guard, report) if banner is not None]
 
     # -- decisions ---------------------------------------------------------------------------------------
 

@@ -225,11 +225,21 @@ def _store_mismatch(signed: Checkpoint, store: BudgetStore) -> tuple[str | None,
 
 
 def _green(report: dict[str, Any], signed: Checkpoint, key: VerifierKey, head: int) -> Banner:
+    # The report's time is not under the auditor's signature (a note signs the checkpoint alone): say so.
     when = str(report.get("finished_at") or "an unknown time")
     newer = head - signed.seq
     since = f"; the {newer} row(s) recorded since are not covered by it" if newer > 0 else ""
     return Banner(
         Tone.GREEN,
-        f"The last audit (finished {when}) was clean: auditor {key.name} signed rows 1..{signed.seq} of this store, "
-        f"which still give the root it signed{since}.",
+        f"The last audit was clean: auditor {key.name} signed rows 1..{signed.seq} of this store, whose stored tree "
+        f"still gives the root it signed{since} (finished {when}, by the report's unsigned word).",
     )
+
+
+def under_broken_guard(report: Banner) -> Banner:
+    """The report's banner while the guard banner is up: a green verdict turns grey, since rows may have changed
+    since the auditor signed (and the stored tree with them); a red or grey one stands as it is."""
+    if report.tone is not Tone.GREEN:
+        return report
+    return Banner(Tone.GREY, "The audit report says clean and the auditor signed it, but the store's guard is not "
+                             "whole now (see above): rows may have changed since. Run a full audit.")
