@@ -44,9 +44,12 @@ class _Walk:
     warnings: list[str] = field(default_factory=list)
 
 
+LookedBack = tuple[LookBack, list[Finding], list[str]]  # what `look_below` found, and its warnings
+
+
 def look_below(
     snapshot: Snapshot, since: Checkpoint, n: int, day: int, max_seq: int
-) -> tuple[LookBack, list[Finding], list[str]]:
+) -> LookedBack:
     """Re-check today's slice of the tiles below `since` (see the module docstring): the summary, the findings
     (row findings first, then the tree's) and warnings for the report."""
     started = time.perf_counter()
