@@ -258,7 +258,7 @@ def test_an_interrupted_audit_leaves_no_old_verdict_behind(
     def stopped(*_args: object, **_kwargs: object) -> None:
         raise KeyboardInterrupt if stop == "interrupt" else Terminated
 
-    monkeypatch.setattr(scan, "audit", stopped)
+    monkeypatch.setattr(scan, "run_audit", stopped)
     code, out, err = run_cli("audit", "--db", str(recorded), "--output", str(output), "--report", f"json:{extra}")
     assert code == status
     assert out == ""

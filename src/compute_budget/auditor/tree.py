@@ -84,18 +84,27 @@ def plan_seal(
             seal.findings += _claimed_root_check(snapshot, item, plan.max_seq)
     key_texts = tuple(key.format() for key in keys)
     for index, (low, _) in enumerate(plan.ranges):
-        claimed: tuple[int, list[str]] | None
-        if index == 0:
-            claimed = (seal.first.size, seal.first.to_hex())
-        else:
-            try:
-                frontier = snapshot.frontier(low)
-                claimed = (frontier.size, frontier.to_hex())
-            except StoreDamaged:
-                claimed = None
+        claimed = (seal.first.size, seal.first.to_hex()) if index == 0 else _claimed_start(snapshot, low)
         seal.tasks.append(SealTask(claimed, origin, given, nodes, key_texts, all_signatures))
+    seal.findings += _unmet_entries(snapshot, plan.max_seq, nodes)
+    return seal
+
+
+def _claimed_start(snapshot: Snapshot, low: int) -> tuple[int, list[str]] | None:
+    """The frontier the stored tree claims at a range's first row (proven later), or None when it cannot say."""
+    try:
+        frontier = snapshot.frontier(low)
+    except StoreDamaged:
+        return None
+    return frontier.size, frontier.to_hex()
+
+
+def _unmet_entries(snapshot: Snapshot, max_seq: int, nodes: bool) -> list[Finding]:
+    """The stored tree entries no range will meet: unreadable checkpoints, checkpoints beyond the rows, misplaced
+    nodes."""
+    findings: list[Finding] = []
     for ident, columns in snapshot.unreadable_checkpoints():
-        seal.findings.append(
+        findings.append(
             Finding(
                 FindingKind.CHECKPOINT_MISMATCH,
                 None,
@@ -104,27 +113,27 @@ def plan_seal(
                 "type): no writer stores such an entry",
             )
         )
-    for stored in snapshot.checkpoints_beyond(plan.max_seq):
-        seal.findings.append(
+    for stored in snapshot.checkpoints_beyond(max_seq):
+        findings.append(
             Finding(
                 FindingKind.CHECKPOINT_MISMATCH,
                 None,
                 stored.tree_size,
                 f"stored checkpoint #{stored.id} (signed by {stored.key_label()}) names {stored.tree_size} rows, "
-                f"but the store ends at seq {plan.max_seq}: history was truncated",
+                f"but the store ends at seq {max_seq}: history was truncated",
             )
         )
     if nodes:
-        for level, index in snapshot.misplaced_nodes(plan.max_seq):
-            seal.findings.append(
+        for level, index in snapshot.misplaced_nodes(max_seq):
+            findings.append(
                 Finding(
                     FindingKind.CHECKPOINT_MISMATCH,
                     None,
                     None,
-                    f"stored tree node (level {level!r}, index {index!r}) lies outside the tree of {plan.max_seq} rows",
+                    f"stored tree node (level {level!r}, index {index!r}) lies outside the tree of {max_seq} rows",
                 )
             )
-    return seal
+    return findings
 
 
 def _since_frontier(
