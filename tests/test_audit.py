@@ -486,3 +486,39 @@ def test_text_that_is_not_utf8_is_a_malformed_row_not_a_failed_audit(store: str,
     malformed = [finding for finding in report.findings if finding.kind is FindingKind.MALFORMED_ROW]
     assert [finding.seq for finding in malformed] == [ROWS + 2]
     assert report.rows_checked == 3
+
+
+def test_an_audit_request_is_the_audit_the_keywords_ask_for(store: str) -> None:
+    """Issue 29: the options travel as one frozen `AuditRequest`; `run_audit` of a request reports what `audit`
+    does given the same options as keywords."""
+    import dataclasses
+
+    from compute_budget.auditor.request import AuditRequest
+    from compute_budget.auditor.scan import run_audit
+
+    tamper(store, "UPDATE compute_budget_decisions SET max_steps = 100 WHERE seq = 7")
+    request = AuditRequest(store, jobs=1, through=20)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.jobs = 2  # type: ignore[misc]
+    by_request, by_keywords = run_audit(request), audit(store, jobs=1, through=20)
+    assert by_request.findings == by_keywords.findings
+    assert kinds_at(by_request, 7) == {"rederive_mismatch", "budget_id_mismatch", "chain_break"}
+    assert by_request.head.seq == by_keywords.head.seq == 20
+
+
+def test_audit_hands_its_keywords_to_one_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`audit(...)` keeps its keyword signature and builds the request once, iterables read into tuples (a
+    generator of keys is read once, however many passes the audit makes)."""
+    import compute_budget.auditor.scan as scan
+    from compute_budget.auditor.request import AuditRequest
+
+    seen: list[AuditRequest] = []
+
+    def recording(request: AuditRequest) -> Any:
+        seen.append(request)
+        return "the report"
+
+    monkeypatch.setattr(scan, "run_audit", recording)
+    keys = (key for key in ["a key"])
+    assert scan.audit("x.db", jobs=3, trusted_keys=keys, look_back=2, look_back_day=5) == "the report"
+    assert seen == [AuditRequest("x.db", jobs=3, trusted_keys=("a key",), look_back=2, look_back_day=5)]
