@@ -32,7 +32,9 @@ def test_the_layers_and_the_pure_core_hold() -> None:
     """cli > web > auditor > store > core > errors, the core's two rooms, and a core without I/O, clock or database."""
     done = _lint_imports(REPO_ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "5 kept, 0 broken" in done.stdout
+    contracts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    assert len(contracts) >= 6  # issue 29 added the auditor's
+    assert f"{len(contracts)} kept, 0 broken" in done.stdout
 
 
 @pytest.mark.slow
@@ -204,3 +206,24 @@ def test_the_size_check_bites(tmp_path: Path) -> None:
     too_long.write_text(f"def g() -> None:\n{body}\n    y = 0\n" + "\n" * (500 - 60), encoding="utf-8")
     assert _oversized(fits) == []
     assert _oversized(too_long) == ["long.py: 501 lines", "long.py: g is 61 lines"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("module", "line"),
+    [
+        ("auditor/ranges.py", "import compute_budget.auditor.scan"),
+        ("auditor/tree.py", "import compute_budget.auditor.workers"),
+    ],
+)
+def test_the_auditor_rooms_import_downwards_only(tmp_path: Path, module: str, line: str) -> None:
+    """Issue 29: a room of the audit importing the orchestration, or the tree importing the workers, breaks the
+    auditor's contract."""
+    shutil.copytree(REPO_ROOT / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    target = tmp_path / "src" / "compute_budget" / module
+    target.write_text(target.read_text() + f"\n{line}  # noqa\n")
+    done = _lint_imports(tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Inside the auditor" in done.stdout
+    assert "BROKEN" in done.stdout

@@ -497,10 +497,10 @@ def test_an_audit_request_is_the_audit_the_keywords_ask_for(store: str) -> None:
     from compute_budget.auditor.scan import run_audit
 
     tamper(store, "UPDATE compute_budget_decisions SET max_steps = 100 WHERE seq = 7")
-    request = AuditRequest(store, jobs=1, through=20)
+    request = AuditRequest(store, through=20)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        request.jobs = 2  # type: ignore[misc]
-    by_request, by_keywords = run_audit(request), audit(store, jobs=1, through=20)
+        request.through = 30  # type: ignore[misc]
+    by_request, by_keywords = run_audit(request), audit(store, through=20)
     assert by_request.findings == by_keywords.findings
     assert kinds_at(by_request, 7) == {"rederive_mismatch", "budget_id_mismatch", "chain_break"}
     assert by_request.head.seq == by_keywords.head.seq == 20
@@ -520,5 +520,5 @@ def test_audit_hands_its_keywords_to_one_request(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(scan, "run_audit", recording)
     keys = (key for key in ["a key"])
-    assert scan.audit("x.db", jobs=3, trusted_keys=keys, look_back=2, look_back_day=5) == "the report"
-    assert seen == [AuditRequest("x.db", jobs=3, trusted_keys=("a key",), look_back=2, look_back_day=5)]
+    assert scan.audit("x.db", through=3, trusted_keys=keys, look_back=2, look_back_day=5) == "the report"
+    assert seen == [AuditRequest("x.db", through=3, trusted_keys=("a key",), look_back=2, look_back_day=5)]

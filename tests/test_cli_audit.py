@@ -287,11 +287,11 @@ def test_the_command_line_builds_one_audit_request(
 
     monkeypatch.setattr(scan, "run_audit", recording)
     saved = tmp_path / "head.json"
-    args = ("audit", "--db", str(recorded), "--jobs", "1", "--all-signatures", "--max-witness-age", "60")
+    args = ("audit", "--db", str(recorded), "--all-signatures", "--max-witness-age", "60")
     assert run_cli(*args, "--save-checkpoint", str(saved))[0] == 0
     assert len(seen) == 1
     first = seen[0]
-    assert (first.target, first.jobs, first.all_signatures, first.max_witness_age) == (str(recorded), 1, True, 60)
+    assert (first.target, first.all_signatures, first.max_witness_age) == (str(recorded), True, 60)
     assert (first.checkpoint, first.since, first.look_back, first.trusted_keys) == (None, None, 0, ())
     assert run_cli("audit", "--db", str(recorded), "--since", str(saved), "--look-back", "3")[0] == 0
     assert len(seen) == 2
