@@ -11,6 +11,9 @@ its first row (claimed, not trusted), and the parent proves every claim: range k
 frontier range k-1 computed, starting from the empty tree (or a verified `--since` checkpoint). A claim that does
 not hold (a damaged or unbuilt stored tree) is recomputed in the parent, so the tree's findings are always those of
 one pass from the start.
+
+This module is the orchestration; the rooms are `ranges` (planning), `checkpoints` (given and stored checkpoints and
+their signatures), `tree` (the tree check), `workers` (the processes) and `request` (`AuditRequest`).
 """
 
 from __future__ import annotations
