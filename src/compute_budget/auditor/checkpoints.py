@@ -277,6 +277,7 @@ def attestation(
 
 
 def bad_stored(stored: StoredCheckpoint, problem: str) -> Finding:
+    """A stored checkpoint whose signature claiming a trusted key fails: `bad_signature`."""
     return Finding(
         FindingKind.BAD_SIGNATURE,
         None,
@@ -316,6 +317,7 @@ def unattested_findings(
 
 
 def unique_keys(keys: Iterable[VerifierKey]) -> list[VerifierKey]:
+    """The keys, each once, in the order given."""
     unique: list[VerifierKey] = []
     for key in keys:
         if key not in unique:
@@ -324,10 +326,12 @@ def unique_keys(keys: Iterable[VerifierKey]) -> list[VerifierKey]:
 
 
 def key_label(key: VerifierKey) -> str:
+    """How findings name a key: name+hash."""
     return f"{key.name}+{key.key_hash:08x}"
 
 
 def b64(value: bytes | None) -> str:
+    """A hash as findings show it (base64, or "none")."""
     return "none" if value is None else base64.b64encode(value).decode("ascii")
 
 

@@ -28,6 +28,8 @@ AUTO_ROWS_PER_JOB = 5_000 if FORKED_WORKERS else 50_000
 
 @dataclass(frozen=True, slots=True)
 class AuditPlan:
+    """The rows an audit checks, split into `seq` ranges (low, high], one per process."""
+
     start_seq: int
     max_seq: int
     end_seq: int  # the last seq checked: max_seq, or less when the audit stops `through` a seq
@@ -37,6 +39,8 @@ class AuditPlan:
 def plan_ranges(
     snapshot: Snapshot, since: Checkpoint | None, jobs: int | Literal["auto"], through: int | None = None
 ) -> AuditPlan:
+    """Split the rows after `since` (through `through`) into ranges: `jobs` of them at most, fewer when a range
+    would not pay for its process (`MIN_ROWS_PER_JOB`; with "auto", `AUTO_ROWS_PER_JOB` per CPU)."""
     start = since.seq if since is not None else 0
     max_seq = snapshot.max_seq()
     end = max_seq if through is None else max(min(max_seq, through), start)
@@ -76,6 +80,7 @@ def misplaced_row_findings(snapshot: Snapshot, plan: AuditPlan) -> list[Finding]
 
 
 def count_mismatch(rows_stored: int, max_seq: int) -> Finding:
+    """The row count is not the head's seq, and no misplaced row explains it."""
     return Finding(
         FindingKind.CHAIN_BREAK,
         None,

@@ -45,6 +45,7 @@ class SealTask:
     all_signatures: bool
 
     def frontier(self) -> CompactRange | None:
+        """The claimed starting frontier, or None when the range skips the tree."""
         return None if self.start is None else CompactRange.from_hex(*self.start)
 
 
@@ -57,6 +58,7 @@ class Seal:
     first: CompactRange = field(default_factory=CompactRange)  # the trusted frontier the first range starts from
 
     def task(self, index: int) -> SealTask:
+        """Range `index`'s task."""
         return self.tasks[index]
 
 
@@ -188,6 +190,7 @@ def _claimed_root_check(snapshot: Snapshot, proof: Checkpoint, max_seq: int) -> 
 
 
 def tree_check(snapshot: Snapshot, low: int, high: int, task: SealTask, frontier: CompactRange) -> TreeCheck:
+    """The core's tree check over rows low < seq <= high, from `frontier`, with what `task` asks of it."""
     keys = [VerifierKey.parse(text) for text in task.keys]
 
     def signatures(stored: StoredCheckpoint) -> list[Finding]:

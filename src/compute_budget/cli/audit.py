@@ -262,6 +262,7 @@ class _Loaded:
     fetched: list[tuple[str, str]]  # what each --witness-url witness served: (source, note)
 
     def given(self) -> list[Checkpoint]:
+        """The checkpoints given (--checkpoint, --since)."""
         return [item for item in (self.checkpoint, self.since) if item is not None]
 
 

@@ -63,6 +63,7 @@ def reports_for_usage_error(args: list[str], error: click.UsageError) -> None:
 
 
 def distinct_outputs(paths: list[str]) -> None:
+    """No two outputs name the same file (a usage error)."""
     seen: set[str] = set()
     for path in paths:
         real = os.path.realpath(path)
