@@ -43,7 +43,7 @@ from compute_budget.auditor.checkpoints import (
     witness_policy,
 )
 from compute_budget.auditor.head_note import HeadNote
-from compute_budget.auditor.look_back import LookedBack, day_number, look_below
+from compute_budget.auditor.look_back import LookedBack, check_look_back, day_number, look_back_in
 from compute_budget.auditor.ranges import (
     AuditPlan,
     count_mismatch,
@@ -248,7 +248,7 @@ def _parse_inputs(request: AuditRequest, head: HeadNote | None, checkpoint_label
     if expected_origin is not None and not valid_origin(expected_origin):
         raise ArgumentTypeError(f"origin {expected_origin!r} is not a log origin (1 to 128 printable ASCII, no '+')")
     day = request.look_back_day if request.look_back_day is not None else day_number(time.time())
-    _check_look_back(request.look_back, day, request.since)
+    check_look_back(request.look_back, day, request.since)
     checkpoint = as_checkpoint(request.checkpoint) if request.checkpoint is not None else None
     since = as_checkpoint(request.since) if request.since is not None else None
     answers = [witness_answer(index, item) for index, item in enumerate(request.witnessed_checkpoints)]
@@ -377,7 +377,7 @@ def _check_rows(
     plan, seal, since = survey.plan, survey.seal, inputs.since
     tasks = [(low, high, anchor) for (low, high), anchor in zip(plan.ranges, survey.anchors, strict=True)]
     looking_back = (
-        functools.partial(_look_back, store, since, request.look_back, inputs.day, plan.max_seq)
+        functools.partial(look_back_in, store, since, request.look_back, inputs.day, plan.max_seq)
         if request.look_back and since is not None else None
     )
     if len(tasks) > 1:
@@ -435,23 +435,6 @@ def _warnings(privileges: list[str], looked_back: LookedBack | None) -> tuple[st
         "writes, but only a SELECT-only role guarantees that (see the README's PostgreSQL section)"
     ] if privileges else []
     return (*warnings, *(looked_back[2] if looked_back is not None else ()))
-
-
-def _check_look_back(n: object, day: object, since: object) -> None:
-    """`look_back` is a whole number (0: off) and needs `since`; the day is a whole number."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ArgumentTypeError(f"look_back is a whole number of days (0: off), not {n!r}")
-    if isinstance(day, bool) or not isinstance(day, int):
-        raise ArgumentTypeError(f"look_back_day is a UTC day number, not {day!r}")
-    if n and since is None:
-        raise ArgumentTypeError("look_back looks back below a since checkpoint: give since too")
-
-
-def _look_back(store: BudgetStore, since: Checkpoint, n: int, day: int, max_seq: int) -> LookedBack:
-    """The look-back (auditor.look_back), on a snapshot of its own: in the auditing process, while any workers
-    check the new rows."""
-    with store.snapshot() as snapshot:
-        return look_below(snapshot, since, n, day, max_seq)
 
 
 def _witness_age(head: HeadNote | None) -> str:
