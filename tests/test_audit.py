@@ -240,7 +240,7 @@ def test_rows_outside_the_seq_range_are_reported(store: str) -> None:
 @pytest.mark.slow
 def test_parallel_audit_reports_exactly_what_one_process_does(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """--jobs 2 over seq ranges gives the single-process findings, counts and head."""
-    import compute_budget.auditor.scan as audit_module
+    import compute_budget.auditor.ranges as audit_module
 
     monkeypatch.setattr(audit_module, "MIN_ROWS_PER_JOB", 5)
     tamper(
@@ -262,7 +262,7 @@ def test_parallel_audit_reports_exactly_what_one_process_does(store: str, monkey
 @pytest.mark.slow
 def test_auto_jobs_takes_one_process_on_a_small_store(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """jobs="auto" on a store too small to pay for processes runs one, and the report says so."""
-    import compute_budget.auditor.scan as audit_module
+    import compute_budget.auditor.ranges as audit_module
 
     monkeypatch.setattr(audit_module.os, "cpu_count", lambda: 8)
     report = audit(store, jobs="auto")
@@ -275,7 +275,7 @@ def test_auto_jobs_takes_one_process_on_a_small_store(store: str, monkeypatch: p
 def test_auto_jobs_takes_every_cpu_on_a_big_enough_store(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """jobs="auto" runs one process per CPU once every process gets AUTO_ROWS_PER_JOB rows, with the findings of
     one process."""
-    import compute_budget.auditor.scan as audit_module
+    import compute_budget.auditor.ranges as audit_module
 
     tamper(store, "UPDATE compute_budget_decisions SET max_steps = 100 WHERE seq = 5")
     monkeypatch.setattr(audit_module, "AUTO_ROWS_PER_JOB", 5)
@@ -292,17 +292,18 @@ def test_auto_jobs_takes_every_cpu_on_a_big_enough_store(store: str, monkeypatch
 def test_parallel_audit_checks_the_first_range_itself(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """With jobs=N the auditing process checks the first range while N - 1 workers check the others, and the
     progress it reports climbs to every row."""
-    import compute_budget.auditor.scan as audit_module
+    import compute_budget.auditor.ranges as ranges
+    import compute_budget.auditor.workers as audit_module
 
     pools: list[int] = []
-    real_pool = audit_module._worker_pool
+    real_pool = audit_module.worker_pool
 
     def counting_pool(workers: int) -> Any:
         pools.append(workers)
         return real_pool(workers)
 
-    monkeypatch.setattr(audit_module, "MIN_ROWS_PER_JOB", 5)
-    monkeypatch.setattr(audit_module, "_worker_pool", counting_pool)
+    monkeypatch.setattr(ranges, "MIN_ROWS_PER_JOB", 5)
+    monkeypatch.setattr(audit_module, "worker_pool", counting_pool)
     progress: list[tuple[int, int]] = []
     report = audit(store, jobs=3, on_progress=lambda done, total: progress.append((done, total)))
     assert report.jobs == 3
@@ -321,10 +322,11 @@ def test_an_interrupted_parallel_audit_stops_its_workers_at_once(store: str, mon
     import os
     import time
 
-    import compute_budget.auditor.scan as audit_module
+    import compute_budget.auditor.ranges as ranges
+    import compute_budget.auditor.workers as audit_module
 
     parent = os.getpid()
-    real_range = audit_module._audit_range
+    real_range = audit_module.audit_range
 
     def interrupted_here(*args: Any, **kwargs: Any) -> Any:
         if os.getpid() == parent:
@@ -332,8 +334,8 @@ def test_an_interrupted_parallel_audit_stops_its_workers_at_once(store: str, mon
         time.sleep(30)  # a worker still busy with its range
         return real_range(*args, **kwargs)
 
-    monkeypatch.setattr(audit_module, "MIN_ROWS_PER_JOB", 5)
-    monkeypatch.setattr(audit_module, "_audit_range", interrupted_here)
+    monkeypatch.setattr(ranges, "MIN_ROWS_PER_JOB", 5)
+    monkeypatch.setattr(audit_module, "audit_range", interrupted_here)
     began = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         audit(store, jobs=3)
@@ -342,7 +344,7 @@ def test_an_interrupted_parallel_audit_stops_its_workers_at_once(store: str, mon
 
 
 class _Rows:
-    """Just enough of a snapshot for `_plan`: the head seq."""
+    """Just enough of a snapshot for `plan_ranges`: the head seq."""
 
     def __init__(self, head: int) -> None:
         self.head = head
@@ -358,11 +360,11 @@ def test_auto_jobs_splits_the_nightly_audit_only_where_workers_are_forked(
 ) -> None:
     """On two CPUs, the "auto" plan splits 10,000 rows when workers fork (they start in milliseconds), and waits
     for 100,000 where they would import the package anew (a plan only: no process is started)."""
-    import compute_budget.auditor.scan as audit_module
+    import compute_budget.auditor.ranges as audit_module
 
     monkeypatch.setattr(audit_module.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(audit_module, "AUTO_ROWS_PER_JOB", 5_000 if forked else 50_000)
-    plan = audit_module._plan(_Rows(rows), None, "auto")  # type: ignore[arg-type]
+    plan = audit_module.plan_ranges(_Rows(rows), None, "auto")  # type: ignore[arg-type]
     assert len(plan.ranges) == expected
     assert plan.ranges[0][0] == 0
     assert plan.ranges[-1][1] == rows
@@ -484,3 +486,39 @@ def test_text_that_is_not_utf8_is_a_malformed_row_not_a_failed_audit(store: str,
     malformed = [finding for finding in report.findings if finding.kind is FindingKind.MALFORMED_ROW]
     assert [finding.seq for finding in malformed] == [ROWS + 2]
     assert report.rows_checked == 3
+
+
+def test_an_audit_request_is_the_audit_the_keywords_ask_for(store: str) -> None:
+    """Issue 29: the options travel as one frozen `AuditRequest`; `run_audit` of a request reports what `audit`
+    does given the same options as keywords."""
+    import dataclasses
+
+    from compute_budget.auditor.request import AuditRequest
+    from compute_budget.auditor.scan import run_audit
+
+    tamper(store, "UPDATE compute_budget_decisions SET max_steps = 100 WHERE seq = 7")
+    request = AuditRequest(store, through=20)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.through = 30  # type: ignore[misc]
+    by_request, by_keywords = run_audit(request), audit(store, through=20)
+    assert by_request.findings == by_keywords.findings
+    assert kinds_at(by_request, 7) == {"rederive_mismatch", "budget_id_mismatch", "chain_break"}
+    assert by_request.head.seq == by_keywords.head.seq == 20
+
+
+def test_audit_hands_its_keywords_to_one_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`audit(...)` keeps its keyword signature and builds the request once, iterables read into tuples (a
+    generator of keys is read once, however many passes the audit makes)."""
+    import compute_budget.auditor.scan as scan
+    from compute_budget.auditor.request import AuditRequest
+
+    seen: list[AuditRequest] = []
+
+    def recording(request: AuditRequest) -> Any:
+        seen.append(request)
+        return "the report"
+
+    monkeypatch.setattr(scan, "run_audit", recording)
+    keys = (key for key in ["a key"])
+    assert scan.audit("x.db", through=3, trusted_keys=keys, look_back=2, look_back_day=5) == "the report"
+    assert seen == [AuditRequest("x.db", through=3, trusted_keys=("a key",), look_back=2, look_back_day=5)]

@@ -258,7 +258,7 @@ def test_an_interrupted_audit_leaves_no_old_verdict_behind(
     def stopped(*_args: object, **_kwargs: object) -> None:
         raise KeyboardInterrupt if stop == "interrupt" else Terminated
 
-    monkeypatch.setattr(scan, "audit", stopped)
+    monkeypatch.setattr(scan, "run_audit", stopped)
     code, out, err = run_cli("audit", "--db", str(recorded), "--output", str(output), "--report", f"json:{extra}")
     assert code == status
     assert out == ""
@@ -267,3 +267,35 @@ def test_an_interrupted_audit_leaves_no_old_verdict_behind(
     assert f"the audit was {said} before it finished" in output.read_text()
     report = json.loads(extra.read_text())
     assert (report["clean"], report["error"]) == (False, f"the audit was {said} before it finished")
+
+
+def test_the_command_line_builds_one_audit_request(
+    run_cli: Run, recorded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29: `audit` reads its options once into one `AuditRequest` (its files already read) and runs it."""
+    import compute_budget.auditor.scan as scan
+    from compute_budget.auditor.report import AuditReport
+    from compute_budget.auditor.request import AuditRequest
+    from compute_budget.core.log.checkpoint import Checkpoint
+
+    seen: list[AuditRequest] = []
+    real = scan.run_audit
+
+    def recording(request: AuditRequest) -> AuditReport:
+        seen.append(request)
+        return real(request)
+
+    monkeypatch.setattr(scan, "run_audit", recording)
+    saved = tmp_path / "head.json"
+    args = ("audit", "--db", str(recorded), "--all-signatures", "--max-witness-age", "60")
+    assert run_cli(*args, "--save-checkpoint", str(saved))[0] == 0
+    assert len(seen) == 1
+    first = seen[0]
+    assert (first.target, first.all_signatures, first.max_witness_age) == (str(recorded), True, 60)
+    assert (first.checkpoint, first.since, first.look_back, first.trusted_keys) == (None, None, 0, ())
+    assert run_cli("audit", "--db", str(recorded), "--since", str(saved), "--look-back", "3")[0] == 0
+    assert len(seen) == 2
+    since = seen[1].since
+    assert isinstance(since, Checkpoint)  # the file, read by the command line: a checkpoint, not its path
+    assert since.seq == 8
+    assert seen[1].look_back == 3

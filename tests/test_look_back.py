@@ -140,9 +140,9 @@ def test_look_back_with_jobs_gives_the_one_process_report(
 ) -> None:
     """With --jobs 2 (ranges split at a few rows here) the look-back runs in the auditing process beside the
     worker: the same findings as one process."""
-    from compute_budget.auditor import scan
+    from compute_budget.auditor import ranges
 
-    monkeypatch.setattr(scan, "MIN_ROWS_PER_JOB", 2)
+    monkeypatch.setattr(ranges, "MIN_ROWS_PER_JOB", 2)
     target, since = store
     tamper(target, f"UPDATE compute_budget_decisions SET max_steps = 99 WHERE seq = {EDITED_SEQ}")
     day = next(day for day in range(DAY, DAY + N) if day % N == EDITED_TILE)

@@ -311,12 +311,12 @@ def test_a_server_that_ends_the_connection_mid_scan_is_one_clear_error(
 # batch it checked: the next read finds the server gone, in the auditing process and in any worker.
 _AUDIT_THEN_STOP = """
 import contextlib, subprocess, sys
-from compute_budget.auditor import scan
+from compute_budget.auditor import ranges
 import compute_budget.cli.audit as command
 from compute_budget.cli import main
 from tests import pg_cluster
 
-scan.MIN_ROWS_PER_JOB = 100  # split these few rows as a large store would be
+ranges.MIN_ROWS_PER_JOB = 100  # split these few rows as a large store would be
 data = sys.argv[1]
 stopped = []
 

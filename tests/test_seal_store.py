@@ -349,9 +349,9 @@ def test_a_changed_tree_node_is_reported_and_parallel_audits_agree(
 ) -> None:
     """The stored tree is derived data, recomputed by the audit: a changed node is a `checkpoint_mismatch` naming
     it, and --jobs 3 (ranges starting from the stored, claimed tree) reports exactly what one process does."""
-    import compute_budget.auditor.scan as scan
+    import compute_budget.auditor.ranges as ranges
 
-    monkeypatch.setattr(scan, "MIN_ROWS_PER_JOB", 100)
+    monkeypatch.setattr(ranges, "MIN_ROWS_PER_JOB", 100)
     key = signer()
     with BudgetStore.open(db_path, signing_key=key) as store:
         store.record_many(gate_lines(700))

@@ -23,6 +23,8 @@ from compute_budget.core.log.head import GENESIS_CHAIN_HASH
 from compute_budget.core.log.merkle import CompactRange
 from compute_budget.core.log.tree import TILE_LEVEL, TILE_SIZE, due_tiles, root_of_tiles
 from compute_budget.core.verify import Finding, FindingKind, RangeResult, check_row
+from compute_budget.errors import ArgumentTypeError
+from compute_budget.store import BudgetStore
 from compute_budget.store.snapshot import Snapshot
 
 SECONDS_PER_DAY = 86_400
@@ -44,9 +46,12 @@ class _Walk:
     warnings: list[str] = field(default_factory=list)
 
 
+LookedBack = tuple[LookBack, list[Finding], list[str]]  # what `look_below` found, and its warnings
+
+
 def look_below(
     snapshot: Snapshot, since: Checkpoint, n: int, day: int, max_seq: int
-) -> tuple[LookBack, list[Finding], list[str]]:
+) -> LookedBack:
     """Re-check today's slice of the tiles below `since` (see the module docstring): the summary, the findings
     (row findings first, then the tree's) and warnings for the report."""
     started = time.perf_counter()
@@ -168,3 +173,20 @@ def _b64(value: bytes | None) -> str:
 
 
 __all__ = ["day_number", "look_below"]
+
+
+def check_look_back(n: object, day: object, since: object) -> None:
+    """`look_back` is a whole number (0: off) and needs `since`; the day is a whole number."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ArgumentTypeError(f"look_back is a whole number of days (0: off), not {n!r}")
+    if isinstance(day, bool) or not isinstance(day, int):
+        raise ArgumentTypeError(f"look_back_day is a UTC day number, not {day!r}")
+    if n and since is None:
+        raise ArgumentTypeError("look_back looks back below a since checkpoint: give since too")
+
+
+def look_back_in(store: BudgetStore, since: Checkpoint, n: int, day: int, max_seq: int) -> LookedBack:
+    """The look-back, on a snapshot of its own: in the auditing process, while any workers
+    check the new rows."""
+    with store.snapshot() as snapshot:
+        return look_below(snapshot, since, n, day, max_seq)

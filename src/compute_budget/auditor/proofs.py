@@ -11,8 +11,8 @@ import os
 import time
 from collections.abc import Iterable
 
+from compute_budget.auditor.checkpoints import CheckpointLike, as_checkpoint
 from compute_budget.auditor.report import AuditReport
-from compute_budget.auditor.scan import CheckpointLike, as_checkpoint
 from compute_budget.auditor.witnessed import WitnessPolicy
 from compute_budget.core.leaf import row_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint

@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
-from compute_budget.cli.app import CannotRun, Terminated, say
+from compute_budget.cli.app import say
+from compute_budget.cli.audit_keep import attested, witnessed_to_keep, write_kept
+from compute_budget.cli.audit_reports import (
+    ReportsNotWritten,
+    distinct_outputs,
+    not_written,
+    remove_unwritten,
+    reports_for_usage_error,
+    write_error_reports,
+)
 from compute_budget.cli.commands import cli, db_option, witness_role_options
 from compute_budget.cli.io import check_keys_apart, check_writable, write_atomically
 from compute_budget.cli.progress import audit_progress
@@ -17,6 +28,7 @@ from compute_budget.errors import clip
 if TYPE_CHECKING:
     from compute_budget.auditor.head_note import HeadNote
     from compute_budget.auditor.report import AuditReport
+    from compute_budget.auditor.request import AuditRequest
     from compute_budget.core.log.checkpoint import Checkpoint
     from compute_budget.core.log.cosignature import WitnessKey
     from compute_budget.core.log.note import SignerKey, VerifierKey
@@ -56,57 +68,10 @@ class AuditCommand(click.Command):
             return super().parse_args(ctx, list(args))
         except click.UsageError as error:
             try:
-                _reports_for_usage_error(list(args), error)
+                reports_for_usage_error(list(args), error)
             except Exception as failed:  # the usage error is what to say; an unusable --db must not replace it
                 say(f"warning: no report file replaced: {clip(str(failed), 200)}")
             raise
-
-
-def _option_values(args: list[str], name: str) -> list[str]:
-    """Every value given to option `name` in raw `args` (`--name VALUE` or `--name=VALUE`), read leniently."""
-    values = []
-    for index, arg in enumerate(args):
-        if arg == "--":
-            break
-        if arg == name and index + 1 < len(args):
-            values.append(args[index + 1])
-        elif arg.startswith(name + "="):
-            values.append(arg[len(name) + 1 :])
-    return values
-
-
-def _reports_for_usage_error(args: list[str], error: click.UsageError) -> None:
-    """Replace each report file the raw `args` name with an error report, under the same guards as a run that
-    parsed (never the database, an input or a key file)."""
-    from compute_budget.auditor.report import utc_now
-    from compute_budget.cli.render_audit import REPORT_FORMATS
-
-    formats = [value for value in _option_values(args, "--format") if value in REPORT_FORMATS]
-    targets = [(formats[-1] if formats else "text", path) for path in _option_values(args, "--output")[-1:]]
-    for value in _option_values(args, "--report"):
-        report_format, colon, path = value.partition(":")
-        if colon and report_format in REPORT_FORMATS and path:
-            targets.append((report_format, path))
-    if not targets:
-        return
-    dbs = _option_values(args, "--db")
-    db = dbs[-1] if dbs else None
-    inputs = [("--checkpoint", path) for path in _option_values(args, "--checkpoint")]
-    inputs += [("--since", path) for path in _option_values(args, "--since")]
-    inputs += [("--save-checkpoint", path) for path in _option_values(args, "--save-checkpoint")]
-    inputs += [(option, path + ".head") for option, path in list(inputs) if option in ("--since", "--save-checkpoint")]
-    key_files = [("--cosign", path) for path in _option_values(args, "--cosign")]
-    key_files += [("--trusted-key", item) for item in _option_values(args, "--trusted-key") if os.path.exists(item)]
-    writable = []
-    for target_format, path in targets:
-        try:
-            check_writable("--report", path, db=db, keep=inputs)
-            check_keys_apart(key_files, [("--report", path)])
-        except (click.ClickException, OSError):
-            continue
-        writable.append((target_format, path))
-    reason = f"the audit could not run: its command line is wrong: {error.format_message()}"
-    _write_error_reports(writable, None, db, utc_now(), reason=reason)
 
 
 @cli.command("audit", cls=AuditCommand)
@@ -189,25 +154,7 @@ def _reports_for_usage_error(args: list[str], error: click.UsageError) -> None:
     help="Before the audit, fetch this compute-budget witness's latest checkpoint of the log; the store must extend "
     "it. Unreachable, or a stale or unverifiable answer: exit 2. Repeatable.",
 )
-def audit_command(
-    db: str | None,
-    checkpoint_path: str | None,
-    since_path: str | None,
-    save_path: str | None,
-    output_format: str,
-    output_path: str | None,
-    reports: tuple[str, ...],
-    jobs: int | Literal["auto"],
-    trusted_keys: tuple[str, ...],
-    all_signatures: bool,
-    cosign_path: str | None,
-    expected_origin: str | None,
-    witness_keys: tuple[str, ...],
-    witness_quorum: int | None,
-    max_witness_age: int,
-    witness_urls: tuple[str, ...],
-    look_back: int,
-) -> None:
+def audit_command(**given: Any) -> None:
     """Replay-audit the store read-only: exit 0 clean, 1 findings, 2 cannot run.
 
     Every report file asked for (--output, --report) is written; when the audit cannot run, each is replaced by
@@ -215,100 +162,121 @@ def audit_command(
     """
     from compute_budget.auditor.report import utc_now
 
+    line = _CommandLine(**given)
     started_at = utc_now()
-    targets = [(output_format, output_path)] if output_path else []
-    targets += [_report_spec(value) for value in reports]
     writable: list[tuple[str, str]] = []
-    unwritten: dict[str, str] = {}
-    inputs = [("--checkpoint", checkpoint_path or ""), ("--since", since_path or "")]
-    inputs += [("--since", since_path + ".head")] if since_path else []  # spec 9.9.2: read with witness keys
-    key_files = [("--cosign", cosign_path)] if cosign_path else []
-    key_files += [("--trusted-key", item) for item in trusted_keys if os.path.exists(item)]
     try:
-        # Before the audit: a nightly run must not fail only at its end. A path the output guards refuse gets
-        # no report at all; the others get one whatever happens next.
-        refused: list[click.BadParameter] = []
-        for option, (target_format, path) in zip(
-            ["--output"] * bool(output_path) + ["--report"] * len(reports), targets, strict=True
-        ):
-            try:
-                # The kept checkpoint is never a report either: an error report there would lose the next night's
-                # --since anchor.
-                kept = [("--save-checkpoint", path) for path in (save_path or "", f"{save_path}.head") if save_path]
-                check_writable(option, path, db=db, keep=[*inputs, *kept])
-                check_keys_apart(key_files, [(option, path)])  # a key is never an output, not even an error report
-                writable.append((target_format, path))
-            except click.BadParameter as error:
-                refused.append(error)
-        if refused:
-            raise refused[0]
-        saved = [save_path, save_path + ".head"] if save_path and witness_keys else [save_path] if save_path else []
-        _distinct_outputs([path for _, path in targets] + saved)
-        for path in saved:
-            check_writable("--save-checkpoint", path, db=db, keep=inputs)
-            check_keys_apart(key_files, [("--save-checkpoint", path)])
+        _check_outputs(line, writable)
         # Until this audit has a verdict, every report says it has none: a run killed outright (SIGKILL, the OOM
         # killer) must not leave last night's CLEAN in place. A report that cannot be replaced (a full disk) was
         # removed instead: it is said once and not tried again.
-        unwritten = _write_error_reports(
-            writable, None, db, started_at,
+        unwritten = write_error_reports(
+            writable, None, line.db, started_at,
             reason=f"the audit started at {started_at} and has not finished: if this stays, it was killed",
         )
         writable[:] = [target for target in writable if target[1] not in unwritten]
-        _audit_and_report(
-            db,
-            checkpoint_path,
-            since_path,
-            save_path,
-            output_format,
-            output_path,
-            writable,
-            jobs,
-            trusted_keys,
-            all_signatures,
-            cosign_path,
-            expected_origin,
-            (witness_keys, witness_quorum, max_witness_age, witness_urls),
-            look_back=look_back,
-            unwritten=unwritten,
-        )
+        _audit_and_report(line, writable, unwritten)
     except (click.exceptions.Exit, ReportsNotWritten):
         raise  # a result (exit 0 or 1), its reports written; or reports removed, the others holding the result
     except KeyboardInterrupt as error:  # Ctrl-C, or SIGTERM (a cron timeout): no verdict, so none may survive
-        _write_error_reports(writable, error, db, started_at)
+        write_error_reports(writable, error, line.db, started_at)
         raise
     except Exception as error:  # the audit cannot run (exit 2): every report file says why
-        _write_error_reports(writable, error, db, started_at)
+        write_error_reports(writable, error, line.db, started_at)
         raise
 
 
-def _audit_and_report(
-    db: str | None,
-    checkpoint_path: str | None,
-    since_path: str | None,
-    save_path: str | None,
-    output_format: str,
-    output_path: str | None,
-    targets: list[tuple[str, str]],
-    jobs: int | Literal["auto"],
-    trusted_keys: tuple[str, ...],
-    all_signatures: bool,
-    cosign_path: str | None,
-    expected_origin: str | None,
-    witnessing: tuple[tuple[str, ...], int | None, int, tuple[str, ...]],
-    *,
-    look_back: int = 0,
-    unwritten: dict[str, str] | None = None,
-) -> None:
-    from compute_budget.auditor.scan import audit, load_checkpoint
-    from compute_budget.cli.render_audit import render
-    from compute_budget.errors import AuditError, CheckpointError, OutputUnwritable, StoreDamaged
+@dataclass(frozen=True, slots=True)
+class _CommandLine:
+    """`audit`'s options as Click parsed them (its parameter names), read once."""
+
+    db: str | None
+    checkpoint_path: str | None
+    since_path: str | None
+    save_path: str | None
+    output_format: str
+    output_path: str | None
+    reports: tuple[str, ...]
+    jobs: int | Literal["auto"]
+    trusted_keys: tuple[str, ...]
+    all_signatures: bool
+    cosign_path: str | None
+    expected_origin: str | None
+    witness_keys: tuple[str, ...]
+    witness_quorum: int | None
+    max_witness_age: int
+    witness_urls: tuple[str, ...]
+    look_back: int
+
+    def targets(self) -> list[tuple[str, str, str]]:
+        """Every report file asked for: (option, format, path)."""
+        outputs = [("--output", self.output_format, self.output_path)] if self.output_path else []
+        return outputs + [("--report", *_report_spec(value)) for value in self.reports]
+
+    def inputs(self) -> list[tuple[str, str]]:
+        """The files the audit reads, which no output may replace."""
+        inputs = [("--checkpoint", self.checkpoint_path or ""), ("--since", self.since_path or "")]
+        return inputs + ([("--since", self.since_path + ".head")] if self.since_path else [])  # spec 9.9.2
+
+    def key_files(self) -> list[tuple[str, str]]:
+        """The key files named, which no output may replace, not even with an error report."""
+        key_files = [("--cosign", self.cosign_path)] if self.cosign_path else []
+        return key_files + [("--trusted-key", item) for item in self.trusted_keys if os.path.exists(item)]
+
+
+def _check_outputs(line: _CommandLine, writable: list[tuple[str, str]]) -> None:
+    """Before the audit (a nightly run must not fail only at its end): each report file the output guards accept is
+    added to `writable`, and gets a report whatever happens next; a refused one gets none, and is the error."""
+    inputs, key_files, save_path = line.inputs(), line.key_files(), line.save_path
+    targets = line.targets()
+    refused: list[click.BadParameter] = []
+    for option, target_format, path in targets:
+        try:
+            # The kept checkpoint is never a report either: an error report there would lose the next night's
+            # --since anchor.
+            kept = [("--save-checkpoint", path) for path in (save_path or "", f"{save_path}.head") if save_path]
+            check_writable(option, path, db=line.db, keep=[*inputs, *kept])
+            check_keys_apart(key_files, [(option, path)])  # a key is never an output, not even an error report
+            writable.append((target_format, path))
+        except click.BadParameter as error:
+            refused.append(error)
+    if refused:
+        raise refused[0]
+    saved = [save_path, save_path + ".head"] if save_path and line.witness_keys else [save_path] if save_path else []
+    distinct_outputs([path for _, _, path in targets] + saved)
+    for path in saved:
+        check_writable("--save-checkpoint", path, db=line.db, keep=inputs)
+        check_keys_apart(key_files, [("--save-checkpoint", path)])
+
+
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    """What the command line names, read and checked before the audit runs."""
+
+    checkpoint: Checkpoint | None
+    since: Checkpoint | None
+    keys: list[VerifierKey]
+    cosigner: SignerKey | None
+    witnesses: list[WitnessKey]
+    since_head: HeadNote | None
+    fetched: list[tuple[str, str]]  # what each --witness-url witness served: (source, note)
+
+    def given(self) -> list[Checkpoint]:
+        """The checkpoints given (--checkpoint, --since)."""
+        return [item for item in (self.checkpoint, self.since) if item is not None]
+
+
+def _load(line: _CommandLine) -> _Loaded:
+    """Read the checkpoints, keys and witness answers the command line names, in the order their errors are said."""
+    from compute_budget.auditor.scan import load_checkpoint
+    from compute_budget.errors import CheckpointError
     from compute_budget.store.keys import verifier_key
 
-    if look_back and not since_path:  # a usage error: the look-back is below a --since checkpoint, none is given
+    db, since_path, save_path = line.db, line.since_path, line.save_path
+    if line.look_back and not since_path:  # a usage error: the look-back is below a --since checkpoint
         raise click.BadParameter("--look-back re-checks rows below a --since checkpoint: give --since FILE too",
                                  param_hint="--look-back")
-    checkpoint = load_checkpoint(checkpoint_path) if checkpoint_path else None
+    checkpoint = load_checkpoint(line.checkpoint_path) if line.checkpoint_path else None
     if since_path and not os.path.lexists(since_path):
         raise CheckpointError(
             f"checkpoint file {since_path} does not exist. The first night, audit in full once and keep its "
@@ -317,60 +285,78 @@ def _audit_and_report(
             "on any later night a missing checkpoint was lost or removed: find out why before making a new one"
         )
     since = load_checkpoint(since_path) if since_path else None
-    keys = [verifier_key(item) for item in trusted_keys]
-    if cosign_path and not save_path:
+    keys = [verifier_key(item) for item in line.trusted_keys]
+    if line.cosign_path and not save_path:
         raise click.BadParameter(
             "--cosign signs the checkpoint --save-checkpoint writes: give both", param_hint="--cosign"
         )
-    cosigner = _auditor_key(cosign_path, keys)
-    witness_keys, witness_quorum, max_witness_age, witness_urls = witnessing
-    witnesses = _witness_keys(witness_keys, witness_quorum)
+    cosigner = _auditor_key(line.cosign_path, keys)
+    witnesses = _witness_keys(line.witness_keys, line.witness_quorum)
     since_head = _since_head(since_path, save_path, witnesses, keys)
-    fetched = _fetch_witnessed(db, witness_urls, expected_origin)
+    fetched = _fetch_witnessed(db, line.witness_urls, line.expected_origin)
+    return _Loaded(checkpoint, since, keys, cosigner, witnesses, since_head, fetched)
+
+
+def _request(
+    line: _CommandLine, loaded: _Loaded, on_progress: Callable[[int, int], None] | None
+) -> AuditRequest:
+    """The one `AuditRequest` of this command line."""
+    from compute_budget.auditor.request import AuditRequest
+
+    return AuditRequest(
+        line.db, checkpoint=loaded.checkpoint, since=loaded.since, jobs=line.jobs, on_progress=on_progress,
+        trusted_keys=tuple(loaded.keys), all_signatures=line.all_signatures, expected_origin=line.expected_origin,
+        witness_keys=tuple(loaded.witnesses), witness_quorum=line.witness_quorum,
+        max_witness_age=line.max_witness_age, witnessed_checkpoints=tuple(loaded.fetched), look_back=line.look_back,
+        since_head=loaded.since_head,
+    )
+
+
+def _audit_and_report(line: _CommandLine, targets: list[tuple[str, str]], unwritten: dict[str, str]) -> None:
+    """Run the audit, write its reports, keep its checkpoint when clean, and exit 1 on findings."""
+    from compute_budget.auditor.scan import run_audit
+    from compute_budget.errors import AuditError, StoreDamaged
+
+    loaded = _load(line)
     with audit_progress() as on_progress:
-        report = audit(
-            db,
-            checkpoint=checkpoint,
-            since=since,
-            jobs=jobs,
-            on_progress=on_progress,
-            trusted_keys=keys,
-            all_signatures=all_signatures,
-            expected_origin=expected_origin,
-            witness_keys=witnesses,
-            witness_quorum=witness_quorum,
-            max_witness_age=max_witness_age,
-            witnessed_checkpoints=fetched,
-            look_back=look_back,
-            since_head=since_head,
-        )
+        report = run_audit(_request(line, loaded, on_progress))
     for warning in report.warnings:
         say(f"warning: {warning}")
-    failed = dict(unwritten or {})
-    given = [item for item in (checkpoint, since) if item is not None]
     kept, refusal = None, None
     try:
-        kept = _checkpoint_to_keep(db, report, save_path, cosigner, given, keys, witnesses, witness_quorum)
+        kept = _checkpoint_to_keep(line, report, loaded)
     except (AuditError, StoreDamaged) as refused:  # nothing to keep; the reports still say what the audit found
         refusal = refused
-    if kept is not None and cosigner is not None:  # the reports embed the auditor's note (`checkpoint_note`)
+    if kept is not None and loaded.cosigner is not None:  # the reports embed the auditor's note (`checkpoint_note`)
         report = dataclasses.replace(report, checkpoint_note=kept[0])
+    failed = _write_reports(line, report, targets, dict(unwritten))
+    if failed:  # said after the report itself; nothing more is written (no checkpoint to rotate to)
+        raise ReportsNotWritten(not_written(failed, report))
+    if refusal is not None:  # the reports carry the audit's verdict; what it refused to keep is said last
+        raise refusal
+    if line.save_path and kept is not None:
+        write_kept(line.save_path, kept, report, loaded.keys, loaded.cosigner)
+    if not report.clean:
+        click.get_current_context().exit(1)
+
+
+def _write_reports(
+    line: _CommandLine, report: AuditReport, targets: list[tuple[str, str]], failed: dict[str, str]
+) -> dict[str, str]:
+    """Write the report to every file asked for (and to stdout without --output); returns those that could not be
+    written, each removed and warned about once, with the ones `failed` already names."""
+    from compute_budget.cli.render_audit import render
+    from compute_budget.errors import OutputUnwritable
+
     for target_format, path in targets:
         try:
             write_atomically(path, render(report, target_format) + "\n")
         except OutputUnwritable as error:
-            failed[path] = _remove_unwritten(path, error)
+            failed[path] = remove_unwritten(path, error)
             say(f"warning: {failed[path]}")
-    if not output_path:
-        click.echo(render(report, output_format))
-    if failed:  # said after the report itself; nothing more is written (no checkpoint to rotate to)
-        raise ReportsNotWritten(_not_written(failed, report))
-    if refusal is not None:  # the reports carry the audit's verdict; what it refused to keep is said last
-        raise refusal
-    if save_path and kept is not None:
-        _write_kept(save_path, kept, report, keys, cosigner)
-    if not report.clean:
-        click.get_current_context().exit(1)
+    if not line.output_path:
+        click.echo(render(report, line.output_format))
+    return failed
 
 
 def _auditor_key(cosign_path: str | None, keys: list[VerifierKey]) -> SignerKey | None:
@@ -414,55 +400,27 @@ def _since_head(
 
 
 def _checkpoint_to_keep(
-    db: str | None,
-    report: AuditReport,
-    save_path: str | None,
-    cosigner: SignerKey | None,
-    given: list[Checkpoint],
-    keys: list[VerifierKey],
-    witnesses: list[WitnessKey],
-    quorum: int | None,
+    line: _CommandLine, report: AuditReport, loaded: _Loaded
 ) -> tuple[str, int, str | None] | None:
     """What --save-checkpoint writes, its size, and with witness keys the text of FILE.head (spec 9.9.2); None
     (said on stderr) when nothing is. Made before the reports are written, so that they can embed the auditor's
     note."""
+    save_path, cosigner = line.save_path, loaded.cosigner
     if not save_path:
         return None
     if not report.clean:
         say(f"audit not clean: checkpoint {save_path} was not written")
         return None
-    if witnesses:
-        return _witnessed_to_keep(db, report, save_path, cosigner, given, witnesses, quorum)
+    if loaded.witnesses:
+        return witnessed_to_keep(
+            line.db, report, save_path, cosigner, loaded.given(), loaded.witnesses, line.witness_quorum
+        )
     if cosigner is not None:
         from compute_budget.auditor.proofs import cosign
 
-        note = cosign(db, report, _attested(report, report.head.seq, cosigner), given, keys)
+        note = cosign(line.db, report, attested(report, report.head.seq, cosigner), loaded.given(), loaded.keys)
         return note, report.head.seq, None
     return report.head_checkpoint().to_json() + "\n", report.head.seq, None
-
-
-def _write_kept(
-    save_path: str, kept: tuple[str, int, str | None], report: AuditReport, keys: list[VerifierKey],
-    cosigner: SignerKey | None,
-) -> None:
-    """Write what --save-checkpoint keeps: FILE.head first (a failure between the two leaves the older FILE with a
-    newer head, which judges no row more leniently than the pair it replaces), then FILE."""
-    from compute_budget.auditor.head_note import head_path
-
-    note, size, head = kept
-    if head is not None:
-        write_atomically(head_path(save_path), head)
-        write_atomically(save_path, note)
-        say(f"saved checkpoint seq {size} to {save_path} (and the head, seq {report.head.seq}, to "
-            f"{head_path(save_path)})")
-        return
-    write_atomically(save_path, note)
-    say(f"saved checkpoint seq {size} to {save_path}")
-    if keys and cosigner is None:  # spec 8: with --trusted-key a given checkpoint must carry a trusted signature
-        say(
-            f"warning: {save_path} is an unsigned JSON checkpoint: given to --since or --checkpoint with "
-            "--trusted-key it is bad_signature; add --cosign AUDITOR_KEY to keep the writer-signed note instead"
-        )
 
 
 def _witness_keys(witness_keys: tuple[str, ...], quorum: int | None) -> list[WitnessKey]:
@@ -496,144 +454,3 @@ def _fetch_witnessed(
     if origin is None:
         raise StoreUnavailable("the store has no origin yet: no witness can have cosigned it (give --origin NAME)")
     return [(f"--witness-url ({target.label})", fetch_latest(target, origin)) for target in targets]
-
-
-def _witnessed_to_keep(
-    db: str | None,
-    report: AuditReport,
-    save_path: str,
-    cosigner: SignerKey | None,
-    given: list[Checkpoint],
-    witnesses: list[WitnessKey],
-    quorum: int | None,
-) -> tuple[str, int, str] | None:
-    """--save-checkpoint with witness keys: the newest checkpoint K witnesses cosigned, with its signatures, its
-    size and the text of FILE.head (the head this audit checked, spec 9.9.2), or None when none is."""
-    import time
-
-    from compute_budget.auditor.head_note import format_head_note, head_path, writer_signed_head
-    from compute_budget.auditor.witnessed import WitnessPolicy, witnessed_note
-    from compute_budget.core.log.note import VerifierKey, add_signature
-    from compute_budget.errors import StoreDamaged
-    from compute_budget.store import BudgetStore
-
-    policy = WitnessPolicy(tuple(witnesses), quorum or len(witnesses), 0, int(time.time()))
-    note = head = None
-    writers = [VerifierKey.parse(text) for text in report.trusted_keys]
-    if report.witnessed_size:
-        with BudgetStore.open(db, readonly=True) as store, store.snapshot() as snapshot:
-            note = witnessed_note(snapshot, policy, report.witnessed_size, given, writers)
-            head = writer_signed_head(snapshot, report.head_checkpoint().note_text(), report.head.seq, writers)
-    if note is None or not report.witnessed_size:
-        say(f"no checkpoint carries {policy.quorum} cosignature(s) by the witness keys: {save_path} was not written")
-        return None
-    if head is None:
-        raise StoreDamaged(
-            f"{save_path} was not written: no stored checkpoint of the head (seq {report.head.seq}) carries a writer "
-            f"signature that verifies under --trusted-key, so there is no {head_path(save_path)} to keep (record with "
-            "the writer's key, or run `compute-budget checkpoint --signing-key`, and audit again)"
-        )
-    if cosigner is not None:
-        note = add_signature(note, _attested(report, report.witnessed_size, cosigner))
-    return note, report.witnessed_size, format_head_note(head, report.started_at)
-
-
-def _attested(report: AuditReport, size: int, cosigner: SignerKey) -> SignerKey:
-    """`cosigner`, once every row through `size` is covered by a trusted writer's stored checkpoint (spec 9.9.5)."""
-    from compute_budget.errors import AuditError
-
-    if report.attested_size is None or report.attested_size < size:
-        raise AuditError(
-            f"refusing to cosign size {size} with {cosigner.name}: a trusted writer's stored checkpoint covers only "
-            f"{report.attested_size or 0} rows"
-        )
-    return cosigner
-
-
-def _distinct_outputs(paths: list[str]) -> None:
-    seen: set[str] = set()
-    for path in paths:
-        real = os.path.realpath(path)
-        if real in seen:
-            raise click.BadParameter(f"{path} is named twice among the reports and the checkpoint to save")
-        seen.add(real)
-
-
-def _write_error_reports(
-    targets: list[tuple[str, str]],
-    error: BaseException | None,
-    db: str | None,
-    started_at: str,
-    *,
-    reason: str | None = None,
-) -> dict[str, str]:
-    """Replace every report file asked for with the report of an audit that could not run, saying why (`reason`,
-    else the error's own words). A report that cannot be replaced is removed, with one warning; returns those, each
-    with what was said about it."""
-    if not targets:
-        return {}
-    from compute_budget.auditor.report import utc_now
-    from compute_budget.cli.render_audit import render_error
-    from compute_budget.errors import ComputeBudgetError
-    from compute_budget.store.backend import locate
-
-    if reason is None:
-        reason = _error_reason(error)
-    try:
-        database = locate(db).display
-    except ComputeBudgetError:
-        database = db or "(no database)"
-    finished_at = utc_now()
-    unwritten: dict[str, str] = {}
-    for target_format, path in targets:
-        text = render_error(target_format, reason, database=database, started_at=started_at, finished_at=finished_at)
-        try:
-            write_atomically(path, text + "\n")
-        except ComputeBudgetError as failed:  # that report cannot be written either: say so, keep the first error
-            unwritten[path] = _remove_unwritten(path, failed)
-            say(f"warning: {unwritten[path]}")
-    return unwritten
-
-
-class ReportsNotWritten(CannotRun):
-    """The audit ran, but report files asked for could not be written (and were removed): exit 2, naming them."""
-
-
-def _remove_unwritten(path: str, error: Exception) -> str:
-    """Remove the report at `path` that could not be replaced (removing needs no free space), so that an earlier
-    run's verdict does not stand for this one; returns what to say about it."""
-    if os.path.islink(path) or (os.path.lexists(path) and not os.path.isfile(path)):
-        return f"{error}; left in place (not a regular file): it may hold an earlier report"
-    if not os.path.lexists(path):
-        return f"{error} (no earlier report was there)"
-    try:
-        os.unlink(path)
-    except OSError as removing:
-        why = removing.strerror or removing
-        return f"{error}; it could not be removed either ({why}): it may hold an earlier report"
-    return f"{error}; removed it, so that no earlier report stands for this run"
-
-
-def _not_written(failed: dict[str, str], report: AuditReport) -> str:
-    """The one error line of an audit whose reports could not all be written (each was warned about once)."""
-    verdict = "CLEAN" if report.clean else f"{len(report.findings)} finding(s)"
-    return (
-        f"the audit finished ({verdict}), but {', '.join(failed)} could not be written (said above): "
-        "no report there stands for this run; fix that and run the audit again"
-    )
-
-
-def _error_reason(error: BaseException | None) -> str:
-    """Why an audit could not run, in one line."""
-    from compute_budget.errors import ComputeBudgetError
-
-    if isinstance(error, KeyboardInterrupt):
-        how = "terminated (SIGTERM)" if isinstance(error, Terminated) else "interrupted (Ctrl-C)"
-        return f"the audit was {how} before it finished"
-    if isinstance(error, click.ClickException):
-        return error.format_message()
-    if isinstance(error, OSError):
-        return f"{error.strerror or error}{f': {error.filename}' if error.filename else ''}"
-    if isinstance(error, ComputeBudgetError):
-        return str(error)
-    return f"unexpected {type(error).__name__}: {error}"

@@ -200,6 +200,13 @@ def render_junit(report: AuditReport) -> str:
             ("tool", f"{TOOL_NAME} {report.tool_version}"),
         ],
     )
+    _row_cases(suite, report, rows)
+    _kind_cases(suite, report, skipped)
+    return _document(suite)
+
+
+def _row_cases(suite: ElementTree.Element, report: AuditReport, rows: tuple[int, ...]) -> None:
+    """One failing test case per affected row (the first `MAX_ROW_CASES`), then one counting the rest."""
     for seq in rows[:MAX_ROW_CASES]:
         case = ElementTree.SubElement(suite, "testcase", classname="compute_budget.audit.rows", name=f"row {seq}")
         found = [finding for finding in report.findings if finding.seq == seq and finding.kind in ROW_KINDS]
@@ -214,6 +221,10 @@ def render_junit(report: AuditReport) -> str:
         )
         ElementTree.SubElement(case, "failure", type="affected_rows",
                                message=f"rows from seq {rows[MAX_ROW_CASES]} on (use --format json for all)")
+
+
+def _kind_cases(suite: ElementTree.Element, report: AuditReport, skipped: dict[FindingKind, str]) -> None:
+    """One test case per kind of check: failing with its findings, skipped when the check did not run."""
     for kind in FindingKind:
         case = ElementTree.SubElement(suite, "testcase", classname="compute_budget.audit", name=kind.value)
         found = [finding for finding in report.findings if finding.kind is kind]
@@ -228,7 +239,6 @@ def render_junit(report: AuditReport) -> str:
                 f"{escaped(found[0].detail)}",
             )
             failure.text = "\n".join(f"{_where(finding)}: {escaped(finding.detail)}" for finding in found)
-    return _document(suite)
 
 
 def render_error(output_format: str, reason: str, *, database: str, started_at: str, finished_at: str) -> str:
