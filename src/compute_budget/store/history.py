@@ -46,7 +46,7 @@ def import_history(
     statements, seal = session.statements, session.seal
     try:
         with begin_write(session.engine) as connection:
-            lock_for_append(connection, statements, readonly=False)
+            lock_for_append(connection, readonly=False)
             require_guard(connection, location)
             existing = read_head(connection, statements)
             if existing.seq != 0:
@@ -65,7 +65,7 @@ def import_history(
             frontier = CompactRange()
             source = iter(rows)
             while chunk := list(itertools.islice(source, CHUNK_SIZE * 4)):
-                insert_exactly(connection, statements, chunk, location)
+                insert_exactly(connection, chunk, location)
                 hashes = [unreadable_leaf_hash(row[:17]) for row in chunk]
                 sealing.insert_nodes(connection, seal, frontier.extend(hashes, min_level=TILE_LEVEL))
                 last = chunk[-1]

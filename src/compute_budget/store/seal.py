@@ -63,7 +63,7 @@ class SealStatements:
     """The seal's SQL for one backend (`mark` is its parameter placeholder)."""
 
     def __init__(self, mark: str) -> None:
-        m = mark
+        self.mark = m = mark
         self.get_origin = f"SELECT origin FROM {ORIGIN_TABLE} WHERE id = 1"
         self.set_origin = f"INSERT INTO {ORIGIN_TABLE} (id, origin) VALUES (1, {m})"
         self.node = f"SELECT hash FROM {NODES_TABLE} WHERE level = {m} AND idx = {m}"
@@ -181,17 +181,6 @@ class SealStatements:
             f"SELECT id, tree_size, witness_name, witness_key_id, timestamp, checkpoint, line, recorded_at "
             f"FROM {COSIGNATURES_TABLE} WHERE id > {m} ORDER BY id LIMIT {PAGE_ROWS}"
         )
-
-
-_BY_BACKEND = {"sqlite": SealStatements("?"), "postgresql": SealStatements("%s")}
-
-
-def seal_statements_for(backend: str) -> SealStatements:
-    """The seal's statements for a backend name (``sqlite`` or ``postgresql``)."""
-    try:
-        return _BY_BACKEND[backend]
-    except KeyError:
-        raise NotImplementedError(f"compute-budget has no SQL written for the {backend} backend") from None
 
 
 # -- origin ----------------------------------------------------------------------------------------------------
