@@ -84,6 +84,11 @@ class SealStatements:
         )
         columns = ", ".join(ROW_COLUMNS)
         self.leaf_rows = f"SELECT {columns} FROM {TABLE_NAME} WHERE seq > {m} AND seq <= {m} ORDER BY seq"
+        self._checkpoints(m)
+        self._witnesses(m)
+
+    def _checkpoints(self, m: str) -> None:
+        """The signed checkpoints' and the provenance's SQL."""
         self.insert_checkpoint = (
             f"INSERT INTO {CHECKPOINTS_TABLE} (tree_size, key_name, key_hash, note, recorded_at) "
             f"VALUES ({m}, {m}, {m}, {m}, {m})"
@@ -138,8 +143,11 @@ class SealStatements:
             f"INSERT INTO {PROVENANCE_TABLE} (id, source_origin, through_seq, root, chain_hash, recorded_at) "
             f"VALUES (1, {m}, {m}, {m}, {m}, {m})"
         )
-        # Witnesses (spec 9.5, migration 0005). The witness-sizes table is only copied now (`copy`): a submitter
-        # reads a witness's size from its cosignatures (spec 9.9.1).
+
+    def _witnesses(self, m: str) -> None:
+        """The witnesses' SQL (spec 9.5, migration 0005)."""
+        # The witness-sizes table is only copied now (`copy`): a submitter reads a witness's size from its
+        # cosignatures (spec 9.9.1).
         self.insert_witness_size = (
             f"INSERT INTO {WITNESS_SIZES_TABLE} (witness_name, witness_key_id, tree_size, recorded_at) "
             f"VALUES ({m}, {m}, {m}, {m})"
