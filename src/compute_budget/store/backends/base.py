@@ -83,6 +83,7 @@ class Backend(ABC):
     owner_hint: ClassVar[str] = ""  # who may run `migrate` here, as said after the command
     has_roles: ClassVar[bool] = False  # roles need grants on each table (`compute-budget grants`)
     keeps_a_file: ClassVar[bool] = False  # a database that is one local file (`locate` takes its path literally)
+    status_condition: ClassVar[str] = "status = {mark}"  # the browse filter on status (a planner hint may wrap it)
 
     @functools.cached_property
     def statements(self) -> Statements:
@@ -105,8 +106,6 @@ class Backend(ABC):
         from compute_budget.store.browse import BrowseStatements  # here: browsing encodes ids through a backend
 
         return BrowseStatements(self.mark, status_condition=self.status_condition)
-
-    status_condition: ClassVar[str] = "status = {mark}"  # the browse filter on status (a planner hint may wrap it)
 
     @abstractmethod
     def create_engine(self, location: Location, *, readonly: bool) -> Engine:
@@ -176,10 +175,6 @@ class Backend(ABC):
     def logical(self, row: Any) -> tuple[Any, ...]:
         """A stored row as its logical values (`text_codec`)."""
         return tuple(row)
-
-    def logical_rows(self, rows: list[Any]) -> list[tuple[Any, ...]]:
-        """Stored rows as logical values."""
-        return [self.logical(row) for row in rows]
 
     def stored_text(self, value: str) -> str:
         """A copied gate id as this backend stores it (`text_codec`)."""
