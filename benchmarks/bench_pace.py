@@ -147,7 +147,7 @@ def run_floor_pg(url: str, rows: list[tuple[Any, ...]]) -> list[float]:
     import psycopg
     from sqlalchemy.engine import make_url
 
-    from compute_budget.store.statements import APPEND_LOCK_KEY
+    from compute_budget.store.backends.postgresql import APPEND_LOCK_KEY
 
     _drop_tables(url)
     with BudgetStore.open(url):

@@ -34,7 +34,8 @@ from typing import Any
 
 from bench_record import build_store
 
-from compute_budget.store.browse import DecisionFilter, browse_statements_for
+from compute_budget.store.backends import browse_statements_for
+from compute_budget.store.browse import DecisionFilter
 from compute_budget.web.app import create_app
 
 TABLE = "compute_budget_decisions"

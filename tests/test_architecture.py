@@ -227,3 +227,98 @@ def test_the_auditor_rooms_import_downwards_only(tmp_path: Path, module: str, li
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Inside the auditor" in done.stdout
     assert "BROKEN" in done.stdout
+
+
+# -- one backend seam (issue 29, item 1) -------------------------------------------------------------------------
+
+_DATABASE_NAMES = frozenset({"sqlite", "postgresql", "postgres"})
+# Where a database may be asked for by name: the backends' own package, and the frozen migrations (a revision
+# never imports live code, so each keeps the guard of its day with its own dispatch).
+_MAY_NAME_THE_DATABASE = ("store/backends/", "store/alembic/versions/")
+
+
+def _names_a_database(node: ast.expr) -> bool:
+    """`x.dialect.name`, `x.dialect`, or a literal database name (alone, or in a tuple, list or set)."""
+    if isinstance(node, ast.Attribute) and node.attr == "name" and isinstance(node.value, ast.Attribute):
+        return node.value.attr == "dialect"
+    if isinstance(node, ast.Attribute) and node.attr == "dialect":
+        return True
+    if isinstance(node, ast.Constant):
+        return node.value in _DATABASE_NAMES
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return any(_names_a_database(item) for item in node.elts)
+    return False
+
+
+def _database_tests(source: str) -> list[int]:
+    """The lines of `source` that test which database they run on: any mention of `dialect.name`, and any
+    comparison (==, !=, in, not in) with a dialect or a literal database name."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        named = isinstance(node, ast.Attribute) and node.attr == "name" and _names_a_database(node)
+        compared = isinstance(node, ast.Compare) and any(
+            _names_a_database(side) for side in (node.left, *node.comparators)
+        )
+        if named or compared:
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_the_scan_for_database_tests_finds_each_form() -> None:
+    """The scan below bites: each way of asking which database it is, and none of the backend-neutral forms."""
+    asked = [
+        "if connection.dialect.name == 'postgresql': pass",
+        "backend = engine.dialect.name",
+        "if connection.dialect == dialect: pass",
+        "x = 'sqlite' if location.backend == 'sqlite' else 'y'",
+        "if name != \"postgresql\": pass",
+        "if url.get_backend_name() in ('sqlite', 'postgres'): pass",
+    ]
+    for line in asked:
+        assert _database_tests(line) == [1], line
+    neutral = "backend = backend_for(engine)\nrows = backend.insert(connection, rows)\nx = ('sqlite', 1)\n"
+    assert _database_tests(neutral) == []
+
+
+def test_only_the_backends_ask_which_database_they_run_on() -> None:
+    """Outside `store/backends/` (and the frozen migrations) no code tests the dialect's name: the backend is
+    chosen once, in `store/backends/__init__.py`, and handed to the rest."""
+    package = REPO_ROOT / "src" / "compute_budget"
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package).as_posix()
+        if relative.startswith(_MAY_NAME_THE_DATABASE):
+            continue
+        found += [f"{relative}:{line}" for line in _database_tests(path.read_text(encoding="utf-8"))]
+    advice = "ask the backend (store/backends/) instead of testing the database's name: "
+    assert found == [], advice + ", ".join(found)
+
+
+def test_every_backend_is_one_the_store_tests_run_on() -> None:
+    """A backend is one module plus one parameter of `store_target`: the fixture's parameters are the registered
+    backends, and each backend implements the whole interface (no abstract method left)."""
+    from compute_budget.store.backends import _BACKENDS, Backend
+
+    assert _store_target_params() == set(_BACKENDS)
+    for name, backend in _BACKENDS.items():
+        assert isinstance(backend, Backend)
+        assert backend.name == name
+        assert not getattr(type(backend), "__abstractmethods__", frozenset())
+        assert backend.statements.mark == backend.seal.mark == backend.browse.mark == backend.mark
+
+
+def _store_target_params() -> set[str]:
+    """The backends `tests/conftest.py`'s `store_target` fixture is parametrized with (a name, or the first
+    argument of a `pytest.param`)."""
+    tree = ast.parse((REPO_ROOT / "tests" / "conftest.py").read_text(encoding="utf-8"))
+    fixture = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "store_target")
+    decorator = next(node for node in fixture.decorator_list if isinstance(node, ast.Call))
+    params = next(keyword.value for keyword in decorator.keywords if keyword.arg == "params")
+    assert isinstance(params, ast.List)
+    names = set()
+    for item in params.elts:
+        value = item.args[0] if isinstance(item, ast.Call) else item
+        assert isinstance(value, ast.Constant)
+        assert isinstance(value.value, str)
+        names.add(value.value)
+    return names

@@ -138,3 +138,35 @@ def test_a_password_typed_with_a_raw_at_sign_is_not_shown_in_part() -> None:
     assert "cr3t" not in location.display
     assert location.display == "postgresql://***@127.0.0.1:5432/db"
     assert locate("postgresql://alice:Secr3t@127.0.0.1:5432/db").display == "postgresql://alice:***@127.0.0.1:5432/db"
+
+
+def test_a_database_without_a_backend_is_refused_by_name() -> None:
+    """The registry (`store/backends`) names a database it has no backend for; a URL of one is refused in one line
+    naming what compute-budget runs on, never with a traceback."""
+    from compute_budget.store.backends import backend_named, find_backend
+
+    assert find_backend("mysql") is None
+    assert find_backend("sqlite") is not None
+    with pytest.raises(NotImplementedError, match="no SQL written for the mysql backend"):
+        backend_named("mysql")
+    with pytest.raises(StoreUnavailable, match=r"no database driver for .*use SQLite or PostgreSQL"):
+        BudgetStore.open("mysql://someone@localhost/store")
+
+
+def test_each_backend_words_its_own_sql() -> None:
+    """One builder, each backend's words: SQLite's placeholder and planner hint, PostgreSQL's placeholder, its
+    conflict clause for the optimistic append and its advisory lock (SQLite's BEGIN IMMEDIATE is the lock)."""
+    from compute_budget.store.backends import backend_named
+
+    sqlite, postgresql = backend_named("sqlite"), backend_named("postgresql")
+    assert sqlite.statements.by_budget_id.endswith("budget_id = ?")
+    assert postgresql.statements.by_budget_id.endswith("budget_id = %s")
+    assert sqlite.statements.insert_if_new is None
+    assert sqlite.statements.append_lock is None
+    assert postgresql.statements.insert_if_new is not None
+    assert postgresql.statements.insert_if_new.endswith("ON CONFLICT (budget_id) DO NOTHING")
+    assert postgresql.statements.append_lock == "SELECT pg_advisory_xact_lock(7227022700)"
+    assert "+status = ?" in sqlite.browse.page(("status",), 10)
+    assert "+status" not in postgresql.browse.page(("status",), 10)
+    assert sqlite.seal.set_origin.endswith("VALUES (1, ?)")
+    assert postgresql.seal.set_origin.endswith("VALUES (1, %s)")

@@ -179,8 +179,8 @@ def test_the_audit_reads_a_range_in_index_order_without_a_sort(pg_url: str) -> N
     and no parallel sequential scan (which spill temporary files as big as the table)."""
     from sqlalchemy import create_engine
 
+    from compute_budget.store.backends import statements_for
     from compute_budget.store.session import prefer_index_order
-    from compute_budget.store.statements import statements_for
 
     with BudgetStore.open(pg_url) as store:
         store.record_many(gate_lines(2000))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sqlite3
 
 from compute_budget.core.row import ROW_COLUMNS
-from compute_budget.store.statements import MULTI_ROW_MAX, statements_for
+from compute_budget.store.backends import statements_for
+from compute_budget.store.backends.sqlite import MULTI_ROW_MAX
 
 
 def test_insert_rows_has_one_group_a_row_and_is_built_once() -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from compute_budget.core.log.head import EMPTY_HEAD, GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.log.merkle import CompactRange
@@ -37,15 +37,15 @@ from compute_budget.store.authorship import (
     require_rows_hold,
 )
 from compute_budget.store.backend import Location, begin_write, translate
-from compute_budget.store.grants import Role, require_grants
+from compute_budget.store.backends import backend_for
+from compute_budget.store.grants import Role
 from compute_budget.store.keys import verifier_key
 from compute_budget.store.plan import ChunkPlan, plan_chunk, prepared_chunks
 from compute_budget.store.reads import stored_root
 from compute_budget.store.repairs import Repair
 from compute_budget.store.schema_check import schema_problems
-from compute_budget.store.session import StoreSession, lock_for_append, read_head, utc_now
-from compute_budget.store.statements import MULTI_ROW_MAX, Statements
-from compute_budget.store.text_codec import encode_rows
+from compute_budget.store.session import StoreSession, read_head, utc_now
+from compute_budget.store.statements import Statements
 from compute_budget.store.witnessing import DEFAULT_TIMEOUT_SECONDS, Submitted, WitnessTarget, submit
 
 
@@ -166,7 +166,7 @@ class Appender:
         origin and frontier, and check the writer's authority (spec 9.1). Returns them with the note the writer
         state gets after the commit when nothing is appended."""
         location = self._session.location
-        lock_for_append(connection, self._sql, readonly=False)
+        self._session.backend.lock_for_append(connection)
         require_guard_once(connection, location)
         appended.acknowledging = repairs.require_acknowledged(connection, location.display, after_repair)
         head = read_head(connection, self._sql)
@@ -235,7 +235,7 @@ class Appender:
                 stored = stored_gates(connection, self._sql, {item.decision.budget_id for item in prepared})
                 plan = plan_chunk(prepared, stored, head, recorded_at, offset=offset, **want)
                 if plan.rows:
-                    insert_exactly(connection, self._sql, plan.rows, self._session.location)
+                    insert_exactly(connection, plan.rows, self._session.location)
             if plan.rows:
                 require_planned_head(connection, self._sql, plan.head, self._session.location)
             sealing.insert_nodes(connection, self._seal, frontier.extend(plan.leaves, min_level=TILE_LEVEL))
@@ -254,25 +254,23 @@ class Appender:
     def _inserted_optimistically(self, connection: Connection, plan: ChunkPlan, head: ChainHead) -> bool:
         """Insert a chunk planned as all new; False (and nothing of it kept) when one of its gates is stored."""
         location = self._session.location
-        insert_if_new = self._sql.insert_if_new
-        if insert_if_new is None and len(plan.rows) <= MULTI_ROW_MAX:
-            # SQLite, a chunk that is one statement: a statement is atomic, so a stored gate (the primary key, or
+        backend = self._session.backend
+        if 0 < len(plan.rows) <= backend.atomic_rows:
+            # A chunk that is one statement (SQLite): a statement is atomic, so a stored gate (the primary key, or
             # the guard's no-replace trigger) undoes the whole statement and nothing of it stays; no savepoint.
             try:
-                insert_exactly(connection, self._sql, plan.rows, location)
+                insert_exactly(connection, plan.rows, location)
             except IntegrityError:
                 require_nothing_kept(connection, self._sql, head, location)
                 return False
             return True
         try:
             with connection.begin_nested():
-                if insert_if_new is None:
-                    insert_exactly(connection, self._sql, plan.rows, location)
-                else:
-                    stored_rows = encode_rows(plan.rows)  # PostgreSQL text holds no NUL
-                    written = connection.exec_driver_sql(insert_if_new, stored_rows).rowcount
-                    if written != len(plan.rows):
-                        raise _StoredAlready  # then every row is looked up, inserted exactly
+                written = backend.insert_skipping_stored(connection, plan.rows)
+                if written is None:  # a stored row raised instead of being skipped
+                    insert_exactly(connection, plan.rows, location)
+                elif written != len(plan.rows):
+                    raise _StoredAlready  # then every row is looked up, inserted exactly
         except (IntegrityError, _StoredAlready):
             return False
         return True
@@ -335,7 +333,7 @@ class Appender:
                 locks.enter_context(writer.state.locked())
             try:
                 with begin_write(self._session.engine) as connection:
-                    lock_for_append(connection, self._sql, readonly=False)
+                    self._session.backend.lock_for_append(connection)
                     repairs.require_acknowledged(connection, location.display, None)
                     head = read_head(connection, self._sql)
                     origin = sealing.read_origin(connection, self._seal)
@@ -364,31 +362,12 @@ class Appender:
 
 
 _GUARD_SEEN = "compute_budget.guard_data_version"
-# Everything the guard check compares, as one text: a change to any of it changes the digest.
-_POSTGRESQL_FINGERPRINT = (
-    "SELECT md5(concat_ws('|', "
-    "(SELECT string_agg(c.relname || '.' || t.tgname || ':' || t.tgenabled::text || ':' "
-    "|| pg_get_triggerdef(t.oid), ',' ORDER BY c.relname, t.tgname) "
-    "FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
-    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND NOT t.tgisinternal), "
-    # The whole definition, as the full check compares it: SECURITY DEFINER or a SET leaves prosrc as it was.
-    "(SELECT string_agg(p.proname || ':' || md5(pg_get_functiondef(p.oid)), ',' ORDER BY p.proname) FROM pg_proc p "
-    "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = current_schema() AND p.prokind <> 'a'), "
-    "(SELECT string_agg(table_name || '.' || column_name || ':' || data_type || ':' || is_nullable, ',' "
-    "ORDER BY table_name, ordinal_position) FROM information_schema.columns WHERE table_schema = current_schema()), "
-    "(SELECT string_agg(version_num, ',') FROM alembic_version), "
-    "(SELECT string_agg(c.relname || '.' || r.rulename || ':' || md5(pg_get_ruledef(r.oid)), ',' "
-    "ORDER BY c.relname, r.rulename) FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class "
-    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema()), "
-    "(SELECT string_agg(c.relname, ',' ORDER BY c.relname) FROM pg_class c "
-    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() "
-    "AND (c.relrowsecurity OR c.relforcerowsecurity))))"
-)
 
 
 def require_guard_once(connection: Connection, location: Location) -> None:
-    """`require_guard`, skipped on a SQLite connection that already checked it when no other connection has
-    committed anything since (`PRAGMA data_version`, inside the write lock this transaction already holds).
+    """`require_guard`, skipped on a connection that already checked it while the backend's `guard_version` stays
+    the same: on SQLite when no other connection has committed anything since (`PRAGMA data_version`, inside the
+    write lock this transaction already holds).
 
     Sound because changing the guard (a trigger dropped, altered or added, a column changed, `alembic_version`
     edited) is a write another connection must commit, and any such commit changes this connection's
@@ -398,22 +377,7 @@ def require_guard_once(connection: Connection, location: Location) -> None:
     recorded revision, every rule and which tables have row-level security), read in one round trip: unchanged
     since a full check that held, the guard still holds.
     The audit always runs the full check."""
-    if connection.dialect.name == "postgresql":
-        try:
-            version = connection.exec_driver_sql(_POSTGRESQL_FINGERPRINT).scalar()
-        except DBAPIError as error:
-            if getattr(error.orig, "sqlstate", None) != "42P01":  # undefined_table: the one table it may lack
-                raise
-            raise StoreDamaged(
-                f"{location.display}: table alembic_version is gone (the schema's bookkeeping was dropped by hand); "
-                f"refusing to append: run `compute-budget migrate --db {location.display}` as the store's owner, then "
-                "`compute-budget audit`"
-            ) from None
-    elif connection.dialect.name == "sqlite":
-        version = connection.exec_driver_sql("PRAGMA data_version").scalar()
-    else:  # pragma: no cover  (no other backend is supported)
-        require_guard(connection, location)
-        return
+    version = backend_for(connection).guard_version(connection, location)
     remembered = connection.connection.info  # lives as long as the DBAPI connection itself
     if remembered.get(_GUARD_SEEN) == version:
         return
@@ -425,34 +389,22 @@ def require_guard(connection: Connection, location: Location) -> None:
     """Writers append only under the guard this release created: a missing, disabled or altered trigger, or
     one added by hand on a guarded table, stops the append (inside its transaction, so nothing is written)."""
     # Asked before inserting: a refused INSERT inside psycopg's pipeline would also log driver noise.
-    require_grants(connection, Role.WRITER, location.display)
+    backend = backend_for(connection)
+    backend.require_grants(connection, Role.WRITER, location.display)
     problems = schema_problems(connection)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        owner = " as the store's owner" if location.backend == "postgresql" else ""
         raise StoreDamaged(
             f"{location.display}: {problems[0]}{more}; refusing to append: run `compute-budget migrate --db "
-            f"{location.display}`{owner} to restore the append-only guard, then `compute-budget audit`"
+            f"{location.display}`{backend.owner_hint} to restore the append-only guard, then `compute-budget audit`"
         )
 
 
-def insert_exactly(
-    connection: Connection, statements: Statements, rows: list[tuple[Any, ...]], location: Location
-) -> None:
-    """Insert `rows`, and prove the database stored every one: a hand-made trigger that skips rows
-    (`RAISE(IGNORE)`, a PostgreSQL trigger returning NULL) must not let a writer report rows it never wrote.
-
-    SQLite takes up to `MULTI_ROW_MAX` rows per multi-row INSERT (one statement, one program run, instead of one
-    per row); PostgreSQL takes them all through the driver's executemany.
-    """
-    if connection.dialect.name == "postgresql":
-        written = connection.exec_driver_sql(statements.insert, encode_rows(rows)).rowcount
-    else:
-        written = 0
-        for start in range(0, len(rows), MULTI_ROW_MAX):
-            piece = rows[start : start + MULTI_ROW_MAX]
-            flat = tuple(itertools.chain.from_iterable(piece))
-            written += connection.exec_driver_sql(statements.insert_rows(len(piece)), flat).rowcount
+def insert_exactly(connection: Connection, rows: list[tuple[Any, ...]], location: Location) -> None:
+    """Insert `rows` the backend's way (`Backend.insert`), and prove the database stored every one: a hand-made
+    trigger that skips rows (`RAISE(IGNORE)`, a PostgreSQL trigger returning NULL) must not let a writer report
+    rows it never wrote."""
+    written = backend_for(connection).insert(connection, rows)
     if written != len(rows):
         raise StoreDamaged(
             f"{location.display} stored {written} of the {len(rows)} rows just inserted: something on the table "

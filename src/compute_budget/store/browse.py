@@ -16,8 +16,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine, inspect
 
 from compute_budget.core.row import ROW_COLUMNS
+from compute_budget.store.backends import Backend, backend_for
 from compute_budget.store.table import CHECKPOINTS_TABLE, TABLE_NAME
-from compute_budget.store.text_codec import encode_text
 
 MAX_PAGE_ROWS = 500
 
@@ -73,8 +73,7 @@ class Link:
 class BrowseStatements:
     """The browsing SQL for one backend; `mark` is its parameter placeholder."""
 
-    def __init__(self, backend: str, mark: str) -> None:
-        self.backend = backend
+    def __init__(self, mark: str, *, status_condition: str = "status = {mark}") -> None:
         self.mark = mark
         table = TABLE_NAME
         self.select = f"SELECT {', '.join(ROW_COLUMNS)} FROM {table}"
@@ -93,12 +92,10 @@ class BrowseStatements:
         # The highest integer seq: SQLite sorts a seq tampered into text after every number, and a head read from
         # it would show an empty list and audit no row at all (issue 22).
         self.head_seq = f"SELECT max(seq) FROM {table} WHERE seq = CAST(seq AS BIGINT)"
-        # Each filter's condition. SQLite's planner, without statistics, would answer `status = ? ORDER BY seq
-        # DESC LIMIT n` from the status index and then sort every row of that status; the unary `+` keeps it
-        # walking the seq index backwards, which stops after n matching rows. PostgreSQL plans from its
-        # statistics (and has no unary + on text).
+        # Each filter's condition; the backend words the one on status (SQLite's needs a planner hint, see
+        # `SQLiteBackend.status_condition`; PostgreSQL plans from its statistics and has no unary + on text).
         self._conditions = {
-            "status": f"+status = {mark}" if backend == "sqlite" else f"status = {mark}",
+            "status": status_condition.format(mark=mark),
             "reason_code": f"reason_code = {mark}",
             "gate_decision_id": f"gate_decision_id = {mark}",
             "policy_version": f"policy_version = {mark}",
@@ -131,17 +128,6 @@ class BrowseStatements:
         return f"SELECT seq FROM {TABLE_NAME}{self._where(present)} ORDER BY seq LIMIT {int(limit)}"
 
 
-_BY_BACKEND = {"sqlite": BrowseStatements("sqlite", "?"), "postgresql": BrowseStatements("postgresql", "%s")}
-
-
-def browse_statements_for(backend: str) -> BrowseStatements:
-    """The browsing statements for a backend name (``sqlite`` or ``postgresql``)."""
-    try:
-        return _BY_BACKEND[backend]
-    except KeyError:
-        raise NotImplementedError(f"compute-budget has no SQL written for the {backend} backend") from None
-
-
 class Browsing:
     """Read-only browsing queries, mixed into `BudgetStore`."""
 
@@ -154,8 +140,12 @@ class Browsing:
         raise NotImplementedError
 
     @property
+    def _backend(self) -> Backend:
+        return backend_for(self._engine)
+
+    @property
     def _browse(self) -> BrowseStatements:
-        return browse_statements_for(self._engine.dialect.name)
+        return self._backend.browse
 
     def page(self, where: DecisionFilter, *, limit: int = 50) -> Page:
         """One keyset page of raw rows matching `where`, newest first, at most `limit` (1..500) rows."""
@@ -231,9 +221,9 @@ class Browsing:
 
     def _params(self, where: DecisionFilter) -> tuple[Any, ...]:
         """The filter values as stored (PostgreSQL keeps a gate id holding NUL encoded, see `text_codec`)."""
-        if where.gate_decision_id is None or self._engine.dialect.name != "postgresql":
+        if where.gate_decision_id is None:
             return where.values()
-        return replace(where, gate_decision_id=encode_text(where.gate_decision_id)).values()
+        return replace(where, gate_decision_id=self._backend.stored_text(where.gate_decision_id)).values()
 
     def neighbours(self, seq: int) -> tuple[Link | None, Link | None]:
         """The stored rows just before and just after `seq` (their links, as stored), each or None."""
@@ -287,4 +277,4 @@ class Browsing:
         return next((name for name in SIGNED_CHECKPOINT_TABLES if name in names), None)
 
 
-__all__ = ["MAX_PAGE_ROWS", "Browsing", "DecisionFilter", "Link", "Page", "browse_statements_for"]
+__all__ = ["MAX_PAGE_ROWS", "BrowseStatements", "Browsing", "DecisionFilter", "Link", "Page"]

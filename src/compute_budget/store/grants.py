@@ -2,8 +2,8 @@
 connected role lacks.
 
 One list of what each role needs (`needed`) drives both the statements `compute-budget grants` prints and the check
-a store makes when it opens, so a table added by a later migration is in both the day it lands (a test holds the
-list to the tables a migrated database really has).
+a store makes when it opens (`PostgreSQLBackend.require_grants`), so a table added by a later migration is in both
+the day it lands (a test holds the list to the tables a migrated database really has).
 """
 
 from __future__ import annotations
@@ -11,9 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sqlalchemy import Connection
-
-from compute_budget.errors import InputError, StoreUnavailable
+from compute_budget.errors import InputError
 from compute_budget.store.table import (
     CHECKPOINTS_TABLE,
     NODES_TABLE,
@@ -100,55 +98,10 @@ def grant_statements(role_name: str, role: Role, *, database: str | None = None,
     return statements
 
 
-def _fix(role: Role, need: Need, role_name: str, schema: str) -> str:
+def fix_statement(role: Role, need: Need, role_name: str, schema: str) -> str:
     """The statement that grants one missing privilege, and the command that prints them all."""
     grantee = quote_identifier(role_name, "role name") if role_name else "ROLE"
     return (
         f"GRANT {need.privileges} ON {need.kind} {schema}.{need.name} TO {grantee}; "
         f"(`compute-budget grants --role {role_name} --{role.value}` prints every grant)"
     )
-
-
-def require_grants(connection: Connection, role: Role, where: str) -> None:
-    """On PostgreSQL, raise `StoreUnavailable` naming the first table (or sequence) this connection's role cannot
-    use as `role` needs, and the GRANT that fixes it. Objects that do not exist are the schema check's concern."""
-    if connection.dialect.name != "postgresql":
-        return
-    role_name, schema = connection.exec_driver_sql("SELECT current_user, current_schema()").one()
-    role_name = str(role_name)
-    if schema is None or not connection.exec_driver_sql(
-        "SELECT has_schema_privilege(current_user, %s, 'USAGE')", (str(schema),)
-    ).scalar():
-        shown = schema or "public"
-        raise StoreUnavailable(
-            f"role {role_name!r} cannot use schema {shown} on {where}: as its owner, run GRANT USAGE ON SCHEMA "
-            f"{shown} TO {quote_identifier(role_name, 'role name')}; (`compute-budget grants --role {role_name} "
-            f"--{role.value}` prints every grant)"
-        )
-    needs = needed(role)
-    # has_table_privilege with "SELECT, INSERT" is true if *either* is held: each privilege is asked alone.
-    checks = [(need, privilege) for need in needs for privilege in need.privileges.split(", ")]
-    rows = connection.exec_driver_sql(
-        "SELECT need.ord FROM unnest(%s::text[], %s::text[], %s::text[]) "
-        "WITH ORDINALITY AS need(kind, name, priv, ord) "
-        "CROSS JOIN LATERAL (SELECT to_regclass(quote_ident(%s) || '.' || quote_ident(need.name))::oid AS id) found "
-        "WHERE found.id IS NOT NULL AND NOT CASE need.kind "
-        "  WHEN 'SEQUENCE' THEN has_sequence_privilege(current_user, found.id, need.priv) "
-        "  ELSE has_table_privilege(current_user, found.id, need.priv) END "
-        "ORDER BY need.ord",
-        (
-            [need.kind for need, _ in checks],
-            [need.name for need, _ in checks],
-            [privilege for _, privilege in checks],
-            str(schema),
-        ),
-    ).scalars().all()
-    if rows:
-        missing, privilege = checks[int(rows[0]) - 1]
-        object_kind = "sequence" if missing.kind == "SEQUENCE" else "table"
-        action = {"SELECT": "read", "INSERT": "append to"}.get(privilege, "use")
-        more = f" (and {len(rows) - 1} more missing)" if len(rows) > 1 else ""
-        raise StoreUnavailable(
-            f"role {role_name!r} cannot {action} {object_kind} {missing.name} on {where}{more}: as the owner, run "
-            + _fix(role, missing, role_name, str(schema))
-        )

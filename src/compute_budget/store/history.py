@@ -8,6 +8,7 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from compute_budget.core.leaf import unreadable_leaf_hash
@@ -21,6 +22,7 @@ from compute_budget.store.append import insert_exactly, require_guard
 from compute_budget.store.backend import begin_write, translate
 from compute_budget.store.plan import CHUNK_SIZE
 from compute_budget.store.repairs import Repair
+from compute_budget.store.seal import SealStatements
 from compute_budget.store.session import StoreSession, lock_for_append, read_head, utc_now
 
 
@@ -43,29 +45,16 @@ def import_history(
     location = session.location
     if session.readonly:
         raise ReadOnlyStore(f"{location.display} was opened read-only; open it for writing to copy into it")
-    statements, seal = session.statements, session.seal
+    seal = session.seal
     try:
         with begin_write(session.engine) as connection:
-            lock_for_append(connection, statements, readonly=False)
+            lock_for_append(connection, readonly=False)
             require_guard(connection, location)
-            existing = read_head(connection, statements)
-            if existing.seq != 0:
-                raise DestinationNotEmpty(
-                    f"{location.display} already holds {existing.seq} rows; copy needs an empty store"
-                )
-            present = sealing.read_origin(connection, seal)
-            if origin is not None and present is not None and present != origin:
-                raise DestinationNotEmpty(
-                    f"{location.display} already has origin {present}, not the source's {origin}; "
-                    "copy into a new, empty database"
-                )
-            if present is None and origin is not None:
-                sealing.ensure_origin(connection, seal, origin, create=False)
-            head = existing
+            head = _empty_head(connection, session, origin)
             frontier = CompactRange()
             source = iter(rows)
             while chunk := list(itertools.islice(source, CHUNK_SIZE * 4)):
-                insert_exactly(connection, statements, chunk, location)
+                insert_exactly(connection, chunk, location)
                 hashes = [unreadable_leaf_hash(row[:17]) for row in chunk]
                 sealing.insert_nodes(connection, seal, frontier.extend(hashes, min_level=TILE_LEVEL))
                 last = chunk[-1]
@@ -76,22 +65,47 @@ def import_history(
                 connection.exec_driver_sql(seal.insert_checkpoint, list(batch))
             if provenance_from is not None:
                 root = base64.b64encode(frontier.root()).decode("ascii")
-                connection.exec_driver_sql(
-                    seal.insert_provenance, (provenance_from, head.seq, root, head.chain_hash, utc_now())
-                )
-            elif provenance is not None:
+                provenance = (provenance_from, head.seq, root, head.chain_hash, utc_now())
+            if provenance is not None:
                 connection.exec_driver_sql(seal.insert_provenance, provenance)
-            # Witness sizes and cosignatures as stored: hints and claims the audit checks against witness keys.
-            for batch in _batched(witness_rows, CHUNK_SIZE):
-                connection.exec_driver_sql(seal.insert_witness_size, list(batch))
-            for batch in _batched(cosignature_rows, CHUNK_SIZE):
-                connection.exec_driver_sql(seal.insert_cosignature, list(batch))
-            # Repairs and their acknowledgements (spec 9.9.10), in order: a copy never launders a repair away.
-            for repair in repair_rows:
-                repairs.copy_row(connection, repair)
+            _copy_witnessing(connection, seal, witness_rows, cosignature_rows, repair_rows)
     except SQLAlchemyError as error:
         raise translate(error, location) from None
     return head
+
+
+def _empty_head(connection: Connection, session: StoreSession, origin: str | None) -> ChainHead:
+    """The head of the empty destination (`DestinationNotEmpty` otherwise), its origin set to the source's."""
+    location = session.location
+    existing = read_head(connection, session.statements)
+    if existing.seq != 0:
+        raise DestinationNotEmpty(f"{location.display} already holds {existing.seq} rows; copy needs an empty store")
+    present = sealing.read_origin(connection, session.seal)
+    if origin is not None and present is not None and present != origin:
+        raise DestinationNotEmpty(
+            f"{location.display} already has origin {present}, not the source's {origin}; "
+            "copy into a new, empty database"
+        )
+    if present is None and origin is not None:
+        sealing.ensure_origin(connection, session.seal, origin, create=False)
+    return existing
+
+
+def _copy_witnessing(
+    connection: Connection,
+    seal: SealStatements,
+    witness_rows: Iterable[tuple[Any, ...]],
+    cosignature_rows: Iterable[tuple[Any, ...]],
+    repair_rows: Iterable[Repair],
+) -> None:
+    """Witness sizes and cosignatures as stored (hints and claims the audit checks against witness keys), then the
+    repairs and their acknowledgements (spec 9.9.10), in order: a copy never launders a repair away."""
+    for batch in _batched(witness_rows, CHUNK_SIZE):
+        connection.exec_driver_sql(seal.insert_witness_size, list(batch))
+    for batch in _batched(cosignature_rows, CHUNK_SIZE):
+        connection.exec_driver_sql(seal.insert_cosignature, list(batch))
+    for repair in repair_rows:
+        repairs.copy_row(connection, repair)
 
 
 def _batched(items: Iterable[Any], size: int) -> Iterator[tuple[Any, ...]]:

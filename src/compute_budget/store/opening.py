@@ -16,7 +16,8 @@ from compute_budget.errors import NoHistory, NotABudgetStore, SchemaBehindHead, 
 from compute_budget.store import repairs
 from compute_budget.store import seal as sealing
 from compute_budget.store.backend import Location, begin_write, create_store_engine, locate, translate
-from compute_budget.store.grants import Role, require_grants
+from compute_budget.store.backends import backend_for
+from compute_budget.store.grants import Role
 from compute_budget.store.migrations import (
     SchemaState,
     head_revision,
@@ -27,13 +28,11 @@ from compute_budget.store.migrations import (
 from compute_budget.store.repairs import Repair
 from compute_budget.store.schema_check import (
     clear_foreign,
-    refuse_edited_sqlite_schema,
+    refuse_edited_schema,
     restore_guard,
     schema_problems,
 )
-from compute_budget.store.seal import seal_statements_for
 from compute_budget.store.session import lock_for_append, read_head, utc_now
-from compute_budget.store.statements import statements_for
 from compute_budget.store.table import TABLE_NAME
 
 
@@ -51,9 +50,9 @@ def open_engine(
     engine = create_store_engine(location, readonly=readonly)
     try:
         with engine.begin() if readonly else begin_write(engine) as connection:
-            lock_for_append(connection, statements_for(engine.dialect.name), readonly=readonly)
+            lock_for_append(connection, readonly=readonly)
             if readonly:
-                require_grants(connection, Role.AUDITOR, location.display)
+                backend_for(connection).require_grants(connection, Role.AUDITOR, location.display)
             state, revision = schema_state(connection)
             if state is SchemaState.EMPTY and not readonly:
                 upgrade_to_head(connection)
@@ -84,14 +83,13 @@ def migrate_store(
     engine = create_store_engine(location, readonly=False)
     try:
         with begin_write(engine) as connection:
-            lock_for_append(connection, statements_for(engine.dialect.name), readonly=False)
+            lock_for_append(connection, readonly=False)
             state, revision = schema_state(connection)
             if state is SchemaState.FOREIGN:
                 raise NotABudgetStore(f"{location.display} is not a compute-budget database: it has other tables")
             if state in (SchemaState.AHEAD, SchemaState.TABLE_MISSING):
                 require_head(location, state, revision)
-            if connection.dialect.name == "sqlite":
-                refuse_edited_sqlite_schema(connection)
+            refuse_edited_schema(connection)
             # Repairs are said only once they hold (the transaction commits them): a repair that did not hold is
             # one error, and nothing changes.
             repaired = clear_foreign(connection)  # before any write: a trigger could swallow the repair itself
@@ -104,7 +102,7 @@ def migrate_store(
                     f"repaired the schema's bookkeeping: alembic_version recorded {recorded} under this release's "
                     f"head tables; it now records {head_revision()}"
                     + (" (the table was made anew: run `compute-budget grants` again for every role)"
-                       if made and connection.dialect.name == "postgresql" else "")
+                       if made and backend_for(connection).has_roles else "")
                 )
             elif state is not SchemaState.AT_HEAD:
                 upgrade_to_head(connection)
@@ -134,14 +132,14 @@ def migrate_store(
 
 def _record_repair(connection: Connection, repaired: list[str]) -> Repair:
     """Spec 9.9.10: the guard was down for a while; say so in the store, in the repair's own transaction."""
-    size = repairs.head_size(connection, statements_for(connection.dialect.name))
+    size = repairs.head_size(connection, backend_for(connection).statements)
     return repairs.record_repair(connection, repaired, size, utc_now())
 
 
 def seal_on_open(connection: Connection, origin: str | None, *, create_origin: bool) -> None:
     """A writer's opening step for the seal: set a wanted origin, build the tree of rows written before it."""
-    statements = statements_for(connection.dialect.name)
-    seal = seal_statements_for(connection.dialect.name)
+    backend = backend_for(connection)
+    statements, seal = backend.statements, backend.seal
     try:
         head = read_head(connection, statements)
     except StoreDamaged:

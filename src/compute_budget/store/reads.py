@@ -9,7 +9,6 @@ from collections.abc import Generator, Iterator
 from typing import Any
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import SQLAlchemyError
 
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
@@ -21,9 +20,8 @@ from compute_budget.store import seal as sealing
 from compute_budget.store.backend import Location
 from compute_budget.store.results import RowCheck
 from compute_budget.store.seal import SealStatements
-from compute_budget.store.session import StoreSession, prefer_index_order, read_head
-from compute_budget.store.snapshot import Snapshot, sqlite_batches
-from compute_budget.store.text_codec import decode_row, encode_text, tolerant_text
+from compute_budget.store.session import StoreSession, read_head
+from compute_budget.store.snapshot import Snapshot
 
 _HEX_PREFIX = re.compile(r"[0-9a-f]{1,64}")
 
@@ -66,7 +64,7 @@ class Reads:
     def find_by_gate(self, decision_id: str) -> list[StoredDecision]:
         """The stored decisions of the gate with this `decision_id`, in `seq` order."""
         with self._session.reading() as connection:
-            wanted = encode_text(decision_id) if self._session.postgresql else decision_id
+            wanted = self._session.backend.stored_text(decision_id)
             rows = connection.exec_driver_sql(self._sql.by_gate, (wanted,)).fetchall()
         return [readable(self._session.logical(row)) for row in rows]
 
@@ -100,8 +98,8 @@ class Reads:
     ) -> Iterator[StoredDecision]:
         """Stored rows matching every filter given, in `seq` order, streamed (see `BudgetStore.iter_decisions`)."""
         self._session.require_open()
-        if gate_decision_id is not None and self._session.postgresql:
-            gate_decision_id = encode_text(gate_decision_id)
+        if gate_decision_id is not None:
+            gate_decision_id = self._session.backend.stored_text(gate_decision_id)
         wanted = {
             "status": None if status is None else str(status),
             "reason_code": reason_code,
@@ -128,7 +126,8 @@ class Reads:
 
     def _raw_rows(self) -> Generator[tuple[Any, ...], None, None]:
         with self._session.reading() as connection:
-            prefer_index_order(connection)  # a copy reads the whole table: no sort spilled to disk
+            # A copy reads the whole table: no sort spilled to disk.
+            self._session.backend.prefer_index_order(connection)
             result = connection.execution_options(stream_results=True).exec_driver_sql(
                 f"{self._sql.select} ORDER BY seq"
             )
@@ -198,9 +197,7 @@ class Reads:
     def snapshot(self) -> Iterator[Snapshot]:
         """One read transaction whose queries all see the same rows."""
         with self._session.reading() as connection:
-            if connection.dialect.name == "postgresql":
-                connection = connection.execution_options(isolation_level="REPEATABLE READ")
-            yield Snapshot(connection, self._sql, self._seal)
+            yield Snapshot(self._session.backend.consistent(connection), self._sql, self._seal)
 
     def scan(self, low: int, high: int, *, batch_rows: int) -> Iterator[list[tuple[Any, ...]]]:
         """Raw rows with low < seq <= high in seq order, as batches of plain tuples, streamed."""
@@ -209,44 +206,7 @@ class Reads:
 
     def _scan(self, low: int, high: int, batch_rows: int) -> Iterator[list[tuple[Any, ...]]]:
         with self._session.reading() as connection:
-            if connection.dialect.name == "sqlite":
-                raw = connection.connection.driver_connection
-                resume = yield from sqlite_batches(raw, self._sql.seq_range, low, high, batch_rows)
-                if resume is not None:  # a text value that is not UTF-8: the rest is read tolerantly
-                    with tolerant_text(connection):
-                        yield from sqlite_batches(raw, self._sql.seq_range, resume, high, batch_rows)
-                return
-            prefer_index_order(connection)
-            result = connection.execution_options(stream_results=True).exec_driver_sql(
-                self._sql.seq_range, (low, high)
-            )
-            try:
-                # The size must be given: exec_driver_sql ignores yield_per, and a bare partitions() asks the server
-                # for the whole range at once, which PostgreSQL materialises in a temporary file as big as the range.
-                for partition in result.partitions(batch_rows):
-                    yield [decode_row(row) for row in partition]
-            finally:
-                _close_scan(connection, result)
-
-
-def _close_scan(connection: Connection, result: Any) -> None:
-    """Close a PostgreSQL scan's server-side cursor. When the server went away the close fails too: then the driver's
-    connection is closed and the cursor closed locally, so that the error that stopped the scan is the one said, and
-    neither a close error (logged or raised) nor psycopg's 'deleted while still open' warning follows it (a scan
-    dropped unfinished is closed when it is collected)."""
-    # The driver's cursor is closed first, here: SQLAlchemy's own close of a cursor whose server went away logs the
-    # failure, traceback and all ("Error closing cursor"), on the pool's logger, beside the one line the command says.
-    cursor = getattr(result, "cursor", None)
-    if cursor is not None and not getattr(cursor, "closed", True):
-        try:
-            cursor.close()
-        except Exception:  # the server is gone: close the socket, and the cursor then closes locally
-            with contextlib.suppress(Exception):
-                connection.connection.driver_connection.close()  # type: ignore[union-attr]
-            with contextlib.suppress(Exception):
-                cursor.close()
-    with contextlib.suppress(SQLAlchemyError):
-        result.close()
+            yield from self._session.backend.scan(connection, self._sql.seq_range, low, high, batch_rows)
 
 
 def stored_root(connection: Connection, seal: SealStatements, head: ChainHead, location: Location) -> bytes:

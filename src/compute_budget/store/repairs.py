@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, inspect
 
 from compute_budget.errors import InputError, RepairNotAcknowledged, StoreDamaged, clip
+from compute_budget.store.backends import backend_for
 from compute_budget.store.session import read_head
 from compute_budget.store.statements import Statements
 from compute_budget.store.table import REPAIRS_TABLE
@@ -38,7 +39,7 @@ class Repair:
 
 
 def _mark(connection: Connection) -> str:
-    return "%s" if connection.dialect.name == "postgresql" else "?"
+    return backend_for(connection).mark
 
 
 def _append(connection: Connection, kind: str, what: str, head_size: int, recorded_at: str) -> Repair:

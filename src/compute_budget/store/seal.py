@@ -63,7 +63,7 @@ class SealStatements:
     """The seal's SQL for one backend (`mark` is its parameter placeholder)."""
 
     def __init__(self, mark: str) -> None:
-        m = mark
+        self.mark = m = mark
         self.get_origin = f"SELECT origin FROM {ORIGIN_TABLE} WHERE id = 1"
         self.set_origin = f"INSERT INTO {ORIGIN_TABLE} (id, origin) VALUES (1, {m})"
         self.node = f"SELECT hash FROM {NODES_TABLE} WHERE level = {m} AND idx = {m}"
@@ -84,6 +84,11 @@ class SealStatements:
         )
         columns = ", ".join(ROW_COLUMNS)
         self.leaf_rows = f"SELECT {columns} FROM {TABLE_NAME} WHERE seq > {m} AND seq <= {m} ORDER BY seq"
+        self._checkpoints(m)
+        self._witnesses(m)
+
+    def _checkpoints(self, m: str) -> None:
+        """The signed checkpoints' and the provenance's SQL."""
         self.insert_checkpoint = (
             f"INSERT INTO {CHECKPOINTS_TABLE} (tree_size, key_name, key_hash, note, recorded_at) "
             f"VALUES ({m}, {m}, {m}, {m}, {m})"
@@ -138,8 +143,11 @@ class SealStatements:
             f"INSERT INTO {PROVENANCE_TABLE} (id, source_origin, through_seq, root, chain_hash, recorded_at) "
             f"VALUES (1, {m}, {m}, {m}, {m}, {m})"
         )
-        # Witnesses (spec 9.5, migration 0005). The witness-sizes table is only copied now (`copy`): a submitter
-        # reads a witness's size from its cosignatures (spec 9.9.1).
+
+    def _witnesses(self, m: str) -> None:
+        """The witnesses' SQL (spec 9.5, migration 0005)."""
+        # The witness-sizes table is only copied now (`copy`): a submitter reads a witness's size from its
+        # cosignatures (spec 9.9.1).
         self.insert_witness_size = (
             f"INSERT INTO {WITNESS_SIZES_TABLE} (witness_name, witness_key_id, tree_size, recorded_at) "
             f"VALUES ({m}, {m}, {m}, {m})"
@@ -181,17 +189,6 @@ class SealStatements:
             f"SELECT id, tree_size, witness_name, witness_key_id, timestamp, checkpoint, line, recorded_at "
             f"FROM {COSIGNATURES_TABLE} WHERE id > {m} ORDER BY id LIMIT {PAGE_ROWS}"
         )
-
-
-_BY_BACKEND = {"sqlite": SealStatements("?"), "postgresql": SealStatements("%s")}
-
-
-def seal_statements_for(backend: str) -> SealStatements:
-    """The seal's statements for a backend name (``sqlite`` or ``postgresql``)."""
-    try:
-        return _BY_BACKEND[backend]
-    except KeyError:
-        raise NotImplementedError(f"compute-budget has no SQL written for the {backend} backend") from None
 
 
 # -- origin ----------------------------------------------------------------------------------------------------

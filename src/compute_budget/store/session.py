@@ -14,23 +14,24 @@ from sqlalchemy.exc import SQLAlchemyError
 from compute_budget.core.log.head import EMPTY_HEAD, ChainHead
 from compute_budget.errors import StoreClosed, StoreDamaged
 from compute_budget.store.backend import Location, translate
-from compute_budget.store.seal import SealStatements, seal_statements_for
-from compute_budget.store.statements import Statements, statements_for
-from compute_budget.store.text_codec import decode_row
+from compute_budget.store.backends import Backend, backend_for
+from compute_budget.store.seal import SealStatements
+from compute_budget.store.statements import Statements
 
 MAX_SEQ = 2**63 - 1  # the largest 64-bit integer, SQLite's and PostgreSQL's BIGINT alike
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 class StoreSession:
-    """An opened store's engine with its backend's statements; closing it disposes of every connection."""
+    """An opened store's engine with its backend (chosen once, from the engine) and the backend's statements;
+    closing it disposes of every connection."""
 
     def __init__(self, location: Location, engine: Engine, *, readonly: bool) -> None:
         self.location = location
         self.readonly = readonly
-        self.statements: Statements = statements_for(engine.dialect.name)
-        self.seal: SealStatements = seal_statements_for(engine.dialect.name)
-        self.postgresql = engine.dialect.name == "postgresql"
+        self.backend: Backend = backend_for(engine)
+        self.statements: Statements = self.backend.statements
+        self.seal: SealStatements = self.backend.seal
         self.closed = False
         self._engine = engine
 
@@ -57,7 +58,7 @@ class StoreSession:
 
     def logical(self, row: Any) -> tuple[Any, ...]:
         """A stored row as its logical values (PostgreSQL's encoded copied ids decoded, see `text_codec`)."""
-        return decode_row(row) if self.postgresql else tuple(row)
+        return self.backend.logical(row)
 
 
 class Reading:
@@ -87,10 +88,10 @@ class Reading:
             raise translate(error, self._session.location, reading=True) from None
 
 
-def lock_for_append(connection: Connection, statements: Statements, *, readonly: bool) -> None:
-    """Serialise appenders on backends without SQLite's BEGIN IMMEDIATE."""
-    if not readonly and statements.append_lock is not None:
-        connection.exec_driver_sql(statements.append_lock)
+def lock_for_append(connection: Connection, *, readonly: bool) -> None:
+    """Serialise appenders (the backend's lock; nothing where BEGIN already took it, as on SQLite)."""
+    if not readonly:
+        backend_for(connection).lock_for_append(connection)
 
 
 def read_head(connection: Connection, statements: Statements) -> ChainHead:
@@ -118,13 +119,9 @@ def read_head(connection: Connection, statements: Statements) -> ChainHead:
 
 
 def prefer_index_order(connection: Connection) -> None:
-    """On PostgreSQL, read a seq range in the primary index's order for the rest of this transaction, without a
-    sort: for a range of most of the table the planner would otherwise choose a parallel sequential scan and a
-    sort that spills about 0.9 KB of temporary file per row, so a read-only audit fails on a server short of
-    disk. The index already yields the order the audit needs; memory and temporary space stay flat."""
-    if connection.dialect.name == "postgresql":
-        for setting in ("enable_sort = off", "enable_seqscan = off", "max_parallel_workers_per_gather = 0"):
-            connection.exec_driver_sql(f"SET LOCAL {setting}")
+    """Read a seq range in the primary index's order for the rest of this transaction, without a sort (on
+    PostgreSQL a sort of most of the table spills to disk: `PostgreSQLBackend.prefer_index_order`)."""
+    backend_for(connection).prefer_index_order(connection)
 
 
 def utc_now() -> str:

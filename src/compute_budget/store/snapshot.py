@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import Connection
@@ -15,12 +14,12 @@ from compute_budget.core.seal import StoredCheckpoint
 from compute_budget.errors import StoreDamaged
 from compute_budget.store import repairs
 from compute_budget.store import seal as sealing
+from compute_budget.store.backends import backend_for
 from compute_budget.store.repairs import Repair
 from compute_budget.store.schema_check import schema_problems
 from compute_budget.store.seal import SealStatements
 from compute_budget.store.session import prefer_index_order
 from compute_budget.store.statements import Statements
-from compute_budget.store.table import TABLE_NAME
 from compute_budget.store.text_codec import tolerant_text
 
 
@@ -190,14 +189,7 @@ class Snapshot:
         """On PostgreSQL, which of INSERT, UPDATE, DELETE and TRUNCATE this connection's role holds on the
         decisions table (a reader's `default_transaction_read_only` can be lifted by `SET TRANSACTION READ
         WRITE`; only a SELECT-only role is a real guarantee). SQLite: none (readers open the file read-only)."""
-        if self._connection.dialect.name != "postgresql":
-            return []
-        held = self._connection.exec_driver_sql(
-            "SELECT privilege FROM unnest(ARRAY['INSERT', 'UPDATE', 'DELETE', 'TRUNCATE']) AS privilege "
-            "WHERE has_table_privilege(current_user, %s, privilege)",
-            (TABLE_NAME,),
-        ).scalars().all()
-        return [str(privilege) for privilege in held]
+        return backend_for(self._connection).write_privileges(self._connection)
 
     def count(self) -> int:
         """How many rows the table holds."""
@@ -208,29 +200,3 @@ class Snapshot:
         with tolerant_text(self._connection):
             rows = self._connection.exec_driver_sql(self._statements.misplaced, (max_seq,)).fetchall()
         return [(row[0], row[1]) for row in rows]
-
-
-def sqlite_batches(
-    raw: Any, sql: str, low: Any, high: int, batch_rows: int
-) -> Generator[list[tuple[Any, ...]], None, Any]:
-    """Rows of `sql` over (low, high] in batches, straight from SQLite's cursor (the fastest way through them).
-
-    A text value that is not UTF-8 (a raw edit of the file can store any bytes) makes SQLite's decoder fail the
-    fetch: then this stops and returns the seq of the last row it yielded, for the caller to read the rest
-    tolerantly. Returns None when every row was read."""
-    cursor = raw.cursor()
-    try:
-        cursor.execute(sql, (low, high))
-        while True:
-            try:
-                batch = cursor.fetchmany(batch_rows)
-            except sqlite3.OperationalError as error:
-                if "decode" not in str(error):
-                    raise
-                return low
-            if not batch:
-                return None
-            low = batch[-1][0]
-            yield batch
-    finally:
-        cursor.close()

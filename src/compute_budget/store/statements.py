@@ -1,4 +1,4 @@
-"""Every SQL statement the store runs, built once per backend (the only place that knows `?` from `%s`).
+"""Every SQL statement the store runs, built once per backend from its placeholder (`store.backends`).
 
 The hot paths (append, scan, lookups) are raw SQL because the benchmarks show SQLAlchemy's compiled Core
 costs a visible share there; the statements are plain strings built here once, never per call.
@@ -6,19 +6,10 @@ costs a visible share there; the statements are plain strings built here once, n
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 
 from compute_budget.core.row import ROW_COLUMNS
 from compute_budget.store.table import TABLE_NAME
-
-# A transaction-scoped PostgreSQL advisory lock that every compute-budget writer takes before it reads the
-# chain head: the key is fixed, so writers of any version queue on it (even before the table exists).
-APPEND_LOCK_KEY = 7227022700
-
-# Rows per multi-row INSERT on SQLite: 500 rows of 18 columns are 9,000 parameters, well inside the default
-# SQLITE_MAX_VARIABLE_NUMBER of 32,766 (SQLite >= 3.32); older libraries allow 999, so 55 rows.
-MULTI_ROW_MAX = 500 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999 // 18
 
 # What `listing` can filter on, each a condition on one parameter (the names are `iter_decisions`' keywords).
 LIST_FILTERS: dict[str, str] = {
@@ -34,17 +25,15 @@ LIST_FILTERS: dict[str, str] = {
 class Statements:
     """The store's SQL for one backend; `mark` is its parameter placeholder."""
 
-    def __init__(self, backend: str, mark: str) -> None:
-        self.backend = backend
+    def __init__(self, mark: str, *, conflict_clause: str | None = None, append_lock: str | None = None) -> None:
         self.mark = mark
         table, columns = TABLE_NAME, ", ".join(ROW_COLUMNS)
         self.select = f"SELECT {columns} FROM {table}"
         self.insert = f"INSERT INTO {table} ({columns}) VALUES ({', '.join([mark] * len(ROW_COLUMNS))})"
-        # The optimistic append of a chunk assumed new. On PostgreSQL a stored budget_id must not raise inside
-        # psycopg's executemany pipeline (the aborted pipeline is then logged on stderr while the error
-        # unwinds): the row is skipped instead and the facade sees fewer rows inserted than planned. SQLite's
-        # no-replace trigger fires before any conflict clause, so there the duplicate still raises.
-        self.insert_if_new = f"{self.insert} ON CONFLICT (budget_id) DO NOTHING" if backend == "postgresql" else None
+        # The optimistic append of a chunk assumed new, where the backend has a conflict clause that skips a stored
+        # budget_id (the facade then sees fewer rows inserted than planned). SQLite's no-replace trigger fires
+        # before any conflict clause, so there the duplicate still raises and there is no such statement.
+        self.insert_if_new = f"{self.insert} {conflict_clause}" if conflict_clause else None
         self._row_marks = f"({', '.join([mark] * len(ROW_COLUMNS))})"
         self._insert_rows: dict[int, str] = {}
         self.by_budget_id = f"{self.select} WHERE budget_id = {mark}"
@@ -61,8 +50,8 @@ class Statements:
             "OR seq <> CAST(seq AS BIGINT)"
         )
         self.seq_range = f"{self.select} WHERE seq > {mark} AND seq <= {mark} ORDER BY seq"
-        # What a writer runs first to queue behind other writers (SQLite: BEGIN IMMEDIATE already does).
-        self.append_lock = f"SELECT pg_advisory_xact_lock({APPEND_LOCK_KEY})" if backend == "postgresql" else None
+        # What a writer runs first to queue behind other writers (None where BEGIN already does, as on SQLite).
+        self.append_lock = append_lock
 
     def insert_rows(self, how_many: int) -> str:
         """One INSERT of `how_many` rows (``VALUES (...), (...)``, the parameters flattened row after row): one
@@ -100,14 +89,3 @@ class Statements:
         """seq and gate_input of up to `how_many` budget_ids."""
         marks = ", ".join([self.mark] * how_many)
         return f"SELECT budget_id, seq, gate_input FROM {TABLE_NAME} WHERE budget_id IN ({marks})"
-
-
-_BY_BACKEND = {"sqlite": Statements("sqlite", "?"), "postgresql": Statements("postgresql", "%s")}
-
-
-def statements_for(backend: str) -> Statements:
-    """The statements for a backend name (``sqlite`` or ``postgresql``)."""
-    try:
-        return _BY_BACKEND[backend]
-    except KeyError:
-        raise NotImplementedError(f"compute-budget has no SQL written for the {backend} backend") from None

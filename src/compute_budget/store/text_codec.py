@@ -12,8 +12,8 @@ escaped as `\\u0000`.)
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from sqlalchemy import Connection
@@ -63,26 +63,9 @@ def _encoded(row: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(encode_text(value) if index in ENCODED_COLUMNS else value for index, value in enumerate(row))
 
 
-def _text_or_bytes(value: bytes) -> str | bytes:
-    """SQLite text as str, or as its bytes when they are not UTF-8: the audit then reports the row as
-    `malformed_row` (a column that is not text) instead of failing the whole read."""
-    try:
-        return value.decode("utf-8")
-    except UnicodeDecodeError:
-        return value
-
-
-@contextlib.contextmanager
-def tolerant_text(connection: Connection) -> Iterator[None]:
+def tolerant_text(connection: Connection) -> AbstractContextManager[None]:
     """Reads on this connection give undecodable SQLite text as bytes (PostgreSQL refuses such text on the way
-    in: nothing to do there). Not on the scan's fast path: a Python decoder costs about 1.6 µs a row."""
-    if connection.dialect.name != "sqlite":
-        yield
-        return
-    raw = connection.connection.driver_connection
-    previous = raw.text_factory  # type: ignore[union-attr]
-    raw.text_factory = _text_or_bytes  # type: ignore[union-attr]
-    try:
-        yield
-    finally:
-        raw.text_factory = previous  # type: ignore[union-attr]
+    in: nothing to do there); the backend's own (`Backend.tolerant_text`)."""
+    from compute_budget.store.backends import backend_for  # here: the backends import this codec
+
+    return backend_for(connection).tolerant_text(connection)
