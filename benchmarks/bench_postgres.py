@@ -57,8 +57,8 @@ from sqlalchemy.engine import make_url  # noqa: E402
 
 from compute_budget.auditor.scan import audit  # noqa: E402
 from compute_budget.core.log.note import VerifierKey, generate_signer  # noqa: E402
+from compute_budget.keys.key_files import write_new_signer_key  # noqa: E402
 from compute_budget.store import BudgetStore  # noqa: E402
-from compute_budget.store.keys import write_new_signer_key  # noqa: E402
 
 TRUSTED: list[VerifierKey] = []  # the run's writer key, when it signs (the default)
 

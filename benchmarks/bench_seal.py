@@ -44,8 +44,8 @@ from compute_budget import BudgetStore, audit, prove, verify_proof
 from compute_budget.core.leaf import RowHasher
 from compute_budget.core.log.merkle import CompactRange
 from compute_budget.core.log.note import SignerKey, generate_signer
+from compute_budget.keys.writer_state import WriterState
 from compute_budget.store.authorship import Authorised
-from compute_budget.store.writer_state import WriterState
 
 BATCH = 100_000
 GOAL_APPEND_RATIO = 0.90

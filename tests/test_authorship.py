@@ -368,7 +368,7 @@ def test_the_api_raises_typed_errors(tmp_path: Path) -> None:
 CRASHING_WRITER = """
 import os, sys
 from compute_budget import BudgetStore
-from compute_budget.store import writer_state
+from compute_budget.keys import writer_state
 from tests.conftest import gate_lines
 
 def crash(self, origin, note, **options):

@@ -125,7 +125,7 @@ def test_keygen_takes_every_name_spec_9_2_allows(
     """Latin-1, CJK and emoji names (issue 18): the key file is UTF-8, its verifier key (printed, and again by
     verifier-key) verifies a note signed with the key file, and the default file name is the key's name."""
     from compute_budget.core.log.note import sign_note
-    from compute_budget.store.keys import default_key_file, load_signer_key
+    from compute_budget.keys.key_files import default_key_file, load_signer_key
 
     status, out, err = run_cli("keygen", name, "--out", str(tmp_path / "chosen.key"))
     assert status == 0, err
@@ -169,7 +169,7 @@ def test_a_key_file_written_by_another_tool_with_a_utf8_name_is_read(tmp_path: P
     """C2SP tools write key names as UTF-8: such a file (signer and verifier) is accepted, not refused as
     'not ASCII'; a file that is not UTF-8 at all is still one clear line."""
     from compute_budget.errors import InputError
-    from compute_budget.store.keys import load_signer_key, verifier_key
+    from compute_budget.keys.key_files import load_signer_key, verifier_key
 
     signer = SignerKey.from_seed("écrivain", bytes(range(32)))
     (tmp_path / "key").write_bytes(signer.format().encode("utf-8") + b"\n")
@@ -187,7 +187,7 @@ def test_a_key_write_interrupted_after_creating_the_file_leaves_nothing(
 ) -> None:
     """The file is this call's own: any failure after it was created removes it (a retry is not blocked)."""
     from compute_budget.errors import InputError
-    from compute_budget.store import keys as keys_module
+    from compute_budget.keys import key_files as keys_module
 
     def short_write(handle: int, content: bytes) -> int:
         return len(content) - 1

@@ -1,4 +1,4 @@
-"""`store.files.read_small_file`: keys and checkpoints are regular files, read without waiting and within a limit."""
+"""`keys.small_files.read_small_file`: keys and checkpoints are regular files, read without waiting, bounded."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from compute_budget.errors import InputError
-from compute_budget.store.files import read_small_file
+from compute_budget.keys.small_files import read_small_file
 
 
 def test_a_regular_file_is_read_up_to_one_byte_past_the_limit(tmp_path: Path) -> None:

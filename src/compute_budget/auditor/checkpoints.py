@@ -29,8 +29,8 @@ from compute_budget.errors import (
     StoreDamaged,
     clip,
 )
-from compute_budget.store.files import read_small_file
-from compute_budget.store.keys import witness_key
+from compute_budget.keys.key_files import witness_key
+from compute_budget.keys.small_files import read_small_file
 from compute_budget.store.snapshot import Snapshot
 
 MAX_BAD_SIGNATURES_PER_KEY = 20  # a forged checkpoint table is reported, not verified to the end

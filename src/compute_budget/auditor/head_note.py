@@ -22,7 +22,7 @@ from compute_budget.core.log.note import VerifierKey, parse_note
 from compute_budget.core.seal import trusted_signers
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import CheckpointError, NoteError
-from compute_budget.store.files import read_small_file
+from compute_budget.keys.small_files import read_small_file
 from compute_budget.store.snapshot import Snapshot
 
 HEAD_SUFFIX = ".head"

@@ -75,8 +75,8 @@ from compute_budget.errors import (
     ComputeBudgetError,
     NoHistory,
 )
+from compute_budget.keys.key_files import verifier_key
 from compute_budget.store import BudgetStore
-from compute_budget.store.keys import verifier_key
 from compute_budget.store.snapshot import Snapshot
 
 

@@ -270,7 +270,7 @@ def _load(line: _CommandLine) -> _Loaded:
     """Read the checkpoints, keys and witness answers the command line names, in the order their errors are said."""
     from compute_budget.auditor.scan import load_checkpoint
     from compute_budget.errors import CheckpointError
-    from compute_budget.store.keys import verifier_key
+    from compute_budget.keys.key_files import verifier_key
 
     db, since_path, save_path = line.db, line.since_path, line.save_path
     if line.look_back and not since_path:  # a usage error: the look-back is below a --since checkpoint
@@ -363,7 +363,7 @@ def _auditor_key(cosign_path: str | None, keys: list[VerifierKey]) -> SignerKey 
     """The `--cosign` key (spec 9.9.5): it needs --trusted-key, and it is never one of them (exit 2)."""
     if not cosign_path:
         return None
-    from compute_budget.store.keys import load_signer_key
+    from compute_budget.keys.key_files import load_signer_key
 
     cosigner = load_signer_key(cosign_path)  # an unusable key file is the first thing to say
     if not keys:
@@ -425,7 +425,7 @@ def _checkpoint_to_keep(
 
 def _witness_keys(witness_keys: tuple[str, ...], quorum: int | None) -> list[WitnessKey]:
     """The distinct witness keys, and a quorum in 1..their number (else a usage error, exit 2)."""
-    from compute_budget.store.keys import witness_key
+    from compute_budget.keys.key_files import witness_key
 
     keys = list(dict.fromkeys(witness_key(item) for item in witness_keys))
     if quorum is not None and not 1 <= quorum <= len(keys):

@@ -109,8 +109,8 @@ def record_command(
     only what it wrote (spec 9.1): rows after the newest checkpoint it or a --peer-key signed are refused (exit 2,
     named) unless adopted with --adopt-unsigned.
     """
+    from compute_budget.keys.key_files import SIGNING_KEY_ENV_VAR
     from compute_budget.store import BudgetStore
-    from compute_budget.store.keys import SIGNING_KEY_ENV_VAR
 
     if unsigned and signing_key is not None:
         raise click.UsageError("--unsigned and --signing-key contradict each other: give one")

@@ -34,7 +34,7 @@ def keygen_command(name: str, out_path: str | None, witness: bool) -> None:
     (spec 9.2): its verifier key is what `--witness-key` and `--witness URL=KEY` take."""
     from compute_budget.core.log.cosignature import generate_witness
     from compute_budget.core.log.note import generate_signer
-    from compute_budget.store.keys import default_key_file, write_new_signer_key
+    from compute_budget.keys.key_files import default_key_file, write_new_signer_key
 
     key = generate_witness(name) if witness else generate_signer(name)
     path = write_new_signer_key(out_path or default_key_file(name), key)
@@ -48,7 +48,7 @@ def keygen_command(name: str, out_path: str | None, witness: bool) -> None:
 def verifier_key_command(key_path: str) -> None:
     """Print the verifier key of the signer key in FILE (made by keygen, a witness key too): the public half
     again, for a verifier key that was lost or never printed. Exit 0; 2 when FILE holds no signer key."""
-    from compute_budget.store.keys import load_any_signer
+    from compute_budget.keys.key_files import load_any_signer
 
     click.echo(load_any_signer(key_path).verifier().format())
 
@@ -88,8 +88,8 @@ def prove_command(
     from compute_budget.auditor.scan import load_checkpoint
     from compute_budget.core.log.checkpoint import Checkpoint
     from compute_budget.errors import UnknownBudgetId
+    from compute_budget.keys.key_files import verifier_key
     from compute_budget.store import BudgetStore
-    from compute_budget.store.keys import verifier_key
 
     wanted = budget_id.strip().lower()
     keys = [verifier_key(item) for item in trusted_keys]
@@ -153,7 +153,7 @@ def verify_proof_command(
     """
     from compute_budget.core.proof import verify_proof
     from compute_budget.errors import InputUnreadable
-    from compute_budget.store.keys import verifier_key
+    from compute_budget.keys.key_files import verifier_key
 
     keys = [verifier_key(item) for item in trusted_keys]
     witnesses, quorum = witness_options(witness_keys, witness_quorum)
@@ -181,7 +181,7 @@ def verify_proof_command(
 
 def witness_options(witness_keys: tuple[str, ...], quorum: int | None) -> tuple[list[WitnessKey], int | None]:
     """The witness keys (type 0x04 only) and the quorum of spec 9.3, or a usage error (exit 2)."""
-    from compute_budget.store.keys import witness_key
+    from compute_budget.keys.key_files import witness_key
 
     witnesses = list(dict.fromkeys(witness_key(item) for item in witness_keys))
     if quorum is not None and not 1 <= quorum <= len(witnesses):
@@ -229,7 +229,7 @@ def consistency_command(
     from compute_budget.auditor.proofs import prove_consistency
     from compute_budget.auditor.scan import load_checkpoint
     from compute_budget.errors import NotConsistent
-    from compute_budget.store.keys import verifier_key
+    from compute_budget.keys.key_files import verifier_key
 
     old = load_checkpoint(old_path)
     keys = [verifier_key(item) for item in trusted_keys]

@@ -107,7 +107,7 @@ def _check_keys(
 ) -> None:
     """Every key is read as the audit reads it, before anything is served: a FIFO, a device or garbage is one line
     now, not a page later (exit 2)."""
-    from compute_budget.store.keys import verifier_key, witness_key
+    from compute_budget.keys.key_files import verifier_key, witness_key
 
     writers = [verifier_key(item) for item in trusted_keys]
     witnesses = list(dict.fromkeys(witness_key(item) for item in witness_keys))

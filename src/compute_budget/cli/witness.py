@@ -31,7 +31,7 @@ def witness_group() -> None:
 
 
 def _logs(pairs: tuple[str, ...]) -> dict[str, list[VerifierKey]]:
-    from compute_budget.store.keys import verifier_key
+    from compute_budget.keys.key_files import verifier_key
 
     logs: dict[str, list[VerifierKey]] = {}
     for pair in pairs:
@@ -72,7 +72,7 @@ def witness_serve_command(
             raise
         _say("witness serve needs the workbench extra: pip install 'compute-budget[workbench]'")
         return 2
-    from compute_budget.store.keys import load_witness_signer
+    from compute_budget.keys.key_files import load_witness_signer
 
     signer = load_witness_signer(key_path)
     logs = _logs(log_pairs)
@@ -144,9 +144,9 @@ def witness_submit_command(
 
     Exit 0 every witness cosigned; 1 one refused or could not be reached (one line each); 2 cannot run.
     """
+    from compute_budget.keys.key_files import verifier_key
     from compute_budget.store import BudgetStore
     from compute_budget.store.backend import locate
-    from compute_budget.store.keys import verifier_key
     from compute_budget.store.witnessing import witness_targets
 
     targets = witness_targets(witnesses)  # a malformed URL=KEY is said before the store is looked at

@@ -25,6 +25,7 @@ from compute_budget.core.log.note import VerifierKey
 from compute_budget.core.log.tree import TILE_LEVEL
 from compute_budget.core.policy.prepare import PreparedGate
 from compute_budget.errors import GateConflict, ReadOnlyStore, StoreDamaged, StoreUnavailable, UnsignedAppendRefused
+from compute_budget.keys.key_files import verifier_key
 from compute_budget.store import repairs
 from compute_budget.store import seal as sealing
 from compute_budget.store.authorship import (
@@ -39,7 +40,6 @@ from compute_budget.store.authorship import (
 from compute_budget.store.backend import Location, begin_write, translate
 from compute_budget.store.backends import backend_for
 from compute_budget.store.grants import Role
-from compute_budget.store.keys import verifier_key
 from compute_budget.store.plan import ChunkPlan, plan_chunk, prepared_chunks
 from compute_budget.store.reads import stored_root
 from compute_budget.store.repairs import Repair

@@ -38,9 +38,9 @@ from compute_budget.errors import (
     StoreDamaged,
     StoreUnavailable,
 )
+from compute_budget.keys.key_files import witness_key
 from compute_budget.store import seal as sealing
 from compute_budget.store.backend import begin_write
-from compute_budget.store.keys import witness_key
 from compute_budget.store.session import StoreSession, utc_now
 from compute_budget.store.text_codec import tolerant_text
 

@@ -48,7 +48,7 @@ class Workbench:
         self, target: str, trusted_keys: Sequence[str], audit_report: str | None = None, *,
         witness_keys: Sequence[str] = (), witness_quorum: int | None = None, auditor_key: str | None = None,
     ) -> None:
-        from compute_budget.store.keys import verifier_key
+        from compute_budget.keys.key_files import verifier_key
 
         self.audit_report = audit_report
         # Read before the store opens: a key that cannot be used is one error before anything is served.

@@ -1,5 +1,5 @@
 """The checkpoints page: the head's checkpoint to keep (or why none is offered), the `--trusted-key` keys as the
-audit reads them (`store.keys.verifier_key`, the core's key parser), and the newest signed checkpoints with who
+audit reads them (`keys.key_files.verifier_key`, the core's key parser), and the newest signed checkpoints with who
 signed them, whether a trusted key verifies them and whether their roots still match the rows."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.note import VerifierKey, parse_note, verify_note
 from compute_budget.errors import ComputeBudgetError, NoteError, StoreDamaged
+from compute_budget.keys.key_files import verifier_key
 from compute_budget.store import BudgetStore
-from compute_budget.store.keys import verifier_key
 from compute_budget.web.report import mismatched_sizes
 from compute_budget.web.rows import detail_href
 

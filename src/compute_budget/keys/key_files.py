@@ -15,7 +15,7 @@ from typing import TypeVar
 from compute_budget.core.log.cosignature import WitnessKey, WitnessSigner
 from compute_budget.core.log.note import SIGNER_KEY_PREFIX, SignerKey, VerifierKey, valid_key_name
 from compute_budget.errors import InputError, NoteError
-from compute_budget.store.files import read_small_file
+from compute_budget.keys.small_files import read_small_file
 
 SIGNING_KEY_ENV_VAR = "COMPUTE_BUDGET_SIGNING_KEY"
 MAX_KEY_FILE_BYTES = 4096
