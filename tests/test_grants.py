@@ -47,6 +47,16 @@ def test_the_writer_inserts_where_it_appends_and_reads_the_rest(run_cli: Run) ->
     assert out.splitlines()[0] == 'GRANT CONNECT ON DATABASE "logs" TO "w";'
 
 
+def test_grants_refuses_a_url_of_a_database_without_roles(run_cli: Run) -> None:
+    """GRANTs are for a database with roles (its backend says so, not a test of the URL's name): a SQLite URL, or
+    one of a database compute-budget has no backend for, is a usage error naming what to give."""
+    for url in ("sqlite:///practice.db", "mysql://u@host/logs", "postgresql+psycopg://u@host"):
+        status, out, err = run_cli("grants", "--role", "w", "--writer", "--db", url)
+        assert status == 2, url
+        assert out == ""
+        assert "give a postgresql:// URL that names a database" in err
+
+
 def test_grants_takes_exactly_one_role_kind(run_cli: Run) -> None:
     """`--writer --auditor` printed the auditor's read-only grants (the last flag won), so someone asking for a
     writer's grants could get a role that cannot record. Both, or neither, is a usage error."""

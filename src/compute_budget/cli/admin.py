@@ -120,7 +120,10 @@ def grants_command(role_name: str, writer: bool, auditor: bool, database: str | 
             url = make_url(database)
         except Exception:
             raise click.BadParameter(f"{clip(database)!r} is not a database URL", param_hint="--db") from None
-        if not url.drivername.startswith("postgresql") or not url.database:
+        from compute_budget.store.backends import find_backend
+
+        backend = find_backend(url.get_backend_name())
+        if backend is None or not backend.has_roles or not url.database:  # grants are for databases with roles
             raise click.BadParameter("give a postgresql:// URL that names a database, or the database's name",
                                      param_hint="--db")
         database = url.database
