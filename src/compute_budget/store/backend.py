@@ -7,7 +7,6 @@ This is the one choke point where driver errors become compute-budget errors wit
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from compute_budget.store.backends import find_backend
 from compute_budget.store.backends.base import WRITE_OPTION
 from compute_budget.store.backends.postgresql_errors import permission_denied
 from compute_budget.store.backends.sqlite import BUSY_TIMEOUT_SECONDS, WRITER_CACHE_KIB
+from compute_budget.store.location import Location
 
 ENV_VAR = "COMPUTE_BUDGET_DB"
 DEFAULT_DB_FILE = "compute_budget.db"
@@ -37,33 +37,6 @@ __all__ = [
     "permission_denied",
     "translate",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Location:
-    """A resolved store location: its SQLAlchemy URL, the SQLite file (if any) and a safe display name."""
-
-    url: URL
-    sqlite_path: Path | None
-    display: str
-
-    @property
-    def backend(self) -> str:
-        """The SQLAlchemy backend name: ``sqlite`` or ``postgresql``."""
-        return self.url.get_backend_name()
-
-    @property
-    def owner_hint(self) -> str:
-        """Who may repair this store's schema, as said after a `migrate` command (empty: whoever opens it)."""
-        backend = find_backend(self.backend)
-        return "" if backend is None else backend.owner_hint
-
-    @property
-    def target(self) -> str:
-        """What `locate` turns back into this location (another process reopens the store with it)."""
-        if self.sqlite_path is not None:
-            return str(self.sqlite_path)
-        return self.url.render_as_string(hide_password=False)
 
 
 def default_target() -> str:

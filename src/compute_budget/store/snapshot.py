@@ -20,7 +20,6 @@ from compute_budget.store.schema_check import schema_problems
 from compute_budget.store.seal import SealStatements
 from compute_budget.store.session import prefer_index_order
 from compute_budget.store.statements import Statements
-from compute_budget.store.text_codec import tolerant_text
 
 
 class Snapshot:
@@ -141,7 +140,7 @@ class Snapshot:
         """Raw rows with low < seq <= high in seq order, a batch per query."""
         while low < high:
             upper = min(low + batch_rows, high)
-            with tolerant_text(self._connection):
+            with backend_for(self._connection).tolerant_text(self._connection):
                 prefer_index_order(self._connection)
                 rows = self._connection.exec_driver_sql(self._statements.seq_range, (low, upper)).fetchall()
             yield [tuple(row) for row in rows]
@@ -156,13 +155,13 @@ class Snapshot:
 
     def link_at(self, seq: int) -> tuple[Any, Any, Any] | None:
         """The raw (seq, chain_hash, budget_id) stored at `seq`, as stored (tampered values included), or None."""
-        with tolerant_text(self._connection):
+        with backend_for(self._connection).tolerant_text(self._connection):
             row = self._connection.exec_driver_sql(self._statements.link_at, (seq,)).first()
         return None if row is None else (row[0], row[1], row[2])
 
     def link_at_or_before(self, seq: int) -> tuple[int, str] | None:
         """The (seq, chain_hash) of the last row at or before `seq`, when it is readable."""
-        with tolerant_text(self._connection):
+        with backend_for(self._connection).tolerant_text(self._connection):
             row = self._connection.exec_driver_sql(self._statements.link_at_or_before, (seq,)).first()
         if row is None or type(row[0]) is not int or not isinstance(row[1], str):
             return None
@@ -197,6 +196,6 @@ class Snapshot:
 
     def misplaced_rows(self, max_seq: int) -> list[tuple[Any, Any]]:
         """(budget_id, seq) of the rows whose seq is missing, not a positive integer, or beyond `max_seq`."""
-        with tolerant_text(self._connection):
+        with backend_for(self._connection).tolerant_text(self._connection):
             rows = self._connection.exec_driver_sql(self._statements.misplaced, (max_seq,)).fetchall()
         return [(row[0], row[1]) for row in rows]

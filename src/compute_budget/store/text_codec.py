@@ -13,10 +13,7 @@ escaped as `\\u0000`.)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from typing import Any
-
-from sqlalchemy import Connection
 
 from compute_budget.core.row import ROW_COLUMNS
 
@@ -61,11 +58,3 @@ def decode_row(row: Sequence[Any]) -> tuple[Any, ...]:
 
 def _encoded(row: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(encode_text(value) if index in ENCODED_COLUMNS else value for index, value in enumerate(row))
-
-
-def tolerant_text(connection: Connection) -> AbstractContextManager[None]:
-    """Reads on this connection give undecodable SQLite text as bytes (PostgreSQL refuses such text on the way
-    in: nothing to do there); the backend's own (`Backend.tolerant_text`)."""
-    from compute_budget.store.backends import backend_for  # here: the backends import this codec
-
-    return backend_for(connection).tolerant_text(connection)

@@ -41,8 +41,8 @@ from compute_budget.errors import (
 from compute_budget.keys.key_files import witness_key
 from compute_budget.store import seal as sealing
 from compute_budget.store.backend import begin_write
+from compute_budget.store.backends import backend_for
 from compute_budget.store.session import StoreSession, utc_now
-from compute_budget.store.text_codec import tolerant_text
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
 SIZE_TYPE = "text/x.tlog.size"
@@ -224,7 +224,8 @@ def _cosigned_size(
     roots: dict[int, bytes | None] = {}  # the store's root at each size looked at (a fork's cosignatures share sizes)
     seen: set[tuple[int, object, object]] = set()  # a row copied at the same size is verified once
     while time.monotonic() < deadline:
-        with tolerant_text(connection):  # an undecodable planted row is skipped, not a failure of every witness
+        # An undecodable planted row is skipped, not a failure of every witness.
+        with backend_for(connection).tolerant_text(connection):
             rows = connection.exec_driver_sql(
                 seal.witness_cosignatures_desc, (key.name, f"{key.key_id:08x}", size, size, last_id)
             ).fetchall()

@@ -17,7 +17,7 @@ from compute_budget.store.backends.sqlite import SQLiteBackend
 
 if TYPE_CHECKING:
     from compute_budget.store.browse import BrowseStatements
-    from compute_budget.store.seal import SealStatements
+    from compute_budget.store.seal_sql import SealStatements
     from compute_budget.store.statements import Statements
 
 _BACKENDS: dict[str, Backend] = {backend.name: backend for backend in (SQLiteBackend(), PostgreSQLBackend())}

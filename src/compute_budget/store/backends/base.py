@@ -19,6 +19,7 @@ from sqlalchemy import Connection, Engine
 
 from compute_budget.core.row import ROW_COLUMNS
 from compute_budget.errors import ComputeBudgetError
+from compute_budget.store.seal_sql import SealStatements
 from compute_budget.store.statements import Statements
 from compute_budget.store.table import (
     CHECKPOINTS_TABLE,
@@ -39,10 +40,9 @@ from compute_budget.store.table import (
 )
 
 if TYPE_CHECKING:
-    from compute_budget.store.backend import Location
     from compute_budget.store.browse import BrowseStatements
     from compute_budget.store.grants import Role
-    from compute_budget.store.seal import SealStatements
+    from compute_budget.store.location import Location
 
 WRITE_OPTION = "compute_budget_write"  # execution option marking a connection that appends or migrates
 
@@ -96,8 +96,6 @@ class Backend(ABC):
     @functools.cached_property
     def seal(self) -> SealStatements:
         """The seal's SQL on this backend."""
-        from compute_budget.store.seal import SealStatements  # here: the seal reads stored text through a backend
-
         return SealStatements(self.mark)
 
     @functools.cached_property

@@ -33,7 +33,7 @@ from compute_budget.store.table import TABLE_NAME
 from compute_budget.store.text_codec import decode_row, encode_rows, encode_text
 
 if TYPE_CHECKING:
-    from compute_budget.store.backend import Location
+    from compute_budget.store.location import Location
 
 # A transaction-scoped PostgreSQL advisory lock that every compute-budget writer takes before it reads the
 # chain head: the key is fixed, so writers of any version queue on it (even before the table exists).

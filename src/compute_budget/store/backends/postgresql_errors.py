@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from compute_budget.errors import ComputeBudgetError, StoreUnavailable, clip
 
 if TYPE_CHECKING:
-    from compute_budget.store.backend import Location
+    from compute_budget.store.location import Location
 
 
 def permission_denied(role: object, where: str, detail: str = "permission denied") -> StoreUnavailable:

@@ -36,7 +36,7 @@ from compute_budget.store.backends.base import (
 from compute_budget.store.table import TABLE_NAME
 
 if TYPE_CHECKING:
-    from compute_budget.store.backend import Location
+    from compute_budget.store.location import Location
 
 WRITER_CACHE_KIB = 262_144  # a writer connection's SQLite page cache ceiling: 256 MiB
 BUSY_TIMEOUT_SECONDS = 300  # writers wait for each other (minutes, not forever) rather than fail
