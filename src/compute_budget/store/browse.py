@@ -1,22 +1,23 @@
 """Read-only queries for browsing a store (the workbench): keyset pages with filters, counts by status and
 reason over a `seq` range, and a row's neighbours in the chain.
 
-`Browsing` is a mixin of `BudgetStore`; its SQL is built here once per backend (and, for pages, once per
-combination of filters), in the style of `statements`. Every page is a keyset page on `seq`: newest first,
-``WHERE ... AND seq < before_seq ORDER BY seq DESC LIMIT n``, so page 10,000 costs what page 1 costs.
+`Browsing` is the browsing role of an opened store (`BudgetStore` delegates to it); its SQL is built here once
+per backend (and, for pages, once per combination of filters), in the style of `statements`. Every page is a
+keyset page on `seq`: newest first, ``WHERE ... AND seq < before_seq ORDER BY seq DESC LIMIT n``, so page
+10,000 costs what page 1 costs.
 """
 
 from __future__ import annotations
 
 import functools
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from sqlalchemy import Connection, Engine, inspect
+from sqlalchemy import Connection, inspect
 
 from compute_budget.core.row import ROW_COLUMNS
-from compute_budget.store.backends import Backend, backend_for
+from compute_budget.store.backends import Backend
+from compute_budget.store.session import Reading, StoreSession
 from compute_budget.store.table import CHECKPOINTS_TABLE, TABLE_NAME
 
 MAX_PAGE_ROWS = 500
@@ -129,19 +130,20 @@ class BrowseStatements:
 
 
 class Browsing:
-    """Read-only browsing queries, mixed into `BudgetStore`."""
+    """Read-only browsing queries of an opened store (`BudgetStore` delegates to it)."""
 
-    _engine: Engine
+    def __init__(self, session: StoreSession) -> None:
+        self._session = session
 
-    def _reading(self) -> AbstractContextManager[Connection]:  # pragma: no cover - BudgetStore provides it
-        raise NotImplementedError
+    def _reading(self) -> Reading:
+        return self._session.reading()
 
-    def _logical(self, row: Any) -> tuple[Any, ...]:  # pragma: no cover - BudgetStore provides it
-        raise NotImplementedError
+    def _logical(self, row: Any) -> tuple[Any, ...]:
+        return self._session.logical(row)
 
     @property
     def _backend(self) -> Backend:
-        return backend_for(self._engine)
+        return self._session.backend
 
     @property
     def _browse(self) -> BrowseStatements:

@@ -1,9 +1,11 @@
 """`BudgetStore`: the append-only, hash-chained table of decisions, on SQLite (default) or PostgreSQL.
 
-The facade opens, closes and delegates: opening and migrating in `opening`, the write transaction in `append`,
-importing a copied history in `history`, reads in `reads` (the auditor's in `snapshot`), the workbench's pages
-in `browse`. Writers take the append lock for the whole transaction, so concurrent writers queue instead of
-forking the chain and a batch is written whole or not at all; readers open the database read-only.
+The facade opens, closes and delegates, one line per method, to role objects it composes: `writing.Writing`
+(recording, signing, witnesses; the write transaction is `append`'s), `reads.Reads` (rows, filters, checkpoints),
+`scans.Scans` (the auditor's snapshot and scans) and `browse.Browsing` (the workbench's pages); opening and
+migrating are `opening`'s and `writing.open_session`'s, importing a copied history `history`'s. Writers take the
+append lock for the whole transaction, so concurrent writers queue instead of forking the chain and a batch is
+written whole or not at all; readers open the database read-only.
 """
 
 from __future__ import annotations
@@ -23,51 +25,43 @@ from compute_budget.core.log.head import ChainHead
 from compute_budget.core.log.note import SignerKey, VerifierKey
 from compute_budget.core.policy.types import ComputeBudgetStatus
 from compute_budget.core.row import StoredDecision
-from compute_budget.errors import InputError
 from compute_budget.store import seal as sealing
-from compute_budget.store.append import Appender
-from compute_budget.store.authorship import signing_writers, writer_keys
 from compute_budget.store.backend import Location
-from compute_budget.store.browse import Browsing
+from compute_budget.store.browse import Browsing, DecisionFilter, Link, Page
 from compute_budget.store.history import import_history
-from compute_budget.store.opening import migrate_store, open_engine, remove_unused_sqlite
-from compute_budget.store.plan import collector_paused
+from compute_budget.store.opening import migrate_store, remove_unused_sqlite
 from compute_budget.store.reads import Reads
 from compute_budget.store.repairs import Repair
 from compute_budget.store.results import BatchResult, GateResult, RecordResult, RowCheck, SkippedConflict
-from compute_budget.store.session import Reading, StoreSession
+from compute_budget.store.scans import Scans
+from compute_budget.store.session import StoreSession
 from compute_budget.store.snapshot import Snapshot
-from compute_budget.store.witnessing import DEFAULT_TIMEOUT_SECONDS, Submitted, WitnessTarget, witness_targets
+from compute_budget.store.witnessing import DEFAULT_TIMEOUT_SECONDS, Submitted, WitnessTarget
+from compute_budget.store.writing import OpenOptions, Writing, open_session
 
 __all__ = ["BatchResult", "BudgetStore", "GateResult", "RecordResult", "RowCheck", "SkippedConflict"]
 
 
-class BudgetStore(Browsing):
+class BudgetStore:
     """The audit store. Open with `BudgetStore.open(path_or_url)`; use as a context manager."""
 
-    def __init__(self, session: StoreSession, *, created: bool, appender: Appender) -> None:
+    def __init__(self, session: StoreSession, *, created: bool, writing: Writing) -> None:
         self.location: Location = session.location
         self.readonly = session.readonly
         self.created = created  # this open created the SQLite file (see `discard_if_unused`)
         self._session = session
-        self._engine = session.engine
-        self._appender = appender
+        self._writing = writing
         self._reads = Reads(session)
+        self._scans = Scans(session)
+        self._browsing = Browsing(session)
 
     @classmethod
     def open(
-        cls,
-        target: str | os.PathLike[str] | None = None,
-        *,
-        readonly: bool = False,
-        origin: str | None = None,
+        cls, target: str | os.PathLike[str] | None = None, *, readonly: bool = False, origin: str | None = None,
         signing_key: SignerKey | str | os.PathLike[str] | None = None,
-        writer_state: str | os.PathLike[str] | None = None,
-        init_writer_state: bool = False,
-        peer_keys: Iterable[VerifierKey | str] = (),
-        allow_unsigned: bool = False,
-        witnesses: Iterable[WitnessTarget | str] = (),
-        witness_timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        writer_state: str | os.PathLike[str] | None = None, init_writer_state: bool = False,
+        peer_keys: Iterable[VerifierKey | str] = (), allow_unsigned: bool = False,
+        witnesses: Iterable[WitnessTarget | str] = (), witness_timeout: float = DEFAULT_TIMEOUT_SECONDS,
     ) -> BudgetStore:
         """Open the store at a path or SQLAlchemy URL (None: `$COMPUTE_BUDGET_DB` or `compute_budget.db`).
 
@@ -86,40 +80,15 @@ class BudgetStore(Browsing):
         each witness, waiting at most `witness_timeout` seconds; results carry a warning per witness that did not
         cosign and `witnessed` (cosigned, asked), and the rows stay recorded.
         """
-        peers = tuple(peer_keys)
-        targets = witness_targets(witnesses)
-        if targets and (readonly or not witness_timeout > 0):
-            raise InputError("witnesses need a store opened for writing and a witness_timeout above 0 seconds")
-        writing_options = (signing_key, writer_state) != (None, None) or init_writer_state or allow_unsigned
-        if readonly and (origin is not None or writing_options or peers):
-            raise InputError(
-                "origin, signing_key, writer_state, init_writer_state, peer_keys and allow_unsigned are for a store "
-                "opened for writing, not readonly=True"
-            )
-        if origin is not None:
-            sealing.check_origin_name(origin)
-        writer = None
-        if not readonly:
-            writer = writer_keys(
-                signing_key, writer_state=writer_state, init_writer_state=init_writer_state, peer_keys=peers,
-                allow_unsigned=allow_unsigned,
-            )
-        location, engine, created = open_engine(target, readonly=readonly, origin=origin)
-        if targets and writer is None:
-            engine.dispose()
-            raise InputError("witnesses cosign what this writer signs: give a signing key (--signing-key)")
-        session = StoreSession(location, engine, readonly=readonly)
-        appender = Appender(session, writer, origin=origin, allow_unsigned=allow_unsigned, witnesses=targets,
-                            witness_timeout=witness_timeout)
-        return cls(session, created=created, appender=appender)
+        options = OpenOptions(readonly, origin, signing_key, writer_state, init_writer_state, tuple(peer_keys),
+                              allow_unsigned, tuple(witnesses), witness_timeout)
+        session, created, appender = open_session(target, options)
+        return cls(session, created=created, writing=Writing(session, appender))
 
     @staticmethod
     def migrate(
-        target: str | os.PathLike[str] | None = None,
-        *,
-        origin: str | None = None,
-        on_restore: Callable[[list[str]], None] | None = None,
-        on_repair: Callable[[Repair], None] | None = None,
+        target: str | os.PathLike[str] | None = None, *, origin: str | None = None,
+        on_restore: Callable[[list[str]], None] | None = None, on_repair: Callable[[Repair], None] | None = None,
     ) -> tuple[str | None, str]:
         """Bring the schema at `target` to head (creating it if empty); returns (old, new) revision.
 
@@ -136,14 +105,12 @@ class BudgetStore(Browsing):
     @property
     def writer_state(self) -> Path | None:
         """The writer state file this store's signing key keeps (spec 9.1), or None without a key."""
-        writer = self._appender.writer
-        return writer.state.path if writer is not None else None
+        return self._writing.writer_state
 
     @property
     def signing_key(self) -> VerifierKey | None:
         """The verifier key of the key this store signs its appends with, if any."""
-        writer = self._appender.writer
-        return writer.verifier if writer is not None else None
+        return self._writing.signing_key
 
     def close(self) -> None:
         """Release the database connections; every later call on this store raises `StoreClosed`."""
@@ -184,19 +151,11 @@ class BudgetStore(Browsing):
 
     def record(self, gate: object) -> RecordResult:
         """Decide and append one gate; re-recording the same gate is a no-op returning the stored decision."""
-        appended = self._appender.append([gate], results=True, ahead=False, skip_conflicts=False)
-        assert appended.results is not None
-        _, item, new, seq = appended.results[0]
-        return RecordResult(item.decision, new, seq, appended.witness_warnings, appended.witnessed)
+        return self._writing.record(gate)
 
     def record_many(
-        self,
-        gates: Iterable[object],
-        *,
-        on_progress: Callable[[int], None] | None = None,
-        results: bool = False,
-        on_conflict: Literal["raise", "skip"] = "raise",
-        adopt_unsigned_through: int | None = None,
+        self, gates: Iterable[object], *, on_progress: Callable[[int], None] | None = None, results: bool = False,
+        on_conflict: Literal["raise", "skip"] = "raise", adopt_unsigned_through: int | None = None,
         after_repair: int | None = None,
     ) -> BatchResult:
         """Decide and append every gate atomically (all or none), streaming any iterable of any length.
@@ -212,43 +171,16 @@ class BudgetStore(Browsing):
         `after_repair=REPAIR_ID` (spec 9.9.10): after a repair every append raises `RepairNotAcknowledged` until one
         names the newest repair; it re-derives every row first, and a signing writer then signs the head.
         """
-        if on_conflict not in ("raise", "skip"):
-            raise ValueError(f"on_conflict must be 'raise' or 'skip', not {on_conflict!r}")
-        if adopt_unsigned_through is not None:
-            if self._appender.writer is None:
-                raise InputError("adopting unsigned rows signs them: it needs a signing key (--signing-key)")
-            if type(adopt_unsigned_through) is not int or adopt_unsigned_through < 0:
-                raise InputError(f"adopt_unsigned_through must be a row number, not {adopt_unsigned_through!r}")
-        with collector_paused():
-            appended = self._appender.append(
-                gates, results=results, ahead=True, skip_conflicts=on_conflict == "skip", on_progress=on_progress,
-                adopt_through=adopt_unsigned_through, after_repair=after_repair,
-            )
-        per_gate = tuple(
-            GateResult(index, item.decision.budget_id, seq, new, item.line)
-            for index, item, new, seq in appended.results or ()
-        )
-        skipped = tuple(
-            SkippedConflict(index, conflict.budget_id, conflict.line, conflict.differing, conflict.new_gate)
-            for index, conflict in appended.conflicts or ()
-        )
-        return BatchResult(
-            appended.new, appended.present, appended.head, per_gate, skipped, appended.adopted, appended.adopted_after,
-            appended.state_created, appended.witness_warnings, appended.witnessed,
-            appended.acknowledging.id if appended.acknowledging is not None else None,
+        return self._writing.record_many(
+            gates, on_progress=on_progress, results=results, on_conflict=on_conflict,
+            adopt_unsigned_through=adopt_unsigned_through, after_repair=after_repair,
         )
 
     def import_history(
-        self,
-        rows: Iterable[tuple[Any, ...]],
-        *,
-        origin: str | None = None,
-        checkpoints: Iterable[tuple[int, str, str, str, str]] = (),
-        provenance: sealing.Provenance | None = None,
-        provenance_from: str | None = None,
-        on_progress: Callable[[int], None] | None = None,
-        witness_rows: Iterable[tuple[Any, ...]] = (),
-        cosignature_rows: Iterable[tuple[Any, ...]] = (),
+        self, rows: Iterable[tuple[Any, ...]], *, origin: str | None = None,
+        checkpoints: Iterable[tuple[int, str, str, str, str]] = (), provenance: sealing.Provenance | None = None,
+        provenance_from: str | None = None, on_progress: Callable[[int], None] | None = None,
+        witness_rows: Iterable[tuple[Any, ...]] = (), cosignature_rows: Iterable[tuple[Any, ...]] = (),
         repair_rows: Iterable[Repair] = (),
     ) -> ChainHead:
         """Append another store's rows exactly as stored (every column, the chain kept), into this empty store,
@@ -265,22 +197,17 @@ class BudgetStore(Browsing):
             cosignature_rows=cosignature_rows, repair_rows=repair_rows)
 
     def signed_checkpoint(
-        self,
-        signers: Iterable[SignerKey | str | os.PathLike[str]],
-        *,
-        writer_state: str | os.PathLike[str] | None = None,
-        peer_keys: Iterable[VerifierKey | str] = (),
+        self, signers: Iterable[SignerKey | str | os.PathLike[str]], *,
+        writer_state: str | os.PathLike[str] | None = None, peer_keys: Iterable[VerifierKey | str] = (),
         init_writer_state: bool = False,
     ) -> str:
         """The checkpoint note of the current head signed by every key of `signers` (key files, or `SignerKey`s
         with `writer_state=`); it is not stored. Spec 9.1, inside the append lock: the head must be the newest
         checkpoint signed by the key or a peer, and the store must extend each key's writer state, which then
         holds this note (else `StoreDamaged` or `WriterStateError`, and nothing is signed)."""
-        self._session.require_open()
-        writers = signing_writers(
-            signers, writer_state=writer_state, init_writer_state=init_writer_state, peer_keys=peer_keys
+        return self._writing.signed_checkpoint(
+            signers, writer_state=writer_state, peer_keys=peer_keys, init_writer_state=init_writer_state
         )
-        return self._appender.sign_head(writers)
 
     def submit_to_witnesses(
         self, witnesses: Iterable[WitnessTarget | str], *, timeout: float = DEFAULT_TIMEOUT_SECONDS,
@@ -289,7 +216,7 @@ class BudgetStore(Browsing):
         """Send the newest stored signed checkpoint (with `trusted_keys`, writers' verifier keys or files holding
         them: the newest that verifies under one) to each witness (spec 9.5, `witness submit`) and store what they
         cosign; one `Submitted` per witness, in order. `StoreUnavailable` when no such checkpoint is stored."""
-        return self._appender.submit_newest(witness_targets(witnesses), timeout=timeout, trusted=trusted_keys)
+        return self._writing.submit_to_witnesses(witnesses, timeout=timeout, trusted_keys=trusted_keys)
 
     # -- reading -------------------------------------------------------------------------------------------
 
@@ -321,15 +248,9 @@ class BudgetStore(Browsing):
         return self.iter_decisions()
 
     def iter_decisions(
-        self,
-        *,
-        status: ComputeBudgetStatus | str | None = None,
-        limit: int | None = None,
-        reason_code: str | None = None,
-        policy_version: str | None = None,
-        gate_decision_id: str | None = None,
-        after_seq: int | None = None,
-        before_seq: int | None = None,
+        self, *, status: ComputeBudgetStatus | str | None = None, limit: int | None = None,
+        reason_code: str | None = None, policy_version: str | None = None, gate_decision_id: str | None = None,
+        after_seq: int | None = None, before_seq: int | None = None,
     ) -> Iterator[StoredDecision]:
         """Stored rows in `seq` order (newest last), streamed: only those matching every filter given (a
         status, reason code, policy version, gate decision_id, seq after / before a bound), and of those only
@@ -379,21 +300,59 @@ class BudgetStore(Browsing):
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[Snapshot]:
         """One read transaction whose queries all see the same rows (an audit plans its ranges on one)."""
-        with self._reads.snapshot() as snapshot:
+        with self._scans.snapshot() as snapshot:
             yield snapshot
 
     def scan(self, low: int, high: int, *, batch_rows: int = 2000) -> Iterator[list[tuple[Any, ...]]]:
         """Raw rows with low < seq <= high in seq order, as batches of plain tuples, streamed: SQLite's own
         cursor (the fastest way through the rows), a server-side cursor elsewhere."""
-        return self._reads.scan(low, high, batch_rows=batch_rows)
+        return self._scans.scan(low, high, batch_rows=batch_rows)
 
     @property
     def engine(self) -> Engine:
         """The SQLAlchemy engine (for the auditor and tests)."""
         return self._session.engine
 
-    def _reading(self) -> Reading:  # for `Browsing`
-        return self._session.reading()
+    # -- browsing, for the workbench ------------------------------------------------------------------------
 
-    def _logical(self, row: Any) -> tuple[Any, ...]:  # for `Browsing`
-        return self._session.logical(row)
+    def page(self, where: DecisionFilter, *, limit: int = 50) -> Page:
+        """One keyset page of raw rows matching `where`, newest first, at most `limit` (1..500) rows."""
+        return self._browsing.page(where, limit=limit)
+
+    def filtered_counts(self, where: DecisionFilter) -> dict[tuple[str, str], int]:
+        """How many rows matching `where` have each (status, reason_code): a charts' counts under filters."""
+        return self._browsing.filtered_counts(where)
+
+    def forward_page(self, where: DecisionFilter, *, limit: int = 50) -> tuple[list[tuple[Any, ...]], int | None]:
+        """The first `limit` (1..500) matching rows after `where.after_seq`, oldest first, and the `after_seq` of
+        the next page (None when these are the last): a loop tailing new rows reads each exactly once."""
+        return self._browsing.forward_page(where, limit=limit)
+
+    def raw_row(self, budget_id: str) -> tuple[Any, ...] | None:
+        """The stored row with this `budget_id` as raw column values (`ROW_COLUMNS` order), or None."""
+        return self._browsing.raw_row(budget_id)
+
+    def neighbours(self, seq: int) -> tuple[Link | None, Link | None]:
+        """The stored rows just before and just after `seq` (their links, as stored), each or None."""
+        return self._browsing.neighbours(seq)
+
+    def link_at_seq(self, seq: int) -> Link | None:
+        """The stored row at exactly `seq` (its link, as stored), or None."""
+        return self._browsing.link_at_seq(seq)
+
+    def head_seq(self) -> int:
+        """The highest stored integer seq (0 for an empty store); cheaper than `head()`, never refuses."""
+        return self._browsing.head_seq()
+
+    def counts(self, low: int, high: int) -> dict[tuple[str, str], int]:
+        """How many rows of each (status, reason_code) lie at low < seq <= high."""
+        return self._browsing.counts(low, high)
+
+    def newest_signed_checkpoints(self, limit: int = 50) -> list[tuple[Any, int | None, str | None]]:
+        """(id, tree_size, note) of the newest stored signed checkpoints, newest first, at most `limit`; a value not
+        of its column's type (set by hand) comes back as None, for the page to show the entry as unreadable."""
+        return self._browsing.newest_signed_checkpoints(limit)
+
+    def signed_checkpoint_table(self) -> str | None:
+        """The name of the store's table of signed checkpoints, when it has one (None before the seal)."""
+        return self._browsing.signed_checkpoint_table()

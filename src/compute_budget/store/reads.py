@@ -1,9 +1,9 @@
 """Reading a store: rows by id, prefix and gate, one row's check, filtered streams, the head, the checkpoint of the
-head, the stored checkpoints, and the auditor's scans and snapshots. Every read is its own read transaction."""
+head and the stored checkpoints (the auditor's scans and snapshots are `scans`). Every read is its own read
+transaction."""
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Generator, Iterator
 from typing import Any
@@ -21,7 +21,6 @@ from compute_budget.store.backend import Location
 from compute_budget.store.results import RowCheck
 from compute_budget.store.seal import SealStatements
 from compute_budget.store.session import StoreSession, read_head
-from compute_budget.store.snapshot import Snapshot
 
 _HEX_PREFIX = re.compile(r"[0-9a-f]{1,64}")
 
@@ -192,21 +191,6 @@ class Reads:
                 yield tuple(row[1:])
             if len(rows) < sealing.PAGE_ROWS:
                 return
-
-    @contextlib.contextmanager
-    def snapshot(self) -> Iterator[Snapshot]:
-        """One read transaction whose queries all see the same rows."""
-        with self._session.reading() as connection:
-            yield Snapshot(self._session.backend.consistent(connection), self._sql, self._seal)
-
-    def scan(self, low: int, high: int, *, batch_rows: int) -> Iterator[list[tuple[Any, ...]]]:
-        """Raw rows with low < seq <= high in seq order, as batches of plain tuples, streamed."""
-        self._session.require_open()
-        return self._scan(low, high, batch_rows)
-
-    def _scan(self, low: int, high: int, batch_rows: int) -> Iterator[list[tuple[Any, ...]]]:
-        with self._session.reading() as connection:
-            yield from self._session.backend.scan(connection, self._sql.seq_range, low, high, batch_rows)
 
 
 def stored_root(connection: Connection, seal: SealStatements, head: ChainHead, location: Location) -> bytes:

@@ -1,0 +1,157 @@
+"""The writing role of an opened store: checking `BudgetStore.open`'s writing options, recording gates, signing
+the head and submitting to witnesses. The write transaction itself is `append`'s; importing a copied history,
+`history`'s."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from compute_budget.core.log.note import SignerKey, VerifierKey
+from compute_budget.errors import InputError
+from compute_budget.store import seal as sealing
+from compute_budget.store.append import Appender
+from compute_budget.store.authorship import signing_writers, writer_keys
+from compute_budget.store.opening import open_engine
+from compute_budget.store.plan import collector_paused
+from compute_budget.store.results import BatchResult, GateResult, RecordResult, SkippedConflict
+from compute_budget.store.session import StoreSession
+from compute_budget.store.witnessing import Submitted, WitnessTarget, witness_targets
+
+
+@dataclass(frozen=True, slots=True)
+class OpenOptions:
+    """`BudgetStore.open`'s arguments past the target (see its docstring)."""
+
+    readonly: bool
+    origin: str | None
+    signing_key: SignerKey | str | os.PathLike[str] | None
+    writer_state: str | os.PathLike[str] | None
+    init_writer_state: bool
+    peer_keys: tuple[VerifierKey | str, ...]
+    allow_unsigned: bool
+    witnesses: tuple[WitnessTarget | str, ...]
+    witness_timeout: float
+
+
+def open_session(target: str | os.PathLike[str] | None, options: OpenOptions) -> tuple[StoreSession, bool, Appender]:
+    """Check the options, then open the database: its session, whether this open created it, and its appender."""
+    targets = witness_targets(options.witnesses)
+    if targets and (options.readonly or not options.witness_timeout > 0):
+        raise InputError("witnesses need a store opened for writing and a witness_timeout above 0 seconds")
+    writing_options = (
+        (options.signing_key, options.writer_state) != (None, None) or options.init_writer_state
+        or options.allow_unsigned
+    )
+    if options.readonly and (options.origin is not None or writing_options or options.peer_keys):
+        raise InputError(
+            "origin, signing_key, writer_state, init_writer_state, peer_keys and allow_unsigned are for a store "
+            "opened for writing, not readonly=True"
+        )
+    if options.origin is not None:
+        sealing.check_origin_name(options.origin)
+    writer = None
+    if not options.readonly:
+        writer = writer_keys(
+            options.signing_key, writer_state=options.writer_state, init_writer_state=options.init_writer_state,
+            peer_keys=options.peer_keys, allow_unsigned=options.allow_unsigned,
+        )
+    location, engine, created = open_engine(target, readonly=options.readonly, origin=options.origin)
+    if targets and writer is None:
+        engine.dispose()
+        raise InputError("witnesses cosign what this writer signs: give a signing key (--signing-key)")
+    session = StoreSession(location, engine, readonly=options.readonly)
+    appender = Appender(session, writer, origin=options.origin, allow_unsigned=options.allow_unsigned,
+                        witnesses=targets, witness_timeout=options.witness_timeout)
+    return session, created, appender
+
+
+class Writing:
+    """The write side of an opened store (`BudgetStore` delegates to it; the docstrings are there)."""
+
+    def __init__(self, session: StoreSession, appender: Appender) -> None:
+        self._session = session
+        self._appender = appender
+
+    @property
+    def writer_state(self) -> Path | None:
+        """The writer state file of this store's signing key, or None without a key."""
+        writer = self._appender.writer
+        return writer.state.path if writer is not None else None
+
+    @property
+    def signing_key(self) -> VerifierKey | None:
+        """The verifier key of this store's signing key, if any."""
+        writer = self._appender.writer
+        return writer.verifier if writer is not None else None
+
+    def record(self, gate: object) -> RecordResult:
+        """Decide and append one gate (a no-op returning the stored decision when it is recorded)."""
+        appended = self._appender.append([gate], results=True, ahead=False, skip_conflicts=False)
+        assert appended.results is not None
+        _, item, new, seq = appended.results[0]
+        return RecordResult(item.decision, new, seq, appended.witness_warnings, appended.witnessed)
+
+    def record_many(
+        self,
+        gates: Iterable[object],
+        *,
+        on_progress: Callable[[int], None] | None,
+        results: bool,
+        on_conflict: Literal["raise", "skip"],
+        adopt_unsigned_through: int | None,
+        after_repair: int | None,
+    ) -> BatchResult:
+        """Decide and append every gate atomically (all or none), streaming any iterable."""
+        if on_conflict not in ("raise", "skip"):
+            raise ValueError(f"on_conflict must be 'raise' or 'skip', not {on_conflict!r}")
+        if adopt_unsigned_through is not None:
+            if self._appender.writer is None:
+                raise InputError("adopting unsigned rows signs them: it needs a signing key (--signing-key)")
+            if type(adopt_unsigned_through) is not int or adopt_unsigned_through < 0:
+                raise InputError(f"adopt_unsigned_through must be a row number, not {adopt_unsigned_through!r}")
+        with collector_paused():
+            appended = self._appender.append(
+                gates, results=results, ahead=True, skip_conflicts=on_conflict == "skip", on_progress=on_progress,
+                adopt_through=adopt_unsigned_through, after_repair=after_repair,
+            )
+        per_gate = tuple(
+            GateResult(index, item.decision.budget_id, seq, new, item.line)
+            for index, item, new, seq in appended.results or ()
+        )
+        skipped = tuple(
+            SkippedConflict(index, conflict.budget_id, conflict.line, conflict.differing, conflict.new_gate)
+            for index, conflict in appended.conflicts or ()
+        )
+        return BatchResult(
+            appended.new, appended.present, appended.head, per_gate, skipped, appended.adopted, appended.adopted_after,
+            appended.state_created, appended.witness_warnings, appended.witnessed,
+            appended.acknowledging.id if appended.acknowledging is not None else None,
+        )
+
+    def signed_checkpoint(
+        self,
+        signers: Iterable[SignerKey | str | os.PathLike[str]],
+        *,
+        writer_state: str | os.PathLike[str] | None,
+        peer_keys: Iterable[VerifierKey | str],
+        init_writer_state: bool,
+    ) -> str:
+        """The checkpoint note of the current head signed by every key of `signers`; not stored."""
+        self._session.require_open()
+        writers = signing_writers(
+            signers, writer_state=writer_state, init_writer_state=init_writer_state, peer_keys=peer_keys
+        )
+        return self._appender.sign_head(writers)
+
+    def submit_to_witnesses(
+        self, witnesses: Iterable[WitnessTarget | str], *, timeout: float, trusted_keys: Iterable[VerifierKey | str]
+    ) -> list[Submitted]:
+        """Send the newest stored signed checkpoint to each witness and store what they cosign."""
+        return self._appender.submit_newest(witness_targets(witnesses), timeout=timeout, trusted=trusted_keys)
+
+
+__all__ = ["OpenOptions", "Writing", "open_session"]
