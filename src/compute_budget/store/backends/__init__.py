@@ -16,7 +16,7 @@ from compute_budget.store.backends.postgresql import PostgreSQLBackend
 from compute_budget.store.backends.sqlite import SQLiteBackend
 
 if TYPE_CHECKING:
-    from compute_budget.store.browse import BrowseStatements
+    from compute_budget.store.browse_sql import BrowseStatements
     from compute_budget.store.seal_sql import SealStatements
     from compute_budget.store.statements import Statements
 

@@ -19,6 +19,7 @@ from sqlalchemy import Connection, Engine
 
 from compute_budget.core.row import ROW_COLUMNS
 from compute_budget.errors import ComputeBudgetError
+from compute_budget.store.browse_sql import BrowseStatements
 from compute_budget.store.seal_sql import SealStatements
 from compute_budget.store.statements import Statements
 from compute_budget.store.table import (
@@ -40,7 +41,6 @@ from compute_budget.store.table import (
 )
 
 if TYPE_CHECKING:
-    from compute_budget.store.browse import BrowseStatements
     from compute_budget.store.grants import Role
     from compute_budget.store.location import Location
 
@@ -101,8 +101,6 @@ class Backend(ABC):
     @functools.cached_property
     def browse(self) -> BrowseStatements:
         """The browsing SQL on this backend."""
-        from compute_budget.store.browse import BrowseStatements  # here: browsing encodes ids through a backend
-
         return BrowseStatements(self.mark, status_condition=self.status_condition)
 
     @abstractmethod
