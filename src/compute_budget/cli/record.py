@@ -26,7 +26,11 @@ from compute_budget.cli.progress import progress_bar
 from compute_budget.errors import GateTooLarge, InputUnreadable, OutputUnwritable
 
 if TYPE_CHECKING:
+    from typing import BinaryIO
+
     from compute_budget.core.policy.lines import GateLine
+    from compute_budget.store import BudgetStore
+    from compute_budget.store.results import BatchResult
 
 
 MAX_CONFLICTS_SHOWN = 20
@@ -109,17 +113,9 @@ def record_command(
     only what it wrote (spec 9.1): rows after the newest checkpoint it or a --peer-key signed are refused (exit 2,
     named) unless adopted with --adopt-unsigned.
     """
-    from compute_budget.keys.key_files import SIGNING_KEY_ENV_VAR
     from compute_budget.store import BudgetStore
 
-    if unsigned and signing_key is not None:
-        raise click.UsageError("--unsigned and --signing-key contradict each other: give one")
-    if rejects_path is not None:
-        if on_conflict != "skip":
-            raise click.UsageError("--rejects FILE keeps the gates --on-conflict skip leaves out: give both")
-        check_writable("--rejects", rejects_path, db=db, keep=[("INPUT", input_path)], doing="recorded into")
-    if adopt_unsigned is not None and (unsigned or (signing_key is None and not os.environ.get(SIGNING_KEY_ENV_VAR))):
-        raise click.UsageError("--adopt-unsigned signs the rows it adopts: it needs --signing-key")
+    _check_options(input_path, db, on_conflict, rejects_path, signing_key, adopt_unsigned, unsigned)
     opened = BudgetStore.open(
         db, origin=origin, signing_key=signing_key, writer_state=writer_state, init_writer_state=init_writer_state,
         peer_keys=peer_keys, allow_unsigned=unsigned, witnesses=witnesses, witness_timeout=witness_timeout,
@@ -131,65 +127,14 @@ def record_command(
             opened.discard_if_unused()  # an input that cannot be read leaves no new, empty database behind
             raise
         store = context.enter_context(opened)
-        arrays: list[int] = []  # where a gate of JSON Lines input was a JSON array: then a hint is said
-        try:
-            with read_ahead(raw, input_label(input_path)) as stream, progress_bar(
-                Blocks(stream, input_label(input_path)) if input_format == JSON_ARRAY else stream,  # type: ignore[arg-type]
-                "recording",
-            ) as lines:
-                result = store.record_many(
-                    _gates(lines, input_path, input_format, arrays),
-                    on_conflict="skip" if on_conflict == "skip" else "raise", adopt_unsigned_through=adopt_unsigned,
-                    after_repair=after_repair,
-                )
-        except GateTooLarge as error:
-            store.discard_if_unused()
-            raise _placed(error, input_path, input_format) from None
-        except BaseException:
-            store.discard_if_unused()
-            raise
-        finally:
-            if arrays:  # spec 9.9.9: without the flag an array stays one malformed gate; say the flag exists
-                say(f"{input_label(input_path)} holds a JSON array; did you mean --input-format json-array?")
-        if result.writer_state_created:
-            say(f"created writer state {store.writer_state} from the store's newest checkpoint signed by this key")
-        if adopt_unsigned is not None:
-            first, last = result.adopted_after + 1, result.adopted_after + result.adopted
-            say(f"adopted {_plural(result.adopted, 'row')} (seq {first}..{last})" if result.adopted else
-                "adopted 0 rows (the head was already signed)")
-        if result.acknowledged_repair is not None:
-            say(f"acknowledged repair #{result.acknowledged_repair}: every row stored before this run re-derived")
-        for conflict in result.conflicts[:MAX_CONFLICTS_SHOWN]:
-            differ = f" (they differ in {', '.join(conflict.differing)})" if conflict.differing else ""
-            unit = "element" if input_format == JSON_ARRAY else "line"
-            at = f"{unit} {conflict.line}" if conflict.line is not None else f"gate {conflict.index + 1}"
-            say(
-                f"{input_label(input_path)} {at}: conflict: budget_id {conflict.budget_id} is already recorded with a "
-                f"different gate{differ}; skipped"
-            )
-        if result.conflicts:
-            hidden = len(result.conflicts) - MAX_CONFLICTS_SHOWN
-            more = f", {hidden} more not shown" if hidden > 0 else ""
-            say(f"{_plural(len(result.conflicts), 'conflicting gate')} skipped{more}")
+        result = _record_input(store, raw, input_path, input_format, on_conflict, adopt_unsigned, after_repair)
+        _say_what_happened(store, result, input_path, input_format, adopt_unsigned)
         total = result.new + result.present
         if total == 0 and not result.conflicts and adopt_unsigned is None and after_repair is None:
             store.discard_if_unused()  # an empty input creates no store
             say(f"no gates in {input_label(input_path)}")
             return
-        skipped = f", {len(result.conflicts)} skipped as conflicts" if on_conflict == "skip" else ""
-        summary = (
-            f"recorded {total} gate{'s' if total != 1 else ''}: {result.new} new, {result.present} already present"
-            f"{skipped} (head seq {result.head.seq}) in {store.location.display}"
-        )
-        try:
-            click.echo(summary)
-        except BrokenPipeError:
-            raise  # the reader went away: not an error
-        except OSError as error:  # the rows are committed: the failure must not read as "nothing was written"
-            raise OutputUnwritable(
-                f"the gates were recorded ({result.new} new, head seq {result.head.seq}), but the summary could not "
-                f"be printed: {error.strerror or error}"
-            ) from None
+        _print_summary(store, result, on_conflict)
         if rejects_path is not None:
             write_atomically(rejects_path, "".join(conflict.gate_input + "\n" for conflict in result.conflicts))
             say(f"wrote {_plural(len(result.conflicts), 'skipped gate')} to {rejects_path}")
@@ -197,6 +142,95 @@ def record_command(
             say(warning)
         if result.witnessed is not None:
             say(f"cosigned by {result.witnessed[0]}/{result.witnessed[1]} witnesses")
+
+
+def _check_options(
+    input_path: str, db: str | None, on_conflict: str, rejects_path: str | None, signing_key: str | None,
+    adopt_unsigned: int | None, unsigned: bool,
+) -> None:
+    """The usage errors of `record`'s options, before any store is opened (exit 2)."""
+    from compute_budget.keys.key_files import SIGNING_KEY_ENV_VAR
+
+    if unsigned and signing_key is not None:
+        raise click.UsageError("--unsigned and --signing-key contradict each other: give one")
+    if rejects_path is not None:
+        if on_conflict != "skip":
+            raise click.UsageError("--rejects FILE keeps the gates --on-conflict skip leaves out: give both")
+        check_writable("--rejects", rejects_path, db=db, keep=[("INPUT", input_path)], doing="recorded into")
+    if adopt_unsigned is not None and (unsigned or (signing_key is None and not os.environ.get(SIGNING_KEY_ENV_VAR))):
+        raise click.UsageError("--adopt-unsigned signs the rows it adopts: it needs --signing-key")
+
+
+def _record_input(
+    store: BudgetStore, raw: BinaryIO, input_path: str, input_format: str, on_conflict: str,
+    adopt_unsigned: int | None, after_repair: int | None,
+) -> BatchResult:
+    """Every gate of INPUT recorded in one `record_many` (all or nothing); a failure leaves no new, empty store."""
+    arrays: list[int] = []  # where a gate of JSON Lines input was a JSON array: then a hint is said
+    try:
+        with read_ahead(raw, input_label(input_path)) as stream, progress_bar(
+            Blocks(stream, input_label(input_path)) if input_format == JSON_ARRAY else stream,  # type: ignore[arg-type]
+            "recording",
+        ) as lines:
+            return store.record_many(
+                _gates(lines, input_path, input_format, arrays),
+                on_conflict="skip" if on_conflict == "skip" else "raise", adopt_unsigned_through=adopt_unsigned,
+                after_repair=after_repair,
+            )
+    except GateTooLarge as error:
+        store.discard_if_unused()
+        raise _placed(error, input_path, input_format) from None
+    except BaseException:
+        store.discard_if_unused()
+        raise
+    finally:
+        if arrays:  # spec 9.9.9: without the flag an array stays one malformed gate; say the flag exists
+            say(f"{input_label(input_path)} holds a JSON array; did you mean --input-format json-array?")
+
+
+def _say_what_happened(
+    store: BudgetStore, result: BatchResult, input_path: str, input_format: str, adopt_unsigned: int | None
+) -> None:
+    """On stderr: a writer state created, rows adopted, a repair acknowledged, and the conflicts skipped."""
+    if result.writer_state_created:
+        say(f"created writer state {store.writer_state} from the store's newest checkpoint signed by this key")
+    if adopt_unsigned is not None:
+        first, last = result.adopted_after + 1, result.adopted_after + result.adopted
+        say(f"adopted {_plural(result.adopted, 'row')} (seq {first}..{last})" if result.adopted else
+            "adopted 0 rows (the head was already signed)")
+    if result.acknowledged_repair is not None:
+        say(f"acknowledged repair #{result.acknowledged_repair}: every row stored before this run re-derived")
+    for conflict in result.conflicts[:MAX_CONFLICTS_SHOWN]:
+        differ = f" (they differ in {', '.join(conflict.differing)})" if conflict.differing else ""
+        unit = "element" if input_format == JSON_ARRAY else "line"
+        at = f"{unit} {conflict.line}" if conflict.line is not None else f"gate {conflict.index + 1}"
+        say(
+            f"{input_label(input_path)} {at}: conflict: budget_id {conflict.budget_id} is already recorded with a "
+            f"different gate{differ}; skipped"
+        )
+    if result.conflicts:
+        hidden = len(result.conflicts) - MAX_CONFLICTS_SHOWN
+        more = f", {hidden} more not shown" if hidden > 0 else ""
+        say(f"{_plural(len(result.conflicts), 'conflicting gate')} skipped{more}")
+
+
+def _print_summary(store: BudgetStore, result: BatchResult, on_conflict: str) -> None:
+    """The one stdout line: how many gates, new and present; the rows are committed whatever printing does."""
+    total = result.new + result.present
+    skipped = f", {len(result.conflicts)} skipped as conflicts" if on_conflict == "skip" else ""
+    summary = (
+        f"recorded {total} gate{'s' if total != 1 else ''}: {result.new} new, {result.present} already present"
+        f"{skipped} (head seq {result.head.seq}) in {store.location.display}"
+    )
+    try:
+        click.echo(summary)
+    except BrokenPipeError:
+        raise  # the reader went away: not an error
+    except OSError as error:  # the rows are committed: the failure must not read as "nothing was written"
+        raise OutputUnwritable(
+            f"the gates were recorded ({result.new} new, head seq {result.head.seq}), but the summary could not "
+            f"be printed: {error.strerror or error}"
+        ) from None
 
 
 def _plural(count: int, noun: str) -> str:
