@@ -21,6 +21,7 @@ from sqlalchemy import Engine
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.head import ChainHead
 from compute_budget.core.log.note import SignerKey, VerifierKey
+from compute_budget.core.policy.rules import V1, BudgetPolicy
 from compute_budget.core.policy.types import ComputeBudgetStatus
 from compute_budget.core.row import StoredDecision
 from compute_budget.errors import InputError
@@ -68,6 +69,7 @@ class BudgetStore(Browsing):
         allow_unsigned: bool = False,
         witnesses: Iterable[WitnessTarget | str] = (),
         witness_timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        policy: BudgetPolicy = V1,
     ) -> BudgetStore:
         """Open the store at a path or SQLAlchemy URL (None: `$COMPUTE_BUDGET_DB` or `compute_budget.db`).
 
@@ -84,7 +86,7 @@ class BudgetStore(Browsing):
         `UnsignedAppendRefused` unless `allow_unsigned=True` (which also ignores the environment's key).
         `witnesses` (``URL=KEY`` or `WitnessTarget`s, spec 9.5): after each signed append, its checkpoint goes to
         each witness, waiting at most `witness_timeout` seconds; results carry a warning per witness that did not
-        cosign and `witnessed` (cosigned, asked), and the rows stay recorded.
+        cosign and `witnessed` (cosigned, asked), and the rows stay recorded. `policy` decides each gate recorded.
         """
         peers = tuple(peer_keys)
         targets = witness_targets(witnesses)
@@ -98,19 +100,17 @@ class BudgetStore(Browsing):
             )
         if origin is not None:
             sealing.check_origin_name(origin)
-        writer = None
-        if not readonly:
-            writer = writer_keys(
-                signing_key, writer_state=writer_state, init_writer_state=init_writer_state, peer_keys=peers,
-                allow_unsigned=allow_unsigned,
-            )
+        writer = None if readonly else writer_keys(
+            signing_key, writer_state=writer_state, init_writer_state=init_writer_state, peer_keys=peers,
+            allow_unsigned=allow_unsigned,
+        )
         location, engine, created = open_engine(target, readonly=readonly, origin=origin)
         if targets and writer is None:
             engine.dispose()
             raise InputError("witnesses cosign what this writer signs: give a signing key (--signing-key)")
         session = StoreSession(location, engine, readonly=readonly)
         appender = Appender(session, writer, origin=origin, allow_unsigned=allow_unsigned, witnesses=targets,
-                            witness_timeout=witness_timeout)
+                            witness_timeout=witness_timeout, policy=policy)
         return cls(session, created=created, appender=appender)
 
     @staticmethod
