@@ -24,6 +24,7 @@ from compute_budget.core.log.merkle import CompactRange
 from compute_budget.core.log.note import VerifierKey
 from compute_budget.core.log.tree import TILE_LEVEL
 from compute_budget.core.policy.prepare import PreparedGate
+from compute_budget.core.policy.rules import V1, BudgetPolicy, registered_policy
 from compute_budget.errors import GateConflict, ReadOnlyStore, StoreDamaged, StoreUnavailable, UnsignedAppendRefused
 from compute_budget.keys.key_files import verifier_key
 from compute_budget.store import repairs
@@ -82,8 +83,10 @@ class Appender:
         allow_unsigned: bool,
         witnesses: tuple[WitnessTarget, ...] = (),
         witness_timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        policy: BudgetPolicy = V1,
     ) -> None:
         self._session = session
+        self.policy = policy  # every gate this store records is decided under it
         self.witnesses = witnesses
         self.witness_timeout = witness_timeout
         self._sql = session.statements
@@ -116,7 +119,8 @@ class Appender:
             raise ReadOnlyStore(f"{location.display} was opened read-only; open it for writing to record")
         # Decide the first chunk before taking the append lock: a single batch then holds the lock only to
         # chain and insert, and concurrent writers wait less.
-        chunks = prepared_chunks(gates, ahead=ahead)
+        # Checked at each append, not at open: what is recorded must re-derive under the policy registered now.
+        chunks = prepared_chunks(gates, ahead=ahead, policy=registered_policy(self.policy))
         first = next(chunks, None)
         appended = Appended(EMPTY_HEAD, results=[] if results else None, conflicts=[] if skip_conflicts else None)
         writer = self.writer

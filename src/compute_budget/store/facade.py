@@ -23,6 +23,7 @@ from sqlalchemy import Engine
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.head import ChainHead
 from compute_budget.core.log.note import SignerKey, VerifierKey
+from compute_budget.core.policy.rules import V1, BudgetPolicy
 from compute_budget.core.policy.types import ComputeBudgetStatus
 from compute_budget.core.row import StoredDecision
 from compute_budget.store import seal as sealing
@@ -62,6 +63,7 @@ class BudgetStore:
         writer_state: str | os.PathLike[str] | None = None, init_writer_state: bool = False,
         peer_keys: Iterable[VerifierKey | str] = (), allow_unsigned: bool = False,
         witnesses: Iterable[WitnessTarget | str] = (), witness_timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        policy: BudgetPolicy = V1,
     ) -> BudgetStore:
         """Open the store at a path or SQLAlchemy URL (None: `$COMPUTE_BUDGET_DB` or `compute_budget.db`).
 
@@ -78,10 +80,10 @@ class BudgetStore:
         `UnsignedAppendRefused` unless `allow_unsigned=True` (which also ignores the environment's key).
         `witnesses` (``URL=KEY`` or `WitnessTarget`s, spec 9.5): after each signed append, its checkpoint goes to
         each witness, waiting at most `witness_timeout` seconds; results carry a warning per witness that did not
-        cosign and `witnessed` (cosigned, asked), and the rows stay recorded.
+        cosign and `witnessed` (cosigned, asked), and the rows stay recorded. `policy` decides each gate recorded.
         """
         options = OpenOptions(readonly, origin, signing_key, writer_state, init_writer_state, tuple(peer_keys),
-                              allow_unsigned, tuple(witnesses), witness_timeout)
+                              allow_unsigned, tuple(witnesses), witness_timeout, policy)
         session, created, appender = open_session(target, options)
         return cls(session, created=created, writing=Writing(session, appender))
 

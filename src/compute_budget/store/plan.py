@@ -17,6 +17,7 @@ from typing import Any
 from compute_budget.core.leaf import MAX_LEAF_INPUT_BYTES, RowHasher, RowTails, row_hasher
 from compute_budget.core.log.head import ChainHead
 from compute_budget.core.policy.prepare import PreparedGate, differing_keys, prepare_gate, same_gate
+from compute_budget.core.policy.rules import V1, BudgetPolicy
 from compute_budget.errors import ArgumentTypeError, GateConflict, GateTooLarge
 
 CHUNK_SIZE = 500  # gates decided, looked up and inserted per round trip
@@ -48,11 +49,13 @@ class PreparedChunk(list[PreparedGate]):
         self.hashers = [row_hasher(item.decision, item.gate_input) for item in self]
 
 
-def prepared_chunks(gates: Iterable[object], *, ahead: bool) -> Generator[list[PreparedGate], None, None]:
-    """The gates in decided chunks. With `ahead`, a helper thread reads and decides the next chunk (and hashes
-    the bulk of its rows) while the caller inserts this one: SQLite and psycopg release the GIL while the database
-    works, so the two overlap. Whatever the helper raises (a bad line, a gate JSON cannot hold) is raised here,
-    in the caller.
+def prepared_chunks(
+    gates: Iterable[object], *, ahead: bool, policy: BudgetPolicy = V1
+) -> Generator[list[PreparedGate], None, None]:
+    """The gates in chunks decided under `policy`. With `ahead`, a helper thread reads and decides the next chunk
+    (and hashes the bulk of its rows) while the caller inserts this one: SQLite and psycopg release the GIL while
+    the database works, so the two overlap. Whatever the helper raises (a bad line, a gate JSON cannot hold) is
+    raised here, in the caller.
     """
     try:
         source = iter(gates)
@@ -60,7 +63,7 @@ def prepared_chunks(gates: Iterable[object], *, ahead: bool) -> Generator[list[P
         raise ArgumentTypeError(f"record_many takes an iterable of gates, not {type(gates).__name__}") from None
     if not ahead:
         while chunk := list(itertools.islice(source, CHUNK_SIZE)):
-            yield PreparedChunk(prepare_gate(gate) for gate in chunk)
+            yield PreparedChunk(prepare_gate(gate, policy) for gate in chunk)
         return
     handoff: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=2)
     stop = threading.Event()
@@ -76,7 +79,7 @@ def prepared_chunks(gates: Iterable[object], *, ahead: bool) -> Generator[list[P
     def work() -> None:
         try:
             while not stop.is_set() and (chunk := list(itertools.islice(source, CHUNK_SIZE))):
-                offer(("chunk", PreparedChunk(prepare_gate(gate) for gate in chunk)))
+                offer(("chunk", PreparedChunk(prepare_gate(gate, policy) for gate in chunk)))
             offer(("end", None))
         except BaseException as error:  # handed to the caller, who decides what it means
             offer(("error", error))

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from compute_budget.core.log.note import SignerKey, VerifierKey
+from compute_budget.core.policy.rules import V1, BudgetPolicy
 from compute_budget.errors import InputError
 from compute_budget.store import seal as sealing
 from compute_budget.store.append import Appender
@@ -35,6 +36,7 @@ class OpenOptions:
     allow_unsigned: bool
     witnesses: tuple[WitnessTarget | str, ...]
     witness_timeout: float
+    policy: BudgetPolicy = V1
 
 
 def open_session(target: str | os.PathLike[str] | None, options: OpenOptions) -> tuple[StoreSession, bool, Appender]:
@@ -65,7 +67,7 @@ def open_session(target: str | os.PathLike[str] | None, options: OpenOptions) ->
         raise InputError("witnesses cosign what this writer signs: give a signing key (--signing-key)")
     session = StoreSession(location, engine, readonly=options.readonly)
     appender = Appender(session, writer, origin=options.origin, allow_unsigned=options.allow_unsigned,
-                        witnesses=targets, witness_timeout=options.witness_timeout)
+                        witnesses=targets, witness_timeout=options.witness_timeout, policy=options.policy)
     return session, created, appender
 
 

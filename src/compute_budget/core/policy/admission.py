@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from compute_budget.core.policy.hashing import compute_budget_id
 from compute_budget.core.policy.parse import decide_json
-from compute_budget.core.policy.rules import COMPUTE_BUDGET_POLICY_VERSION, POLICIES
+from compute_budget.core.policy.rules import POLICIES, BudgetPolicy
 from compute_budget.core.policy.types import REDERIVED_FIELDS, ComputeBudgetDecision, ComputeBudgetStatus
 from compute_budget.errors import ArgumentTypeError, BudgetRefused, InputNotJson, RefusalReason
 
-# Every field but the two never hashed nor compared on re-derivation.
+# Re-deriving for admission also compares the wall-clock limit: never hashed, but fixed by the policy's table.
+_ADMISSION_COMPARED = (*REDERIVED_FIELDS, "max_wallclock_ms")
 
 
 def admit(decision: ComputeBudgetDecision, *, gate: object = None) -> None:
     """Return None when `decision` may bound a run; otherwise raise `BudgetRefused` with its reason.
 
     Checks run in this order, first failure wins: policy version, status, invalid limits (revision 3: under v1
-    `max_wallclock_ms` must be null, and no limit may be negative), exhausted limits, `budget_id`, and (when
+    `max_wallclock_ms` must be null, under any policy it must be what the policy's table gives the reason code,
+    and no limit may be negative), exhausted limits, `budget_id`, and (when
     `gate` is given) re-derivation. A version is checked first because nothing else of a decision can be read
     without its policy; status and limits come before the hash so the plainest reason is the one reported.
     """
@@ -31,7 +33,7 @@ def admit(decision: ComputeBudgetDecision, *, gate: object = None) -> None:
         raise BudgetRefused(
             RefusalReason.STATUS_NOT_ALLOWED, f"status is {decision.status}, only budget_allowed may run"
         )
-    invalid = _invalid_limits(decision, policy.version)
+    invalid = _invalid_limits(decision, policy)
     if invalid:
         raise BudgetRefused(RefusalReason.LIMITS_INVALID, invalid)
     if not _positive(decision.max_candidates) or not _positive(decision.max_steps):
@@ -56,7 +58,7 @@ def admit(decision: ComputeBudgetDecision, *, gate: object = None) -> None:
                 raise BudgetRefused(RefusalReason.GATE_REDERIVE_MISMATCH, f"the given gate text is {error}") from None
         else:
             rederived = policy.decide(gate)
-        differing = [name for name in REDERIVED_FIELDS if getattr(rederived, name) != getattr(decision, name)]
+        differing = [name for name in _ADMISSION_COMPARED if getattr(rederived, name) != getattr(decision, name)]
         if differing:
             raise BudgetRefused(
                 RefusalReason.GATE_REDERIVE_MISMATCH,
@@ -69,10 +71,18 @@ def _positive(limit: object) -> bool:
     return isinstance(limit, int) and not isinstance(limit, bool) and limit > 0
 
 
-def _invalid_limits(decision: ComputeBudgetDecision, version: str) -> str:
+def _invalid_limits(decision: ComputeBudgetDecision, policy: BudgetPolicy) -> str:
     """Why the decision's limits are ones its policy never gives (spec 4, revision 3), or ""."""
-    if version == COMPUTE_BUDGET_POLICY_VERSION and decision.max_wallclock_ms is not None:
-        return f"max_wallclock_ms is {decision.max_wallclock_ms!r}; policy {version} never sets a wall-clock limit"
+    wallclock = decision.max_wallclock_ms
+    if wallclock is not None and not any(limits.max_wallclock_ms is not None for limits in policy.table.values()):
+        return f"max_wallclock_ms is {wallclock!r}; policy {policy.version} never sets a wall-clock limit"
+    granted = policy.table.get(decision.reason_code) if isinstance(decision.reason_code, str) else None
+    expected = granted.max_wallclock_ms if granted is not None else None
+    if wallclock != expected or type(wallclock) is not type(expected):  # the limit is not hashed: check it here
+        return (
+            f"max_wallclock_ms is {wallclock!r}; policy {policy.version} gives {expected!r} "
+            f"for reason {decision.reason_code!r}"
+        )
     for name in ("max_candidates", "max_depth", "max_steps", "max_parallelism"):
         value = getattr(decision, name)
         if isinstance(value, int) and not isinstance(value, bool) and value < 0:

@@ -19,7 +19,7 @@ from compute_budget.core.policy.types import (
     SearchGateStatus,
     SourceSpan,
 )
-from compute_budget.errors import MalformedGate, UnsupportedPolicyVersion
+from compute_budget.errors import ArgumentTypeError, MalformedGate, UnsupportedPolicyVersion
 
 COMPUTE_BUDGET_POLICY_VERSION = "compute_budget.v1"
 
@@ -29,12 +29,16 @@ UNKNOWN_GATE_REASON_CODE = "unknown_gate_reason_code"
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """One row of a policy table: the ceilings granted to an eligible gate with one reason code."""
+    """One row of a policy table: the ceilings granted to an eligible gate with one reason code.
+
+    `max_wallclock_ms` is never hashed (spec 3.3) but the policy fixes it all the same: v1 leaves it null.
+    """
 
     max_candidates: int
     max_depth: int
     max_steps: int
     max_parallelism: int
+    max_wallclock_ms: int | None = None
 
 
 NO_LIMITS = Limits(0, 0, 0, 0)
@@ -192,7 +196,7 @@ class BudgetPolicy:
                 limits.max_candidates,
                 limits.max_depth,
                 limits.max_steps,
-                None,
+                limits.max_wallclock_ms,
                 limits.max_parallelism,
                 evidence_spans,
                 explanation,
@@ -246,10 +250,11 @@ def _new_decision(values: tuple[Any, ...]) -> ComputeBudgetDecision:
 
 @functools.lru_cache(maxsize=256)
 def _allowed_explanation(version: str, reason_code: str, limits: Limits) -> str:
+    wallclock = "" if limits.max_wallclock_ms is None else f", {limits.max_wallclock_ms} ms of wall-clock"
     return (
         f"Allowed: the gate is eligible with reason {reason_code}, so policy {version} grants at most "
-        f"{limits.max_candidates} candidates, depth {limits.max_depth}, {limits.max_steps} steps and parallelism "
-        f"{limits.max_parallelism}; these are ceilings only and authorise nothing."
+        f"{limits.max_candidates} candidates, depth {limits.max_depth}, {limits.max_steps} steps{wallclock} and "
+        f"parallelism {limits.max_parallelism}; these are ceilings only and authorise nothing."
     )
 
 
@@ -285,6 +290,8 @@ V1 = BudgetPolicy(
     },
 )
 
+# Every policy a stored row or a decision may name. Recording under a policy needs it here, because the audit and
+# admission re-derive each decision under the policy its own `policy_version` names, looked up in this table.
 POLICIES: Mapping[str, BudgetPolicy] = {V1.version: V1}
 
 
@@ -296,6 +303,19 @@ def policy_for(version: str) -> BudgetPolicy:
         raise UnsupportedPolicyVersion(f"no budget policy is registered under version {version!r}") from None
 
 
-def decide(gate: object) -> ComputeBudgetDecision:
-    """Decide a gate (a `SearchGateDecision` or a parsed JSON object) under the current policy; never raises."""
-    return V1.decide(gate)
+def registered_policy(policy: object) -> BudgetPolicy:
+    """`policy` itself when it is the `BudgetPolicy` registered under its version, so that what is recorded under it
+    can be re-derived; raises `ArgumentTypeError` or `UnsupportedPolicyVersion` otherwise."""
+    if not isinstance(policy, BudgetPolicy):
+        raise ArgumentTypeError(f"policy must be a BudgetPolicy, not {type(policy).__name__}")
+    if POLICIES.get(policy.version) != policy:
+        raise UnsupportedPolicyVersion(
+            f"policy {policy.version!r} is not the one registered in POLICIES under that version; register it "
+            "there first, or the audit could not re-derive what is recorded under it"
+        )
+    return policy
+
+
+def decide(gate: object, policy: BudgetPolicy = V1) -> ComputeBudgetDecision:
+    """Decide a gate (a `SearchGateDecision` or a parsed JSON object) under `policy` (default v1); never raises."""
+    return policy.decide(gate)
