@@ -13,7 +13,7 @@ from compute_budget.cli.commands import SEQ, cli, db_option, json_line
 from compute_budget.errors import StoreDamaged, clip
 
 if TYPE_CHECKING:
-    from compute_budget.store import BudgetStore
+    from compute_budget.store import BudgetStore, RowCheck, StoredDecision
 
 
 @cli.command("show")
@@ -29,24 +29,50 @@ def show_command(budget_id: str | None, db: str | None, gate_id: str | None, ver
     Every row shown is checked as the audit checks it (re-derived from its gate input, budget_id recomputed,
     linked to the row before it); one that does not hold is marked. With --verify such a row exits 1.
     """
-    from compute_budget.cli.render import describe_check, describe_stored
-    from compute_budget.store import BudgetStore, RowCheck, StoredDecision
+    wanted = _wanted_id(budget_id, gate_id)
+    shown, where = _read_shown(db, wanted, gate_id)
+    if not shown:
+        what = f"of gate {_shown(gate_id)}" if gate_id is not None else f"with budget_id {wanted}"
+        say(f"not found: no decision {what} in {where}")
+        click.get_current_context().exit(1)
+    _print_shown(shown, output_format)
+    failing = [check for _, _, check in shown if not check.holds]
+    for check in failing:
+        kinds = ", ".join(dict.fromkeys(finding.kind.value for finding in check.findings))
+        say(
+            # With --verify this is the result (exit 1), not an error: "error:" lines mean the command could not run.
+            f"{'' if verify else 'warning: '}budget_id {check.budget_id} (seq {check.seq}) does not hold: "
+            f"{kinds}; run `compute-budget audit` for the whole store"
+        )
+    if verify and failing:
+        click.get_current_context().exit(1)
 
+
+def _wanted_id(budget_id: str | None, gate_id: str | None) -> str:
+    """BUDGET_ID as searched for (lower case; "" with --gate), after the usage checks (exit 2)."""
     if (budget_id is None) == (gate_id is None):
         raise click.UsageError("give either BUDGET_ID or --gate DECISION_ID")
-    wanted = ""
-    if budget_id is not None:
-        wanted = budget_id.strip().lower()
-        if not re.fullmatch(r"[0-9a-f]{8,64}", wanted):
-            raise click.BadParameter(
-                f"{clip(budget_id, 80)!r} is not a budget_id: give its 64 hex digits "
-                "(or a unique prefix of at least 8)",
-                param_hint="BUDGET_ID",
-            )
+    if budget_id is None:
+        return ""
+    wanted = budget_id.strip().lower()
+    if not re.fullmatch(r"[0-9a-f]{8,64}", wanted):
+        raise click.BadParameter(
+            f"{clip(budget_id, 80)!r} is not a budget_id: give its 64 hex digits (or a unique prefix of at least 8)",
+            param_hint="BUDGET_ID",
+        )
+    return wanted
+
+
+def _read_shown(
+    db: str | None, wanted: str, gate_id: str | None
+) -> tuple[list[tuple[str, StoredDecision | None, RowCheck]], str]:
+    """Each decision to show (its id, the stored decision unless it cannot be read, its row check), read in one
+    open of the store, and the store's display name."""
+    from compute_budget.store import BudgetStore
+
     shown: list[tuple[str, StoredDecision | None, RowCheck]] = []
     with BudgetStore.open(db, readonly=True) as store:
         warn_if_schema_differs(store)
-        where = store.location.display
         if gate_id is not None:
             ids = [stored.decision.budget_id for stored in store.find_by_gate(gate_id)]
         else:
@@ -65,10 +91,13 @@ def show_command(budget_id: str | None, db: str | None, gate_id: str | None, ver
             except StoreDamaged:
                 stored = None  # shown by its check, which says why it cannot be read
             shown.append((found, stored, check))
-    if not shown:
-        what = f"of gate {_shown(gate_id)}" if gate_id is not None else f"with budget_id {wanted}"
-        say(f"not found: no decision {what} in {where}")
-        click.get_current_context().exit(1)
+        return shown, store.location.display
+
+
+def _print_shown(shown: list[tuple[str, StoredDecision | None, RowCheck]], output_format: str) -> None:
+    """The decisions on stdout: one JSON line each (with their verification), or text blocks."""
+    from compute_budget.cli.render import describe_check, describe_stored
+
     if output_format == "json":
         out = sys.stdout.buffer
         for found, stored, check in shown:
@@ -81,22 +110,12 @@ def show_command(budget_id: str | None, db: str | None, gate_id: str | None, ver
             }
             out.write(json_line(document))
         out.flush()
-    else:
-        blocks = []
-        for found, stored, check in shown:
-            head = describe_stored(stored) if stored is not None else f"{'budget_id':<12} {found}"
-            blocks.append(f"{head}\n{describe_check(check)}")
-        click.echo("\n\n".join(blocks))
-    failing = [check for _, _, check in shown if not check.holds]
-    for check in failing:
-        kinds = ", ".join(dict.fromkeys(finding.kind.value for finding in check.findings))
-        say(
-            # With --verify this is the result (exit 1), not an error: "error:" lines mean the command could not run.
-            f"{'' if verify else 'warning: '}budget_id {check.budget_id} (seq {check.seq}) does not hold: "
-            f"{kinds}; run `compute-budget audit` for the whole store"
-        )
-    if verify and failing:
-        click.get_current_context().exit(1)
+        return
+    blocks = []
+    for found, stored, check in shown:
+        head = describe_stored(stored) if stored is not None else f"{'budget_id':<12} {found}"
+        blocks.append(f"{head}\n{describe_check(check)}")
+    click.echo("\n\n".join(blocks))
 
 
 # ComputeBudgetStatus's values, written out so that the command line loads no policy module to build its options
