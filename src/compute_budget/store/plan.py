@@ -17,6 +17,7 @@ from typing import Any
 from compute_budget.core.leaf import MAX_LEAF_INPUT_BYTES, RowHasher, RowTails, row_hasher
 from compute_budget.core.log.head import ChainHead
 from compute_budget.core.policy.prepare import PreparedGate, differing_keys, prepare_gate, same_gate
+from compute_budget.core.row import StoredRow
 from compute_budget.errors import ArgumentTypeError, GateConflict, GateTooLarge
 
 CHUNK_SIZE = 500  # gates decided, looked up and inserted per round trip
@@ -162,25 +163,25 @@ def plan_chunk(
             raise GateTooLarge(budget_id, size, MAX_LEAF_INPUT_BYTES, index=offset + position, line=item.line)
         leaf, prev = tails.finish(hasher, prev, seq, decision.reason_code, status)
         rows.append(
-            (
-                seq,
-                budget_id,
-                decision.policy_version,
-                decision.gate_decision_id,
-                decision.gate_policy_version,
-                decision.gate_input_digest,
-                status,
-                decision.reason_code,
-                decision.max_candidates,
-                decision.max_depth,
-                decision.max_steps,
-                decision.max_wallclock_ms,
-                decision.max_parallelism,
-                hasher.spans,
-                decision.explanation,
-                item.gate_input,
-                recorded_at,
-                prev,
+            StoredRow(
+                seq=seq,
+                budget_id=budget_id,
+                policy_version=decision.policy_version,
+                gate_decision_id=decision.gate_decision_id,
+                gate_policy_version=decision.gate_policy_version,
+                gate_input_digest=decision.gate_input_digest,
+                status=status,
+                reason_code=decision.reason_code,
+                max_candidates=decision.max_candidates,
+                max_depth=decision.max_depth,
+                max_steps=decision.max_steps,
+                max_wallclock_ms=decision.max_wallclock_ms,
+                max_parallelism=decision.max_parallelism,
+                evidence_spans=hasher.spans,
+                explanation=decision.explanation,
+                gate_input=item.gate_input,
+                recorded_at=recorded_at,
+                chain_hash=prev,
             )
         )
         leaves.append(leaf)
