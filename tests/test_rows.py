@@ -1,21 +1,32 @@
 """Issue 29 item 6, named data: a stored row is a `core.row.StoredRow`, a NamedTuple read by column name, that
-is still the tuple the SQL drivers give; the pure check reads a plain tuple and a named one alike."""
+is still the tuple the SQL drivers give; the pure check reads a plain tuple and a named one alike. A signed note is
+parsed once into a `ParsedNote` that travels through the consistency checks."""
 
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from compute_budget import decide
+from compute_budget.auditor.proofs import prove_consistency
+from compute_budget.auditor.scan import load_checkpoint
 from compute_budget.core.chain import CHAINED_COLUMNS
+from compute_budget.core.log import note as note_module
+from compute_budget.core.log.cosignature import generate_witness
 from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
+from compute_budget.core.log.note import ParsedNote, add_signature, generate_signer
 from compute_budget.core.policy.prepare import PreparedGate
 from compute_budget.core.row import ROW_COLUMNS, StoredRow, chained_row, named
 from compute_budget.core.verify import RangeResult, check_row
+from compute_budget.errors import NotConsistent
 from compute_budget.store import BudgetStore
 from compute_budget.store.plan import plan_chunk
-from tests.backends import rows
-from tests.conftest import make_gate
+from tests.backends import query, rows
+from tests.conftest import gate_lines, make_gate
 
 _RECORDED_AT = "2026-12-04T00:00:00.000000Z"
 
@@ -77,3 +88,37 @@ def test_a_plain_and_a_named_row_check_alike(store_target: str) -> None:
     assert found == _check(tampered, GENESIS_CHAIN_HASH)
     assert [item["kind"] for item in found[1]] == ["malformed_row"]
     assert "max_depth is str" in found[1][0]["detail"]
+
+
+@pytest.mark.usefixtures("writer_state_env")
+def test_consistency_parses_the_old_note_once(
+    store_target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One `consistency` call (writer key, auditor key and witness key, as the CLI passes them) parses the old
+    signed note once, when it is read; the trusted, auditor and witness checks get the parsed value."""
+    writer, auditor = generate_signer("writer"), generate_signer("auditor")
+    with BudgetStore.open(store_target, signing_key=writer, origin="example.org/rows") as store:
+        store.record_many(gate_lines(3))
+    (stored,) = query(store_target, "SELECT note FROM compute_budget_checkpoints")
+    old = tmp_path / "old.note"
+    old.write_text(add_signature(str(stored[0]), auditor))
+    seen: list[object] = []
+    original = note_module.parse_note
+
+    def counting(signed: str | bytes) -> ParsedNote:
+        seen.append(signed)
+        return original(signed)
+
+    for module in list(sys.modules.values()):
+        if module.__name__.startswith("compute_budget") and getattr(module, "parse_note", None) is original:
+            monkeypatch.setattr(module, "parse_note", counting)
+    with pytest.raises(NotConsistent, match="0 of 1 cosignatures") as refused:
+        prove_consistency(
+            load_checkpoint(str(old)),
+            store_target,
+            trusted_keys=[writer.verifier()],
+            witness_keys=[generate_witness("witness.example/w").verifier()],
+            auditor_key=auditor.verifier(),
+        )
+    assert refused.value.reason == "untrusted"
+    assert seen.count(old.read_text()) == 1
