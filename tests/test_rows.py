@@ -25,6 +25,7 @@ from compute_budget.core.verify import RangeResult, check_row
 from compute_budget.errors import NotConsistent
 from compute_budget.store import BudgetStore
 from compute_budget.store.plan import plan_chunk
+from compute_budget.store.table import COLUMNS
 from tests.backends import query, rows
 from tests.conftest import gate_lines, make_gate
 
@@ -33,7 +34,7 @@ _RECORDED_AT = "2026-12-04T00:00:00.000000Z"
 
 def test_a_stored_row_names_every_column_in_table_order() -> None:
     """The row type's fields are the stored columns, in table order, and `chained` is what the chain hashes."""
-    assert StoredRow._fields == ROW_COLUMNS
+    assert StoredRow._fields == ROW_COLUMNS == COLUMNS
     gate = make_gate()
     values = chained_row(1, decide(gate), json.dumps(gate), _RECORDED_AT)
     row = StoredRow._make((*values, "ab" * 32))
