@@ -28,6 +28,7 @@ from compute_budget.core.log.note import (
     sign_note,
 )
 from compute_budget.core.proof import ConsistencyProof, ProofBundle, row_from_values
+from compute_budget.core.row import named
 from compute_budget.core.seal import extends, signature_problem, trusted_signers
 from compute_budget.errors import (
     AuditError,
@@ -69,10 +70,11 @@ def prove(
     given, keys = _given_and_keys(checkpoint, trusted_keys)
     policy = _policy(witness_keys, witness_quorum)
     with BudgetStore.open(target, readonly=True) as store, store.snapshot() as snapshot:
-        row = snapshot.raw_row(budget_id)
-        if row is None:
+        raw = snapshot.raw_row(budget_id)
+        if raw is None:
             raise UnknownBudgetId(f"no decision with budget_id {budget_id} in {store.location.display}")
-        seq = row[0]
+        row = named(raw)
+        seq = row.seq
         if type(seq) is not int or seq < 1:
             raise StoreDamaged(f"row {budget_id} has seq {seq!r}, not a positive integer: run `compute-budget audit`")
         origin = snapshot.origin()
@@ -92,7 +94,7 @@ def prove(
             path = inclusion_proof(snapshot.tree(size), seq - 1, size)
         except MerkleError as error:
             raise StoreDamaged(f"cannot prove row {seq}: {error}; run `compute-budget audit`") from None
-        leaf = row_leaf_hash(row[:17])
+        leaf = row_leaf_hash(row.chained)
         if found.root is None or not verify_inclusion(leaf, seq - 1, size, path, found.root):
             raise StoreDamaged(
                 f"the stored tree does not prove row {seq} against the checkpoint of size {size}: the rows or the "
