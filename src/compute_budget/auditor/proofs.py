@@ -18,8 +18,17 @@ from compute_budget.core.leaf import row_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey, with_cosignatures
 from compute_budget.core.log.merkle import consistency_proof, inclusion_proof, verify_inclusion
-from compute_budget.core.log.note import Signature, SignerKey, VerifierKey, add_signature, parse_note, sign_note
+from compute_budget.core.log.note import (
+    ParsedNote,
+    Signature,
+    SignerKey,
+    VerifierKey,
+    add_signature,
+    parse_note,
+    sign_note,
+)
 from compute_budget.core.proof import ConsistencyProof, ProofBundle, row_from_values
+from compute_budget.core.row import named
 from compute_budget.core.seal import extends, signature_problem, trusted_signers
 from compute_budget.errors import (
     AuditError,
@@ -61,10 +70,11 @@ def prove(
     given, keys = _given_and_keys(checkpoint, trusted_keys)
     policy = _policy(witness_keys, witness_quorum)
     with BudgetStore.open(target, readonly=True) as store, store.snapshot() as snapshot:
-        row = snapshot.raw_row(budget_id)
-        if row is None:
+        raw = snapshot.raw_row(budget_id)
+        if raw is None:
             raise UnknownBudgetId(f"no decision with budget_id {budget_id} in {store.location.display}")
-        seq = row[0]
+        row = named(raw)
+        seq = row.seq
         if type(seq) is not int or seq < 1:
             raise StoreDamaged(f"row {budget_id} has seq {seq!r}, not a positive integer: run `compute-budget audit`")
         origin = snapshot.origin()
@@ -84,7 +94,7 @@ def prove(
             path = inclusion_proof(snapshot.tree(size), seq - 1, size)
         except MerkleError as error:
             raise StoreDamaged(f"cannot prove row {seq}: {error}; run `compute-budget audit`") from None
-        leaf = row_leaf_hash(row[:17])
+        leaf = row_leaf_hash(row.chained)
         if found.root is None or not verify_inclusion(leaf, seq - 1, size, path, found.root):
             raise StoreDamaged(
                 f"the stored tree does not prove row {seq} against the checkpoint of size {size}: the rows or the "
@@ -252,22 +262,23 @@ def prove_consistency(
     if not checkpoint.has_root:
         raise CheckpointError("the old checkpoint names no origin and tree root: a consistency proof needs both")
     keys = [verifier_key(item) for item in trusted_keys]
+    parsed = checkpoint.parsed_note()  # parsed once (when it was read), for every check below
     if keys:
-        if checkpoint.note is None or not checkpoint.signatures():
+        if parsed is None or not parsed.signatures:
             form = "a JSON checkpoint" if checkpoint.note is None else "an unsigned note"
             raise NotConsistent("untrusted", f"it is {form}, so it carries no signature by a trusted key")
-        verified, failed = trusted_signers(checkpoint.note, keys)
+        verified, failed = trusted_signers(parsed, keys)
         if failed:
             raise NotConsistent("untrusted", f"the old checkpoint's signature by {failed[0].name} does not verify")
         if not verified:
             raise NotConsistent("untrusted", "the old checkpoint carries no signature by a trusted key")
     if auditor_key is not None:
-        _check_auditor_line(checkpoint, verifier_key(auditor_key))
+        _check_auditor_line(checkpoint, parsed, verifier_key(auditor_key))
     body = checkpoint.body()
     policy = _policy(witness_keys, witness_quorum)
     with BudgetStore.open(target, readonly=True) as store, store.snapshot() as snapshot:
         if policy is not None:
-            count = _old_cosignatures(snapshot, checkpoint, policy)
+            count = _old_cosignatures(snapshot, checkpoint, parsed, policy)
             if count < policy.quorum:
                 raise NotConsistent(
                     "untrusted", f"the old checkpoint carries {count} of {policy.quorum} cosignatures by witness keys"
@@ -291,21 +302,27 @@ def prove_consistency(
     return proof
 
 
-def _check_auditor_line(checkpoint: Checkpoint, auditor: VerifierKey) -> None:
-    """`NotConsistent` ("untrusted") unless the old checkpoint carries a valid signature by the auditor's key."""
+def _check_auditor_line(checkpoint: Checkpoint, parsed: ParsedNote | None, auditor: VerifierKey) -> None:
+    """`NotConsistent` ("untrusted") unless the old checkpoint (`parsed`, its note) carries a valid signature by
+    the auditor's key."""
     label = f"{auditor.name}+{auditor.key_hash:08x}"
     if checkpoint.note is None:
         raise NotConsistent("untrusted", f"it is a JSON checkpoint, so it carries no signature by auditor {label}")
-    problem = signature_problem(checkpoint.note, auditor)
+    problem = signature_problem(checkpoint.note if parsed is None else parsed, auditor)
     if problem is not None:
         raise NotConsistent("untrusted", f"the auditor's line: {problem}")
 
 
-def _old_cosignatures(snapshot: Snapshot, checkpoint: Checkpoint, policy: WitnessPolicy) -> int:
+def _old_cosignatures(
+    snapshot: Snapshot, checkpoint: Checkpoint, parsed: ParsedNote | None, policy: WitnessPolicy
+) -> int:
     if checkpoint.note is None:
         return 0  # a JSON checkpoint carries none
-    text = parse_note(checkpoint.note)[0]
-    return policy.kth_newest([*_lines(checkpoint.note), *snapshot.cosignatures_of(text, checkpoint.seq)], text)[0]
+    if parsed is None:  # an unsigned note: `parse_note` refuses it (NoteError), as it always did here
+        parsed = parse_note(checkpoint.note)
+    text = parsed.text
+    own = [signature.line() for signature in parsed.signatures]
+    return policy.kth_newest([*own, *snapshot.cosignatures_of(text, checkpoint.seq)], text)[0]
 
 
 def cosign(

@@ -6,8 +6,9 @@ them with the same functions, so there is one codec for a row.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -19,10 +20,45 @@ from compute_budget.errors import MalformedDecision
 # Every stored column, in table order: the chained columns, then chain_hash. `store.table.COLUMNS` must equal
 # this (a test holds the two together).
 ROW_COLUMNS: tuple[str, ...] = (*CHAINED_COLUMNS, "chain_hash")
-SEQ, BUDGET_ID, STATUS, REASON_CODE, EVIDENCE_SPANS, GATE_INPUT, CHAIN_HASH = (
-    ROW_COLUMNS.index(name)
-    for name in ("seq", "budget_id", "status", "reason_code", "evidence_spans", "gate_input", "chain_hash")
-)
+# How many leading columns the chain and the leaf hash (every column but chain_hash).
+CHAINED_COUNT = len(CHAINED_COLUMNS)
+
+
+class StoredRow(NamedTuple):
+    """One stored row as the database gives it, its columns by name (in `ROW_COLUMNS` order).
+
+    Still a tuple (SQL drivers give tuples; `StoredRow._make(raw)` names one for the price of a copy), and its
+    values are typed `Any` on purpose: a tampered row may hold anything, which the audit reports.
+    """
+
+    seq: Any
+    budget_id: Any
+    policy_version: Any
+    gate_decision_id: Any
+    gate_policy_version: Any
+    gate_input_digest: Any
+    status: Any
+    reason_code: Any
+    max_candidates: Any
+    max_depth: Any
+    max_steps: Any
+    max_wallclock_ms: Any
+    max_parallelism: Any
+    evidence_spans: Any
+    explanation: Any
+    gate_input: Any
+    recorded_at: Any
+    chain_hash: Any
+
+    @property
+    def chained(self) -> tuple[Any, ...]:
+        """The values the chain and the leaf hash: every column but chain_hash, in `CHAINED_COLUMNS` order."""
+        return self[:CHAINED_COUNT]
+
+
+def named(raw: Sequence[Any]) -> StoredRow:
+    """A database row (values in `ROW_COLUMNS` order) as a `StoredRow`; one already named is returned as is."""
+    return raw if type(raw) is StoredRow else StoredRow._make(raw)
 
 
 @dataclass(frozen=True, slots=True)

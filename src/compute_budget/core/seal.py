@@ -22,7 +22,7 @@ from compute_budget.core.log.merkle import (
     consistency_proof,
     verify_consistency,
 )
-from compute_budget.core.log.note import CheckpointBody, VerifierKey, format_checkpoint, verify_note
+from compute_budget.core.log.note import CheckpointBody, ParsedNote, VerifierKey, format_checkpoint, verify_note
 from compute_budget.core.log.tree import TILE_LEVEL
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import CheckpointError, MerkleError, NoteError
@@ -47,7 +47,7 @@ class StoredCheckpoint:
         return f"{self.key_name}+{self.key_hash}"
 
 
-def signature_problem(note: str, key: VerifierKey) -> str | None:
+def signature_problem(note: str | ParsedNote, key: VerifierKey) -> str | None:
     """None when `note` carries a valid signature by `key` and no failing one; else why not, in words."""
     try:
         outcome = verify_note(note, [key])
@@ -60,7 +60,9 @@ def signature_problem(note: str, key: VerifierKey) -> str | None:
     return None
 
 
-def trusted_signers(note: str, keys: Iterable[VerifierKey]) -> tuple[list[VerifierKey], list[VerifierKey]]:
+def trusted_signers(
+    note: str | ParsedNote, keys: Iterable[VerifierKey]
+) -> tuple[list[VerifierKey], list[VerifierKey]]:
     """(keys whose signature on `note` verifies, keys whose signature fails); `NoteError` if malformed."""
     outcome = verify_note(note, list(keys))
     return list(outcome.verified), list(outcome.failed)

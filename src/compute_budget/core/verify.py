@@ -1,12 +1,13 @@
 """The pure check of stored rows (spec sections 6 and 8): re-derive, re-hash and re-link each row.
 
 The auditor streams rows through `check_row`; `copy` verifies each row it carries with the same function.
-It reads no database: a row is a tuple of values in `row.ROW_COLUMNS` order.
+It reads no database: a row is a tuple of values in `row.ROW_COLUMNS` order, read by name as a `row.StoredRow`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -18,7 +19,7 @@ from compute_budget.core.policy.hashing import compute_budget_id, spans_json
 from compute_budget.core.policy.parse import ParsedGate, decide_parsed, parse_gate_json
 from compute_budget.core.policy.rules import POLICIES
 from compute_budget.core.policy.types import REDERIVED_FIELDS, ComputeBudgetDecision
-from compute_budget.core.row import ROW_COLUMNS, stored_from_row
+from compute_budget.core.row import ROW_COLUMNS, StoredRow, stored_from_row
 from compute_budget.errors import InputNotJson, MalformedDecision, clip
 
 
@@ -73,24 +74,31 @@ _COMPARED = tuple(name for name in REDERIVED_FIELDS if name not in ("budget_id",
 
 
 _NONE = type(None)
-# The column types of a readable row, in `schema.COLUMNS` order (max_wallclock_ms: null in v1, or an integer).
+# The column types of a readable row, in `ROW_COLUMNS` order (max_wallclock_ms: null in v1, or an integer).
 _ROW_TYPES = (int, str, str, str, str, str, str, str, int, int, int, _NONE, int, str, str, str, str, str)
 _ROW_TYPES_WITH_WALLCLOCK = (*_ROW_TYPES[:11], int, *_ROW_TYPES[12:])
 
 
-def check_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result: RangeResult) -> tuple[int, str]:
-    """Check one stored row (values in `schema.COLUMNS` order); returns the (seq, chain_hash) it leaves.
+def check_row(raw: Sequence[Any], prev_seq: int, prev_chain: str, result: RangeResult) -> tuple[int, str]:
+    """Check one stored row (values in `ROW_COLUMNS` order); returns the (seq, chain_hash) it leaves.
 
     The common, clean row takes the fast path: one type check, one chain hash, one re-derivation and one
-    tuple comparison; findings are worked out in detail only for rows that fail.
+    comparison of the stored fields; findings are worked out in detail only for rows that fail.
     """
+    row = raw if type(raw) is StoredRow else StoredRow._make(raw)  # `row.named`, inlined on the hot path
     result.rows += 1
     types = tuple(map(type, row))
     if types != _ROW_TYPES and types != _ROW_TYPES_WITH_WALLCLOCK:
-        result.leaves.append(unreadable_leaf_hash(row[:17]))
+        result.leaves.append(unreadable_leaf_hash(row.chained))
         return _unreadable_row(row, prev_seq, prev_chain, result)
-    seq, budget_id, policy_version, status, reason_code = row[0], row[1], row[2], row[6], row[7]
-    stored_chain = row[17]
+    seq, budget_id, policy_version, status, reason_code = (
+        row.seq,
+        row.budget_id,
+        row.policy_version,
+        row.status,
+        row.reason_code,
+    )
+    stored_chain = row.chain_hash
     findings = result.findings
     result.status_counts[status] += 1
     result.reason_counts[reason_code] += 1
@@ -98,7 +106,7 @@ def check_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result: Rang
     result.last_seq, result.last_chain_hash, result.last_budget_id = seq, stored_chain, budget_id
 
     # The chain: this row must link to the stored row before it. The leaf comes from the same serialisation.
-    leaf, computed_chain = leaf_and_chain(prev_chain, row[:17])
+    leaf, computed_chain = leaf_and_chain(prev_chain, row.chained)
     result.leaves.append(leaf)
     if seq != prev_seq + 1 or computed_chain != stored_chain:
         findings.append(_chain_break(row, prev_seq, prev_chain))
@@ -116,23 +124,12 @@ def check_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result: Rang
         )
         return seq, stored_chain
     try:
-        parsed = parse_gate_json(row[15])
+        parsed = parse_gate_json(row.gate_input)
     except InputNotJson as error:
         findings.append(Finding(FindingKind.MALFORMED_ROW, budget_id, seq, f"gate_input is {error}"))
         return seq, stored_chain
     derived = decide_parsed(parsed, policy)
-    same = (
-        derived.policy_version,
-        derived.gate_decision_id,
-        derived.gate_policy_version,
-        derived.gate_input_digest,
-        derived.status,
-        derived.reason_code,
-        derived.max_candidates,
-        derived.max_depth,
-        derived.max_steps,
-    ) == row[2:11] and derived.max_parallelism == row[12] and derived.max_wallclock_ms == row[11]
-    if same and spans_json(derived.evidence_spans) == row[13]:
+    if _same_fields(row, derived) and spans_json(derived.evidence_spans) == row.evidence_spans:
         # Every hashed field equals the re-derived decision's, so its budget_id is the recomputed one.
         if derived.budget_id != budget_id:
             findings.append(
@@ -148,8 +145,25 @@ def check_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result: Rang
     return seq, stored_chain
 
 
-def _chain_break(row: tuple[Any, ...], prev_seq: int, prev_chain: str) -> Finding:
-    seq = row[0]
+def _same_fields(row: StoredRow, derived: ComputeBudgetDecision) -> bool:
+    """Whether the row stores every plain field the policy re-derives (all but budget_id and the spans)."""
+    return bool(
+        derived.policy_version == row.policy_version
+        and derived.gate_decision_id == row.gate_decision_id
+        and derived.gate_policy_version == row.gate_policy_version
+        and derived.gate_input_digest == row.gate_input_digest
+        and derived.status == row.status
+        and derived.reason_code == row.reason_code
+        and derived.max_candidates == row.max_candidates
+        and derived.max_depth == row.max_depth
+        and derived.max_steps == row.max_steps
+        and derived.max_parallelism == row.max_parallelism
+        and derived.max_wallclock_ms == row.max_wallclock_ms
+    )
+
+
+def _chain_break(row: StoredRow, prev_seq: int, prev_chain: str) -> Finding:
+    seq = row.seq
     problems = []
     if seq != prev_seq + 1:
         problems.append(
@@ -157,16 +171,16 @@ def _chain_break(row: tuple[Any, ...], prev_seq: int, prev_chain: str) -> Findin
             if seq > prev_seq + 1
             else f"seq {seq} follows seq {prev_seq}: rows reordered or duplicated"
         )
-    if chain_hash(prev_chain, row[:17]) != row[17]:
+    if chain_hash(prev_chain, row.chained) != row.chain_hash:
         problems.append(
             f"chain_hash does not follow from row {prev_seq} and this row's columns: "
             "a row here was edited, inserted, deleted or reordered"
         )
-    return Finding(FindingKind.CHAIN_BREAK, row[1], seq, "; ".join(problems))
+    return Finding(FindingKind.CHAIN_BREAK, row.budget_id, seq, "; ".join(problems))
 
 
-def _unreadable_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result: RangeResult) -> tuple[int, str]:
-    seq, budget_id, stored_chain = row[0], row[1], row[17]
+def _unreadable_row(row: StoredRow, prev_seq: int, prev_chain: str, result: RangeResult) -> tuple[int, str]:
+    seq, budget_id, stored_chain = row.seq, row.budget_id, row.chain_hash
     result.findings.append(
         Finding(
             FindingKind.MALFORMED_ROW,
@@ -179,10 +193,10 @@ def _unreadable_row(row: tuple[Any, ...], prev_seq: int, prev_chain: str, result
     return next_seq, stored_chain if isinstance(stored_chain, str) else prev_chain
 
 
-def _rederive_findings(row: tuple[Any, ...], derived: ComputeBudgetDecision, parsed: ParsedGate) -> list[Finding]:
+def _rederive_findings(row: StoredRow, derived: ComputeBudgetDecision, parsed: ParsedGate) -> list[Finding]:
     """Field-by-field differences between a stored row and its re-derived decision, and its hash check."""
-    seq, budget_id = row[0], row[1]
-    stored = dict(zip(ROW_COLUMNS, row, strict=True))
+    seq, budget_id = row.seq, row.budget_id
+    stored = row._asdict()
     differences = [
         f"{name} stored {_shown(stored[name])}, policy gives {_shown(getattr(derived, name))}"
         for name in _COMPARED
@@ -237,7 +251,7 @@ def _revision_2_note(parsed: ParsedGate) -> str:
     return ""
 
 
-def _wrong_types(row: tuple[Any, ...]) -> str:
+def _wrong_types(row: StoredRow) -> str:
     wrong = []
     for name, value in zip(ROW_COLUMNS, row, strict=True):
         if name in _INTEGER_COLUMNS:
@@ -252,7 +266,7 @@ def _wrong_types(row: tuple[Any, ...]) -> str:
     return ", ".join(wrong)
 
 
-def _recompute_budget_id(row: tuple[Any, ...]) -> str | MalformedDecision:
+def _recompute_budget_id(row: StoredRow) -> str | MalformedDecision:
     """The budget_id the stored fields hash to, or why the stored fields cannot be read as a decision."""
     try:
         return compute_budget_id(stored_from_row(row).decision)

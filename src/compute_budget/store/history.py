@@ -15,6 +15,7 @@ from compute_budget.core.leaf import unreadable_leaf_hash
 from compute_budget.core.log.head import ChainHead
 from compute_budget.core.log.merkle import CompactRange
 from compute_budget.core.log.tree import TILE_LEVEL
+from compute_budget.core.row import named
 from compute_budget.errors import DestinationNotEmpty, ReadOnlyStore
 from compute_budget.store import repairs
 from compute_budget.store import seal as sealing
@@ -55,10 +56,10 @@ def import_history(
             source = iter(rows)
             while chunk := list(itertools.islice(source, CHUNK_SIZE * 4)):
                 insert_exactly(connection, chunk, location)
-                hashes = [unreadable_leaf_hash(row[:17]) for row in chunk]
+                hashes = [unreadable_leaf_hash(named(row).chained) for row in chunk]
                 sealing.insert_nodes(connection, seal, frontier.extend(hashes, min_level=TILE_LEVEL))
-                last = chunk[-1]
-                head = ChainHead(int(last[0]), str(last[-1]), str(last[1]))
+                last = named(chunk[-1])
+                head = ChainHead(int(last.seq), str(last.chain_hash), str(last.budget_id))
                 if on_progress is not None:
                     on_progress(len(chunk))
             for batch in _batched(checkpoints, CHUNK_SIZE):

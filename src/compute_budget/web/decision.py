@@ -10,7 +10,7 @@ from typing import Any
 
 from compute_budget.core.log.head import GENESIS_CHAIN_HASH
 from compute_budget.core.policy.rules import POLICIES
-from compute_budget.core.row import ROW_COLUMNS, StoredDecision
+from compute_budget.core.row import StoredDecision, named
 from compute_budget.core.verify import Finding, RangeResult, check_row
 from compute_budget.store import BudgetStore
 from compute_budget.store.browse import Link
@@ -77,25 +77,25 @@ def detail(store: BudgetStore, budget_id: str) -> Detail | None:
     raw = store.raw_row(budget_id)
     if raw is None:
         return None
-    values = dict(zip(ROW_COLUMNS, raw, strict=True))
-    seq = values["seq"]
+    row = named(raw)
+    seq = row.seq
     previous, following = store.neighbours(seq) if type(seq) is int else (None, None)
-    status, reason = str(values["status"]), str(values["reason_code"])
-    policy = POLICIES.get(values["policy_version"]) if isinstance(values["policy_version"], str) else None
+    status, reason = str(row.status), str(row.reason_code)
+    policy = POLICIES.get(row.policy_version) if isinstance(row.policy_version, str) else None
     table = policy_rows(policy, status, reason) if policy is not None else None
-    applied = next((row for row in table if row.applied), None) if table else None
+    applied = next((line for line in table if line.applied), None) if table else None
     limits: list[tuple[str, object, object]] = [
-        (name, values[name], getattr(applied.limits, name) if applied else None) for name in LIMIT_NAMES
+        (name, getattr(row, name), getattr(applied.limits, name) if applied else None) for name in LIMIT_NAMES
     ]
-    limits.append(("max_wallclock_ms", values["max_wallclock_ms"], None))
+    limits.append(("max_wallclock_ms", row.max_wallclock_ms, None))
     return Detail(
-        raw=row_dict(raw),
-        stored=readable(raw),
+        raw=row_dict(row),
+        stored=readable(row),
         headline=_HEADLINES.get(status, f"Unknown status {json.dumps(status)}"),
         status_class=status_class(status),
-        gate_said=_gate_said(values["gate_input"]),
-        gate_pretty=_pretty(values["gate_input"]),
-        policy_version=str(values["policy_version"]),
+        gate_said=_gate_said(row.gate_input),
+        gate_pretty=_pretty(row.gate_input),
+        policy_version=str(row.policy_version),
         policy=table,
         applied=applied,
         limits=limits,
@@ -103,8 +103,8 @@ def detail(store: BudgetStore, budget_id: str) -> Detail | None:
         previous_href=detail_href(previous.budget_id) if previous is not None else None,
         next=following,
         next_href=detail_href(following.budget_id) if following is not None else None,
-        rederived=rederive(raw, previous),
-        api_href="/api" + detail_href(values["budget_id"]),
+        rederived=rederive(row, previous),
+        api_href="/api" + detail_href(row.budget_id),
     )
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compute_budget.core.log.head import GENESIS_CHAIN_HASH
-from compute_budget.core.row import ROW_COLUMNS, StoredDecision, stored_from_row
+from compute_budget.core.row import StoredDecision, named, stored_from_row
 from compute_budget.core.verify import RangeResult, check_row
 from compute_budget.errors import MalformedDecision
 from compute_budget.store import BudgetStore
@@ -26,7 +26,7 @@ def row_dict(raw: tuple[Any, ...]) -> dict[str, Any]:
     try:
         return stored_from_row(raw).to_dict()
     except (MalformedDecision, ValueError, TypeError) as error:
-        values = {name: _jsonable(value) for name, value in zip(ROW_COLUMNS, raw, strict=True)}
+        values = {name: _jsonable(value) for name, value in named(raw)._asdict().items()}
         return {**values, "unreadable": str(error)}
 
 
@@ -92,10 +92,11 @@ def checked(rows: list[tuple[Any, ...]], store: BudgetStore, query: Query) -> li
 def row_problems(rows: list[tuple[Any, ...]], store: BudgetStore) -> list[tuple[str, ...]]:
     """For each raw row, the kinds of finding the audit's check finds in it (re-derived, re-hashed and linked to
     the row stored before it): empty when it holds."""
-    chain_by_seq = {raw[0]: raw[-1] for raw in rows if type(raw[0]) is int}
+    named_rows = [named(raw) for raw in rows]
+    chain_by_seq = {row.seq: row.chain_hash for row in named_rows if type(row.seq) is int}
     found: list[tuple[str, ...]] = []
-    for raw in rows:
-        seq = raw[0]
+    for row in named_rows:
+        seq = row.seq
         if type(seq) is not int:
             found.append(("malformed_row",))
             continue
@@ -104,7 +105,7 @@ def row_problems(rows: list[tuple[Any, ...]], store: BudgetStore) -> list[tuple[
             link = store.link_at_seq(seq - 1)
             previous_chain = link.chain_hash if link is not None else None
         result = RangeResult()
-        check_row(raw, seq - 1, previous_chain if isinstance(previous_chain, str) else GENESIS_CHAIN_HASH, result)
+        check_row(row, seq - 1, previous_chain if isinstance(previous_chain, str) else GENESIS_CHAIN_HASH, result)
         found.append(tuple(dict.fromkeys(finding.kind.value for finding in result.findings)))
     return found
 
@@ -123,19 +124,19 @@ def with_holds(rows: list[tuple[Any, ...]], store: BudgetStore) -> list[dict[str
 
 def listed(raw: tuple[Any, ...], query: Query) -> ListedRow:
     """A raw row as the decisions table shows it."""
-    values = dict(zip(ROW_COLUMNS, raw, strict=True))
-    gate_id = str(values["gate_decision_id"])
+    row = named(raw)
+    gate_id = str(row.gate_decision_id)
     return ListedRow(
-        seq=values["seq"],
-        budget_id=str(values["budget_id"]),
-        href=detail_href(values["budget_id"]),
-        status=str(values["status"]),
-        status_class=status_class(values["status"]),
-        reason_code=str(values["reason_code"]),
+        seq=row.seq,
+        budget_id=str(row.budget_id),
+        href=detail_href(row.budget_id),
+        status=str(row.status),
+        status_class=status_class(row.status),
+        reason_code=str(row.reason_code),
         gate_decision_id=gate_id,
         gate_href=Query(DecisionFilter(gate_decision_id=gate_id), query.limit).href(),
-        limits="/".join(str(values[name]) for name in LIMIT_NAMES),
-        recorded_at=str(values["recorded_at"]),
+        limits="/".join(str(getattr(row, name)) for name in LIMIT_NAMES),
+        recorded_at=str(row.recorded_at),
         unreadable=None if readable(raw) is not None else "this row cannot be read; run the audit",
     )
 

@@ -18,11 +18,18 @@ import base64
 import binascii
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from compute_budget.core.log.head import ChainHead
-from compute_budget.core.log.note import CheckpointBody, Signature, format_checkpoint, parse_checkpoint, parse_note
+from compute_budget.core.log.note import (
+    CheckpointBody,
+    ParsedNote,
+    Signature,
+    format_checkpoint,
+    parse_checkpoint,
+    parse_note,
+)
 from compute_budget.errors import CheckpointError, NoteError
 
 CHECKPOINT_FORMAT = "compute_budget.checkpoint.v1"
@@ -40,6 +47,8 @@ class Checkpoint:
     origin: str | None = None
     root: bytes | None = None
     note: str | None = None
+    # `note` parsed, with the very string it was parsed from (so a copy with another note never reuses it).
+    _parsed: tuple[str, ParsedNote] | None = field(default=None, init=False, compare=False, repr=False)
 
     @property
     def tree_size(self) -> int:
@@ -69,9 +78,19 @@ class Checkpoint:
 
     def signatures(self) -> list[Signature]:
         """The signature lines of the note it was read from (none for JSON or an unsigned note)."""
-        if self.note is None or "\n\n" not in self.note:
-            return []
-        return parse_note(self.note)[1]
+        parsed = self.parsed_note()
+        return [] if parsed is None else parsed.signatures
+
+    def parsed_note(self) -> ParsedNote | None:
+        """The signed note it was read from, parsed once and kept (None for JSON or an unsigned note)."""
+        note = self.note
+        if note is None or "\n\n" not in note:
+            return None
+        kept = self._parsed
+        if kept is None or kept[0] is not note:
+            kept = (note, parse_note(note))
+            object.__setattr__(self, "_parsed", kept)  # a cache on a frozen value: the fields do not change
+        return kept[1]
 
     def to_dict(self) -> dict[str, Any]:
         """The checkpoint document (with origin, tree_size and root when known)."""
@@ -131,11 +150,14 @@ class Checkpoint:
             except UnicodeDecodeError:
                 raise CheckpointError(f"{source} is not UTF-8 text") from None
         try:
-            body_text = parse_note(text)[0] if "\n\n" in text else text
-            body = parse_checkpoint(body_text)
+            parsed = parse_note(text) if "\n\n" in text else None
+            body = parse_checkpoint(text if parsed is None else parsed.text)
         except NoteError as error:
             raise CheckpointError(f"{source}: {error}") from None
-        return cls(body.size, body.chain_hash, None, body.origin, body.root, text)
+        checkpoint = cls(body.size, body.chain_hash, None, body.origin, body.root, text)
+        if parsed is not None:
+            object.__setattr__(checkpoint, "_parsed", (text, parsed))
+        return checkpoint
 
     @classmethod
     def parse(cls, text: str | bytes, *, source: str = "checkpoint") -> Checkpoint:

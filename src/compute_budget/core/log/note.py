@@ -21,6 +21,7 @@ import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -329,7 +330,15 @@ def _parse_signature_line(line: str, number: int) -> Signature:
     return Signature(name, int.from_bytes(raw[:4], "big"), raw[4:])
 
 
-def parse_note(signed: str | bytes) -> tuple[str, list[Signature]]:
+class ParsedNote(NamedTuple):
+    """A signed note parsed once (`parse_note`): its text and its signature lines, a value to pass on (still the
+    (text, signatures) pair) so the rooms it travels through do not parse the note again."""
+
+    text: str
+    signatures: list[Signature]
+
+
+def parse_note(signed: str | bytes) -> ParsedNote:
     """Split a signed note into its text and signatures, strictly (C2SP signed-note); `NoteError` if malformed.
 
     The text ends at the last empty line, keeps its final newline, and may itself contain empty lines. At most
@@ -354,7 +363,7 @@ def parse_note(signed: str | bytes) -> tuple[str, list[Signature]]:
     lines = block[:-1].split("\n")
     if len(lines) > MAX_SIGNATURES:
         raise NoteError(f"malformed signed note: {len(lines)} signature lines, more than {MAX_SIGNATURES}")
-    return text, [_parse_signature_line(line, number) for number, line in enumerate(lines, 1)]
+    return ParsedNote(text, [_parse_signature_line(line, number) for number, line in enumerate(lines, 1)])
 
 
 def _checked_text(text: object) -> str:
@@ -398,8 +407,9 @@ def add_signature(signed_note: str, signer: SignerKey) -> str:
     return signed_note + mine.line()
 
 
-def verify_note(signed: str | bytes, verifiers: Iterable[VerifierKey]) -> NoteVerification:
-    """Check every signature of `signed` made by one of `verifiers` (matched on name and key hash).
+def verify_note(signed: str | bytes | ParsedNote, verifiers: Iterable[VerifierKey]) -> NoteVerification:
+    """Check every signature of `signed` (a note, or one already parsed) made by one of `verifiers` (matched on
+    name and key hash).
 
     Signatures by other keys are listed as unknown and otherwise ignored. `NoteError` if the note is malformed or
     two different verifier keys share a name and key hash.
@@ -411,7 +421,7 @@ def verify_note(signed: str | bytes, verifiers: Iterable[VerifierKey]) -> NoteVe
         slot = (verifier.name, verifier.key_hash)
         if known.setdefault(slot, verifier) != verifier:
             raise NoteError(f"two different verifier keys are named {verifier.name} with hash {verifier.key_hash:08x}")
-    text, signatures = parse_note(signed)
+    text, signatures = signed if isinstance(signed, ParsedNote) else parse_note(signed)
     message = text.encode("utf-8")
     verified: list[VerifierKey] = []
     failed: list[VerifierKey] = []
