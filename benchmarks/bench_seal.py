@@ -39,7 +39,7 @@ from bench_record import db_bytes, gates
 import compute_budget.core.leaf as leaf_module
 import compute_budget.store.append as append_module
 import compute_budget.store.plan as plan_module
-import compute_budget.store.seal as seal_module
+import compute_budget.store.seal_tables as seal_module
 from compute_budget import BudgetStore, audit, prove, verify_proof
 from compute_budget.core.leaf import RowHasher
 from compute_budget.core.log.merkle import CompactRange

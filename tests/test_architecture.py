@@ -55,7 +55,7 @@ def test_the_layers_and_the_pure_core_hold() -> None:
         ("core/policy/rules.py", "import compute_budget.core.chain", "Inside the core"),
         ("core/canonical.py", "import compute_budget.core.policy.types", "Inside the core"),
         ("core/log/note.py", "import os", "The core is pure"),
-        ("witness/protocol.py", "import compute_budget.store.seal", "The witness keeps its own state"),
+        ("witness/protocol.py", "import compute_budget.store.seal_tables", "The witness keeps its own state"),
         ("witness/state.py", "import compute_budget.core.policy.rules", "The witness keeps its own state"),
         ("witness/app.py", "import compute_budget.web.app", "Layers"),
         ("web/queries.py", "import compute_budget.witness.state", "Layers"),

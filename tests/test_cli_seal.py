@@ -525,7 +525,7 @@ def test_verify_proof_refuses_a_deep_or_endless_file_with_one_line(
 ) -> None:
     """JSON nested 100,000 deep is not a bundle (it was an "unexpected RecursionError"), and a file longer than
     any bundle is refused once that many bytes are read (`/dev/zero` used to fill the memory)."""
-    import compute_budget.cli.seal as seal_commands
+    import compute_budget.cli.keys_and_proofs as seal_commands
 
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)

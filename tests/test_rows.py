@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from compute_budget import decide
-from compute_budget.auditor.proofs import prove_consistency
+from compute_budget.auditor.proving import prove_consistency
 from compute_budget.auditor.scan import load_checkpoint
 from compute_budget.core.chain import CHAINED_COLUMNS
 from compute_budget.core.log import note as note_module

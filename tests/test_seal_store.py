@@ -625,7 +625,7 @@ def test_a_checkpoint_the_table_drops_is_an_error_not_a_silent_success(tmp_path:
     a signature the store does not hold."""
     from sqlalchemy import create_engine
 
-    from compute_budget.store import seal as sealing
+    from compute_budget.store import seal_tables as sealing
     from compute_budget.store.backends import seal_statements_for
 
     target = tmp_path / "store.db"

@@ -361,7 +361,7 @@ def test_the_stored_cosignature_scan_is_linear_in_its_rows(monkeypatch: pytest.M
     """With no size ever reaching the quorum (two witness keys required, one witness cosigning every size), each
     size change re-ranked every size seen so far: quadratic, minutes at 100,000 sizes. The K-th timestamp is now
     worked out for one size per check. Counted in calls, not timed."""
-    from compute_budget.auditor import witnessed as module
+    from compute_budget.auditor import witness_rules as module
     from compute_budget.core.log.cosignature import generate_witness
     from compute_budget.core.log.note import format_checkpoint
 

@@ -39,7 +39,7 @@ from compute_budget.errors import (
 )
 
 if TYPE_CHECKING:  # what the lazy names below really are, for a client's type checker
-    from compute_budget.auditor.proofs import prove, prove_consistency
+    from compute_budget.auditor.proving import prove, prove_consistency
     from compute_budget.auditor.report import AuditReport
     from compute_budget.auditor.scan import audit
     from compute_budget.core.canonical import canonical_json
@@ -64,7 +64,7 @@ if TYPE_CHECKING:  # what the lazy names below really are, for a client's type c
         SearchGateStatus,
         SourceSpan,
     )
-    from compute_budget.core.proof import (
+    from compute_budget.core.receipts import (
         ConsistencyProof,
         ProofBundle,
         ProofVerification,
@@ -181,13 +181,13 @@ _LAZY = {
     "AuditReport": "compute_budget.auditor.report",
     "Finding": "compute_budget.core.verify",
     "FindingKind": "compute_budget.core.verify",
-    "prove": "compute_budget.auditor.proofs",
-    "prove_consistency": "compute_budget.auditor.proofs",
-    "verify_proof": "compute_budget.core.proof",
-    "verify_consistency": "compute_budget.core.proof",
-    "ProofBundle": "compute_budget.core.proof",
-    "ProofVerification": "compute_budget.core.proof",
-    "ConsistencyProof": "compute_budget.core.proof",
+    "prove": "compute_budget.auditor.proving",
+    "prove_consistency": "compute_budget.auditor.proving",
+    "verify_proof": "compute_budget.core.receipts",
+    "verify_consistency": "compute_budget.core.receipts",
+    "ProofBundle": "compute_budget.core.receipts",
+    "ProofVerification": "compute_budget.core.receipts",
+    "ConsistencyProof": "compute_budget.core.receipts",
     "SignerKey": "compute_budget.core.log.note",
     "VerifierKey": "compute_budget.core.log.note",
     # The log's formats load `cryptography`: a decision (and `compute-budget decide`) needs none of it.

@@ -12,14 +12,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from compute_budget.auditor.head_note import HeadNote, head_signature_findings, load_head_note, parse_head_note
-from compute_budget.auditor.witnessed import (
+from compute_budget.auditor.witness_rules import (
     WitnessPolicy,
 )
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey
 from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.log.note import VerifierKey
-from compute_budget.core.seal import StoredCheckpoint, signature_problem, trusted_signers
+from compute_budget.core.seal_checks import StoredCheckpoint, signature_problem, trusted_signers
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import (
     ArgumentTypeError,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.note import VerifierKey, parse_note
-from compute_budget.core.seal import trusted_signers
+from compute_budget.core.seal_checks import trusted_signers
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import CheckpointError, NoteError
 from compute_budget.keys.small_files import read_small_file

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from compute_budget.auditor.checkpoints import CheckpointLike, HeadLike, WitnessAnswer
-from compute_budget.auditor.witnessed import DEFAULT_MAX_WITNESS_AGE
+from compute_budget.auditor.witness_rules import DEFAULT_MAX_WITNESS_AGE
 from compute_budget.core.log.cosignature import WitnessKey
 from compute_budget.core.log.note import VerifierKey
 

@@ -55,7 +55,7 @@ from compute_budget.auditor.ranges import (
 from compute_budget.auditor.report import AuditReport, utc_now
 from compute_budget.auditor.request import AuditRequest
 from compute_budget.auditor.tree import Seal, plan_seal, prove_tree
-from compute_budget.auditor.witnessed import (
+from compute_budget.auditor.witness_rules import (
     DEFAULT_MAX_WITNESS_AGE,
     WitnessPolicy,
     given_note_findings,
@@ -68,7 +68,7 @@ from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey
 from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.log.note import VerifierKey, valid_origin
-from compute_budget.core.seal import TreeOutcome
+from compute_budget.core.seal_checks import TreeOutcome
 from compute_budget.core.verify import Finding, FindingKind, RangeResult
 from compute_budget.errors import (
     ArgumentTypeError,

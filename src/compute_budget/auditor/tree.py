@@ -18,7 +18,7 @@ from compute_budget.core.leaf import unreadable_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.merkle import CompactRange, root_from_reader
 from compute_budget.core.log.note import VerifierKey
-from compute_budget.core.seal import StoredCheckpoint, TreeCheck, TreeOutcome, trusted_signers
+from compute_budget.core.seal_checks import StoredCheckpoint, TreeCheck, TreeOutcome, trusted_signers
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import (
     MerkleError,

@@ -18,7 +18,7 @@ from compute_budget.auditor.ranges import (
     FORKED_WORKERS,
 )
 from compute_budget.auditor.tree import Seal, SealTask, tree_check
-from compute_budget.core.seal import TreeOutcome
+from compute_budget.core.seal_checks import TreeOutcome
 from compute_budget.core.verify import RangeResult, check_row
 from compute_budget.store import BudgetStore
 

@@ -416,7 +416,7 @@ def _checkpoint_to_keep(
             line.db, report, save_path, cosigner, loaded.given(), loaded.witnesses, line.witness_quorum
         )
     if cosigner is not None:
-        from compute_budget.auditor.proofs import cosign
+        from compute_budget.auditor.proving import cosign
 
         note = cosign(line.db, report, attested(report, report.head.seq, cosigner), loaded.given(), loaded.keys)
         return note, report.head.seq, None
@@ -444,7 +444,7 @@ def _fetch_witnessed(
         return []
     from compute_budget.errors import StoreUnavailable
     from compute_budget.store import BudgetStore
-    from compute_budget.store.witnessing import WitnessTarget, fetch_latest
+    from compute_budget.store.witness_submit import WitnessTarget, fetch_latest
 
     targets = [WitnessTarget.parse(url) for url in urls]
     origin = expected_origin

@@ -29,7 +29,7 @@ def witnessed_to_keep(
     import time
 
     from compute_budget.auditor.head_note import format_head_note, head_path, writer_signed_head
-    from compute_budget.auditor.witnessed import WitnessPolicy, witnessed_note
+    from compute_budget.auditor.witness_rules import WitnessPolicy, witnessed_note
     from compute_budget.core.log.note import VerifierKey, add_signature
     from compute_budget.errors import StoreDamaged
     from compute_budget.store import BudgetStore

@@ -28,7 +28,7 @@ from compute_budget.core.policy.rules import V1, BudgetPolicy, registered_policy
 from compute_budget.errors import GateConflict, ReadOnlyStore, StoreDamaged, StoreUnavailable, UnsignedAppendRefused
 from compute_budget.keys.key_files import verifier_key
 from compute_budget.store import repairs
-from compute_budget.store import seal as sealing
+from compute_budget.store import seal_tables as sealing
 from compute_budget.store.authorship import (
     WriterKeys,
     check_signed_head,
@@ -47,7 +47,7 @@ from compute_budget.store.repairs import Repair
 from compute_budget.store.schema_check import schema_problems
 from compute_budget.store.session import StoreSession, read_head, utc_now
 from compute_budget.store.statements import Statements
-from compute_budget.store.witnessing import DEFAULT_TIMEOUT_SECONDS, Submitted, WitnessTarget, submit
+from compute_budget.store.witness_submit import DEFAULT_TIMEOUT_SECONDS, Submitted, WitnessTarget, submit
 
 
 @dataclass(slots=True)

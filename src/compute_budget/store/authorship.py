@@ -28,13 +28,13 @@ from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.log.merkle import CompactRange
 from compute_budget.core.log.note import SignerKey, VerifierKey, parse_note, verify_note
-from compute_budget.core.seal import StoredCheckpoint, extends
+from compute_budget.core.seal_checks import StoredCheckpoint, extends
 from compute_budget.core.verify import RangeResult, check_row
 from compute_budget.errors import CheckpointError, InputError, NoteError, StoreDamaged, WriterStateError
 from compute_budget.keys.key_files import SIGNING_KEY_ENV_VAR, load_signer_key, verifier_key
 from compute_budget.keys.writer_state import WRITER_STATE_ENV_VAR, WriterState, state_path_for
-from compute_budget.store import seal as sealing
-from compute_budget.store.seal import SealStatements
+from compute_budget.store import seal_tables as sealing
+from compute_budget.store.seal_tables import SealStatements
 from compute_budget.store.statements import Statements
 
 ADOPT_PAGE_ROWS = 2000

@@ -26,7 +26,7 @@ from compute_budget.core.log.note import SignerKey, VerifierKey
 from compute_budget.core.policy.rules import V1, BudgetPolicy
 from compute_budget.core.policy.types import ComputeBudgetStatus
 from compute_budget.core.row import StoredDecision
-from compute_budget.store import seal as sealing
+from compute_budget.store import seal_tables as sealing
 from compute_budget.store.backend import Location
 from compute_budget.store.browse import Browsing, DecisionFilter, Link, Page
 from compute_budget.store.history import import_history
@@ -37,7 +37,7 @@ from compute_budget.store.results import BatchResult, GateResult, RecordResult, 
 from compute_budget.store.scans import Scans
 from compute_budget.store.session import StoreSession
 from compute_budget.store.snapshot import Snapshot
-from compute_budget.store.witnessing import DEFAULT_TIMEOUT_SECONDS, Submitted, WitnessTarget
+from compute_budget.store.witness_submit import DEFAULT_TIMEOUT_SECONDS, Submitted, WitnessTarget
 from compute_budget.store.writing import OpenOptions, Writing, open_session
 
 __all__ = ["BatchResult", "BudgetStore", "GateResult", "RecordResult", "RowCheck", "SkippedConflict"]

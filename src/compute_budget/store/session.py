@@ -15,7 +15,7 @@ from compute_budget.core.log.head import EMPTY_HEAD, ChainHead
 from compute_budget.errors import StoreClosed, StoreDamaged
 from compute_budget.store.backend import Location, translate
 from compute_budget.store.backends import Backend, backend_for
-from compute_budget.store.seal import SealStatements
+from compute_budget.store.seal_tables import SealStatements
 from compute_budget.store.statements import Statements
 
 MAX_SEQ = 2**63 - 1  # the largest 64-bit integer, SQLite's and PostgreSQL's BIGINT alike

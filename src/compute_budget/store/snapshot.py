@@ -10,14 +10,14 @@ from sqlalchemy import Connection
 from compute_budget.core.log.merkle import CompactRange
 from compute_budget.core.log.note import VerifierKey
 from compute_budget.core.log.tree import TiledTree
-from compute_budget.core.seal import StoredCheckpoint
+from compute_budget.core.seal_checks import StoredCheckpoint
 from compute_budget.errors import StoreDamaged
 from compute_budget.store import repairs
-from compute_budget.store import seal as sealing
+from compute_budget.store import seal_tables as sealing
 from compute_budget.store.backends import backend_for
 from compute_budget.store.repairs import Repair
 from compute_budget.store.schema_check import schema_problems
-from compute_budget.store.seal import SealStatements
+from compute_budget.store.seal_tables import SealStatements
 from compute_budget.store.session import prefer_index_order
 from compute_budget.store.statements import Statements
 

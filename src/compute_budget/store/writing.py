@@ -13,14 +13,14 @@ from typing import Literal
 from compute_budget.core.log.note import SignerKey, VerifierKey
 from compute_budget.core.policy.rules import V1, BudgetPolicy
 from compute_budget.errors import InputError
-from compute_budget.store import seal as sealing
+from compute_budget.store import seal_tables as sealing
 from compute_budget.store.append import Appender
 from compute_budget.store.authorship import signing_writers, writer_keys
 from compute_budget.store.opening import open_engine
 from compute_budget.store.plan import collector_paused
 from compute_budget.store.results import BatchResult, GateResult, RecordResult, SkippedConflict
 from compute_budget.store.session import StoreSession
-from compute_budget.store.witnessing import Submitted, WitnessTarget, witness_targets
+from compute_budget.store.witness_submit import Submitted, WitnessTarget, witness_targets
 
 
 @dataclass(frozen=True, slots=True)

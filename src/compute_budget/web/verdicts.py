@@ -19,7 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.note import VerifierKey
-from compute_budget.core.seal import signature_problem
+from compute_budget.core.seal_checks import signature_problem
 from compute_budget.errors import ComputeBudgetError
 from compute_budget.store import BudgetStore
 from compute_budget.web.report import read_report

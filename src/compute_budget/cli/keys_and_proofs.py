@@ -84,7 +84,7 @@ def prove_command(
 
     Exit 0 printed; 1 no such decision; 2 cannot run (a checkpoint that does not cover the row, say).
     """
-    from compute_budget.auditor.proofs import prove
+    from compute_budget.auditor.proving import prove
     from compute_budget.auditor.scan import load_checkpoint
     from compute_budget.core.log.checkpoint import Checkpoint
     from compute_budget.errors import UnknownBudgetId
@@ -151,7 +151,7 @@ def verify_proof_command(
 
     Exit 0 valid; 1 invalid (the line says which check failed); 2 an unreadable or incomplete bundle.
     """
-    from compute_budget.core.proof import verify_proof
+    from compute_budget.core.receipts import verify_proof
     from compute_budget.errors import InputUnreadable
     from compute_budget.keys.key_files import verifier_key
 
@@ -226,7 +226,7 @@ def consistency_command(
 
     Exit 0 the store extends OLD; 1 it does not (another log, untrusted, truncated or rewritten); 2 OLD unusable.
     """
-    from compute_budget.auditor.proofs import prove_consistency
+    from compute_budget.auditor.proving import prove_consistency
     from compute_budget.auditor.scan import load_checkpoint
     from compute_budget.errors import NotConsistent
     from compute_budget.keys.key_files import verifier_key

@@ -1,8 +1,8 @@
 """Proofs a third party checks without the database (spec section 8): a decision's inclusion bundle, the
 consistency of the store with an older checkpoint, and the auditor's cosignature of a head it has verified.
 
-`prove` and `prove_consistency` read a store; their verifiers (`core.proof.verify_proof`,
-`core.proof.verify_consistency`) need nothing but the bundle, the document and keys.
+`prove` and `prove_consistency` read a store; their verifiers (`core.receipts.verify_proof`,
+`core.receipts.verify_consistency`) need nothing but the bundle, the document and keys.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from compute_budget.auditor.checkpoints import CheckpointLike, as_checkpoint
 from compute_budget.auditor.report import AuditReport
-from compute_budget.auditor.witnessed import WitnessPolicy
+from compute_budget.auditor.witness_rules import WitnessPolicy
 from compute_budget.core.leaf import row_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey, with_cosignatures
@@ -27,9 +27,9 @@ from compute_budget.core.log.note import (
     parse_note,
     sign_note,
 )
-from compute_budget.core.proof import ConsistencyProof, ProofBundle, row_from_values
+from compute_budget.core.receipts import ConsistencyProof, ProofBundle, row_from_values
 from compute_budget.core.row import named
-from compute_budget.core.seal import extends, signature_problem, trusted_signers
+from compute_budget.core.seal_checks import extends, signature_problem, trusted_signers
 from compute_budget.errors import (
     AuditError,
     CheckpointError,

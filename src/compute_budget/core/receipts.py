@@ -38,7 +38,7 @@ from compute_budget.core.log.merkle import EMPTY_ROOT, verify_inclusion
 from compute_budget.core.log.merkle import verify_consistency as merkle_verify_consistency
 from compute_budget.core.log.note import VerifierKey, valid_origin
 from compute_budget.core.row import ROW_COLUMNS
-from compute_budget.core.seal import trusted_signers
+from compute_budget.core.seal_checks import trusted_signers
 from compute_budget.core.verify import FindingKind, RangeResult, check_row
 from compute_budget.errors import CheckpointError, MalformedProof, NoteError
 

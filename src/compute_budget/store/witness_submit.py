@@ -39,7 +39,7 @@ from compute_budget.errors import (
     StoreUnavailable,
 )
 from compute_budget.keys.key_files import witness_key
-from compute_budget.store import seal as sealing
+from compute_budget.store import seal_tables as sealing
 from compute_budget.store.backend import begin_write
 from compute_budget.store.backends import backend_for
 from compute_budget.store.session import StoreSession, utc_now

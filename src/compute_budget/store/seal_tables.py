@@ -25,7 +25,7 @@ from compute_budget.core.log.note import (
     valid_origin,
 )
 from compute_budget.core.log.tree import TILE_LEVEL, TILE_SIZE, TiledTree
-from compute_budget.core.seal import StoredCheckpoint
+from compute_budget.core.seal_checks import StoredCheckpoint
 from compute_budget.errors import InputError, MerkleError, StoreDamaged, StoreError
 from compute_budget.store.backends import backend_for
 from compute_budget.store.seal_sql import (  # the SQL lives apart (the backends build it); its names stay here too

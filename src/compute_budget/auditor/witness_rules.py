@@ -26,7 +26,7 @@ from compute_budget.core.log.note import (
     parse_note,
     parse_tlog_checkpoint,
 )
-from compute_budget.core.seal import trusted_signers
+from compute_budget.core.seal_checks import trusted_signers
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import CheckpointError, MerkleError, NoteError, StoreDamaged, StoreUnavailable, clip
 from compute_budget.store.snapshot import Snapshot
