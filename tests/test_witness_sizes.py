@@ -14,7 +14,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +24,7 @@ from compute_budget import BudgetStore
 from compute_budget.core.log.note import SignerKey, parse_note, sign_note
 from tests.backends import execute, query
 from tests.conftest import gate_lines
-from tests.witnessing import FORK, LOG, ORIGIN, OTHER, WITNESS, Served
+from tests.witnessing import FORK, LOG, ORIGIN, OTHER, WITNESS, HandlerFactory, Served
 
 Run = Callable[..., tuple[int, str, str]]
 WITNESS_KEY = WITNESS.verifier().format()
@@ -57,25 +57,7 @@ class Impostor:
 
 
 @pytest.fixture
-def http_servers() -> Iterator[Callable[[type[http.server.BaseHTTPRequestHandler]], str]]:
-    """Start plain HTTP servers on 127.0.0.1 with a given handler class; yields a factory of their URLs."""
-    servers: list[http.server.ThreadingHTTPServer] = []
-
-    def start(handler: type[http.server.BaseHTTPRequestHandler]) -> str:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
-
-
-@pytest.fixture
-def relay(served: Served, http_servers: Callable[[type[http.server.BaseHTTPRequestHandler]], str]) -> Relay:
+def relay(served: Served, http_servers: HandlerFactory) -> Relay:
     """The real witness behind a recording relay."""
     seen = Relay("")
 
@@ -102,7 +84,7 @@ def relay(served: Served, http_servers: Callable[[type[http.server.BaseHTTPReque
     return seen
 
 
-def _impostor(http_servers: Callable[[type[http.server.BaseHTTPRequestHandler]], str], claims: str) -> Impostor:
+def _impostor(http_servers: HandlerFactory, claims: str) -> Impostor:
     seen = Impostor("")
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -301,7 +283,7 @@ def test_an_impostors_409_is_not_stored_and_the_real_witness_is_asked_next_time(
     relay: Relay,
     store_target: str,
     tmp_path: Path,
-    http_servers: Callable[[type[http.server.BaseHTTPRequestHandler]], str],
+    http_servers: HandlerFactory,
     claims: str,
 ) -> None:
     """An impostor on the witness's URL (plain HTTP) answers 409 with a size far above the store's head: it was

@@ -6,9 +6,8 @@ from __future__ import annotations
 import http.client
 import http.server
 import socket
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from compute_budget.core.log.cosignature import valid_cosignatures
 from compute_budget.core.log.note import parse_note
 from tests.backends import query
 from tests.conftest import gate_lines
-from tests.witnessing import LOG, ORIGIN, WITNESS, Served
+from tests.witnessing import LOG, ORIGIN, WITNESS, HandlerFactory, Served
 
 Run = Callable[..., tuple[int, str, str]]
 WITNESS_KEY = WITNESS.verifier().format()
@@ -67,22 +66,13 @@ class _Answering(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def misbehaving() -> Iterator[Callable[[float, int], str]]:
-    """Start HTTP servers that answer `status` after `delay` seconds; yields a factory of their URLs."""
-    servers: list[http.server.ThreadingHTTPServer] = []
+def misbehaving(http_servers: HandlerFactory) -> Callable[[float, int], str]:
+    """Start HTTP servers that answer `status` after `delay` seconds; a factory of their URLs."""
 
     def start(delay: float, status: int) -> str:
-        handler = type("Handler", (_Answering,), {"delay": delay, "status": status})
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
+        return http_servers(type("Handler", (_Answering,), {"delay": delay, "status": status}))
 
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    return start
 
 
 def test_each_signed_append_is_cosigned_and_stored(served: Served, tmp_path: Path) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import base64
 import http.client
+import http.server
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,3 +106,25 @@ def serving_in_thread(config: uvicorn.Config, host: str) -> Iterator[int]:
         server.should_exit = True
         thread.join(10)
         sock.close()
+
+
+HandlerFactory = Callable[[type[http.server.BaseHTTPRequestHandler]], str]
+
+
+@pytest.fixture
+def http_servers() -> Iterator[HandlerFactory]:
+    """Start plain HTTP servers on 127.0.0.1 with a given handler class (stand-ins for a witness: an impostor, a
+    relay, one that misbehaves); yields a factory of their URLs, and stops them all after the test."""
+    servers: list[http.server.ThreadingHTTPServer] = []
+
+    def start(handler: type[http.server.BaseHTTPRequestHandler]) -> str:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
