@@ -56,6 +56,22 @@ def _migrated(target: str) -> int:
     return said[0]
 
 
+def test_the_salvage_command_is_quoted_for_the_shell(tmp_path: Path, run_cli: Run) -> None:
+    """The salvage line is meant to be pasted: a store path with `?`, `#` or a space was printed bare, so a shell
+    globbed or cut it. It is quoted now, and runs as printed."""
+    import shlex
+
+    db = tmp_path / "odd ?#.db"
+    with BudgetStore.open(str(db)) as opened:
+        opened.record_many(gate_lines(5))
+    _drop_guard(str(db), EDIT_ROW_3)
+    status, out, _ = run_cli("migrate", "--db", str(db))
+    assert status == 1
+    (line,) = [text for text in out.splitlines() if text.startswith("salvage: ")]
+    assert line == f"salvage: compute-budget copy {shlex.quote(str(db))} NEW_DB --through 2"
+    assert shlex.split(line.removeprefix("salvage: "))[2] == str(db)
+
+
 def test_migrate_after_an_edit_records_the_repair_and_leads_with_the_rows_and_the_salvage(
     store: str, run_cli: Run
 ) -> None:

@@ -59,6 +59,8 @@ def migrate_command(db: str | None, origin: str | None) -> None:
 def _audit_after_repair(db: str | None, repair: Repair) -> int:
     """Spec 9.9.10: audit every row after a repair; print the rows that do not hold and the salvage command
     (first, on stdout). Returns how many findings there are besides the repair's own."""
+    import shlex
+
     from compute_budget.auditor.report import ROW_KINDS
     from compute_budget.auditor.scan import audit
     from compute_budget.cli.render import shown
@@ -84,7 +86,8 @@ def _audit_after_repair(db: str | None, repair: Repair) -> int:
         click.echo(f"rows that do not hold after the repair: seq {listed}{more}")
         for item in rows[:MAX_ROWS_SHOWN]:
             click.echo(f"  seq {item.seq} {item.kind.value}: {shown(clip(item.detail))}")
-        click.echo(f"salvage: compute-budget copy {shown(report.database)} NEW_DB --through {first - 1}")
+        # Quoted for a shell: the line is meant to be pasted, and a path may hold `?`, `#`, spaces or `;`.
+        click.echo(f"salvage: compute-budget copy {shown(shlex.quote(report.database))} NEW_DB --through {first - 1}")
     elif others:
         click.echo(
             f"the full audit after the repair found {len(others)} problem(s) (first: {others[0].kind.value}: "
