@@ -30,7 +30,8 @@ def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_the_layers_and_the_pure_core_hold() -> None:
-    """cli > web > auditor > store > core > errors, the core's two rooms, and a core without I/O, clock or database."""
+    """cli > web > auditor > store > witness > serving > keys > core > errors, the core's two rooms, and a core
+    without I/O, clock or database."""
     done = _lint_imports(REPO_ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     contracts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
@@ -58,7 +59,9 @@ def test_the_layers_and_the_pure_core_hold() -> None:
         ("witness/protocol.py", "import compute_budget.store.seal_tables", "The witness keeps its own state"),
         ("witness/state.py", "import compute_budget.core.policy.rules", "The witness keeps its own state"),
         ("witness/app.py", "import compute_budget.web.app", "Layers"),
-        ("web/queries.py", "import compute_budget.witness.state", "Layers"),
+        ("witness/client.py", "import compute_budget.store.seal_tables", "The witness keeps its own state"),
+        ("keys/key_files.py", "import compute_budget.witness.client", "Layers"),
+        ("serving.py", "import compute_budget.witness.app", "Layers"),
     ],
 )
 def test_a_forbidden_import_breaks_a_contract(tmp_path: Path, module: str, line: str, contract: str) -> None:
@@ -85,6 +88,29 @@ def test_importing_the_package_loads_no_database_code() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+_HTTP_MODULES = ("urllib.request", "http")
+
+
+def _http_imports(path: Path) -> list[str]:
+    """The modules speaking HTTP (`_HTTP_MODULES`, or one inside them) that the module at `path` imports."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+            names = [node.module]
+        found += [name for name in names if any(name == http or name.startswith(http + ".") for http in _HTTP_MODULES)]
+    return found
+
+
+def test_the_store_speaks_no_http() -> None:
+    """Issue 29, item 4: the store keeps only what it plans from its tables and the cosignatures it stores; sending
+    to witnesses is `witness.client`'s (which does speak HTTP: the check is not vacuous)."""
+    store = REPO_ROOT / "src" / "compute_budget" / "store"
+    speaking = {path.name: _http_imports(path) for path in sorted(store.rglob("*.py")) if _http_imports(path)}
+    assert speaking == {}
+    assert _http_imports(REPO_ROOT / "src" / "compute_budget" / "witness" / "client.py") != []
 
 
 def test_every_module_of_the_core_sits_in_a_room_the_contracts_name() -> None:

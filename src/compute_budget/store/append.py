@@ -47,7 +47,8 @@ from compute_budget.store.repairs import Repair
 from compute_budget.store.schema_check import schema_problems
 from compute_budget.store.session import StoreSession, read_head, utc_now
 from compute_budget.store.statements import Statements
-from compute_budget.store.witness_submit import DEFAULT_TIMEOUT_SECONDS, Submitted, WitnessTarget, submit
+from compute_budget.store.witness_submit import submit
+from compute_budget.witness.client import DEFAULT_TIMEOUT_SECONDS, Submitted, WitnessTarget
 
 
 @dataclass(slots=True)
