@@ -192,12 +192,15 @@ def test_the_quick_commands_load_no_database_code(argv: list[str], lazy: bool) -
     assert done.stderr.strip().splitlines()[-1] == "[]"
 
 
-# Issue 29: the rooms held to the size limits. The issue wants every folder of src eventually: extend this tuple.
-SIZE_CHECKED_FOLDERS = ("auditor", "web")
-SIZE_CHECKED_FILES = ("cli/audit.py", "cli/audit_keep.py", "cli/audit_reports.py", "cli/render_audit.py",
-                      "store/facade.py", "store/browse.py", "store/reads.py", "store/scans.py", "store/writing.py")
+# Issue 29: every module of src/compute_budget is held to the size limits (the Alembic revisions too: none is
+# long). A module named here is left out for now, with the reason; each must still need it (a test below).
+SIZE_EXEMPT = {
+    # issue 29: verify_proof is being split on w/receipts (the lead removes this entry at the merge)
+    "core/receipts.py": "issue 29: verify_proof is being split on w/receipts",
+}
 MAX_FUNCTION_LINES = 60
 MAX_MODULE_LINES = 500
+PACKAGE = REPO_ROOT / "src" / "compute_budget"
 
 
 def _oversized(path: Path) -> list[str]:
@@ -213,16 +216,23 @@ def _oversized(path: Path) -> list[str]:
 
 
 def _size_checked_modules() -> list[Path]:
-    package = REPO_ROOT / "src" / "compute_budget"
-    folders = [path for folder in SIZE_CHECKED_FOLDERS for path in sorted((package / folder).rglob("*.py"))]
-    return folders + [package / name for name in SIZE_CHECKED_FILES]
+    """Every module of the package but the exempt ones."""
+    return [path for path in sorted(PACKAGE.rglob("*.py")) if path.relative_to(PACKAGE).as_posix() not in SIZE_EXEMPT]
 
 
 def test_no_function_over_60_lines_and_no_module_over_500_lines() -> None:
-    """Issue 29: a room a maintainer reads in one sitting, in the folders `SIZE_CHECKED_FOLDERS` names."""
+    """Issue 29: a room a maintainer reads in one sitting, in every module of the package."""
     modules = _size_checked_modules()
-    assert len(modules) > len(SIZE_CHECKED_FILES)  # the folders hold modules: the check is not vacuous
-    assert [problem for path in modules for problem in _oversized(path)] == []
+    checked = {path.relative_to(PACKAGE).parts[0] for path in modules}
+    assert {"auditor", "cli", "core", "keys", "store", "web", "witness", "serving.py"} <= checked  # not vacuous
+    assert [f"{path.parent.relative_to(PACKAGE)}/{problem}" for path in modules for problem in _oversized(path)] == []
+
+
+def test_every_size_exemption_is_still_needed() -> None:
+    """An exempt module that now fits must leave `SIZE_EXEMPT`, so no exemption outlives its reason."""
+    for name in SIZE_EXEMPT:
+        assert (PACKAGE / name).is_file(), name
+        assert _oversized(PACKAGE / name) != [], f"{name} fits the limits now: remove it from SIZE_EXEMPT"
 
 
 def test_the_size_check_bites(tmp_path: Path) -> None:
