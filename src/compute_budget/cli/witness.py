@@ -147,7 +147,7 @@ def witness_submit_command(
     from compute_budget.keys.key_files import verifier_key
     from compute_budget.store import BudgetStore
     from compute_budget.store.backend import locate
-    from compute_budget.store.witness_submit import witness_targets
+    from compute_budget.witness.client import witness_targets
 
     targets = witness_targets(witnesses)  # a malformed URL=KEY is said before the store is looked at
     keys = [verifier_key(item) for item in trusted_keys]
