@@ -203,3 +203,27 @@ def test_generated_ml_dsa_witness_keys_round_trip() -> None:
     assert _counted(FIRST["checkpoint_text"], line, signer.verifier()) == [made.TIMESTAMP]
     assert "seed" not in repr(signer)
     assert signer.format() not in repr(signer)
+
+
+def test_a_cryptography_build_without_ml_dsa_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cryptography built against an OpenSSL without ML-DSA: a `NoteError` naming what is needed, never a
+    traceback, and never a cosignature silently judged invalid."""
+    from cryptography.exceptions import UnsupportedAlgorithm
+
+    from compute_budget.core.log import mldsa_cosignature
+
+    class Unsupported:
+        @staticmethod
+        def from_public_bytes(data: bytes) -> None:
+            raise UnsupportedAlgorithm("ML-DSA")
+
+        @staticmethod
+        def generate() -> None:
+            raise UnsupportedAlgorithm("ML-DSA")
+
+    monkeypatch.setattr(mldsa_cosignature, "MLDSA44PublicKey", Unsupported)
+    monkeypatch.setattr(mldsa_cosignature, "MLDSA44PrivateKey", Unsupported)
+    with pytest.raises(NoteError, match="cryptography 48"):
+        valid_cosignatures(FIRST["checkpoint_text"] + "\n" + FIRST["cosignature_line"], [KEY], now=NOW)
+    with pytest.raises(NoteError, match=r"OpenSSL 3\.5"):
+        generate_witness("witness.example/new", ml_dsa=True)

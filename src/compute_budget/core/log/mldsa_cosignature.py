@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import functools
 
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric.mldsa import MLDSA44PrivateKey, MLDSA44PublicKey
 
 from compute_budget.core.log.note import KEY_NAME_RULE, parse_tlog_checkpoint, valid_key_name
@@ -32,6 +32,10 @@ MLDSA44_SEED_SIZE = 32
 SUBTREE_LABEL = b"subtree/v1\n\x00"
 MAX_FIELD_BYTES = 255  # cosigner_name and log_origin are opaque<1..2^8-1>
 _U64 = 2**64
+_UNSUPPORTED = (
+    "ML-DSA-44 is not available in this build of the cryptography package: it needs cryptography 48 or later "
+    "built with OpenSSL 3.5 or later (PyPI's wheels are)"
+)
 
 
 def _opaque8(what: str, value: str) -> bytes:
@@ -115,7 +119,10 @@ def strict_b64decode(text: str) -> bytes | None:
 @functools.lru_cache(maxsize=8)
 def _private_key(seed: bytes) -> MLDSA44PrivateKey:
     """The ML-DSA-44 key of a 32-byte seed (FIPS 204 ML-DSA.KeyGen_internal), expanded once per process."""
-    return MLDSA44PrivateKey.from_seed_bytes(seed)
+    try:
+        return MLDSA44PrivateKey.from_seed_bytes(seed)
+    except UnsupportedAlgorithm:
+        raise NoteError(_UNSUPPORTED) from None
 
 
 @functools.lru_cache(maxsize=8)
@@ -135,6 +142,8 @@ def mldsa_verify(public_key: bytes, message: bytes, signature: bytes) -> bool:
         return False
     try:
         MLDSA44PublicKey.from_public_bytes(public_key).verify(signature, message)
+    except UnsupportedAlgorithm:
+        raise NoteError(_UNSUPPORTED) from None  # never "not valid": the key may be fine, this build cannot tell
     except (InvalidSignature, ValueError):
         return False
     return True
@@ -142,4 +151,7 @@ def mldsa_verify(public_key: bytes, message: bytes, signature: bytes) -> bool:
 
 def generate_mldsa_seed() -> bytes:
     """A new 32-byte ML-DSA-44 seed. RANDOMNESS: from the OS via `cryptography`."""
-    return MLDSA44PrivateKey.generate().private_bytes_raw()
+    try:
+        return MLDSA44PrivateKey.generate().private_bytes_raw()
+    except UnsupportedAlgorithm:
+        raise NoteError(_UNSUPPORTED) from None
