@@ -160,6 +160,27 @@ def test_a_timestamp_of_0_counts_for_the_quorum_but_as_infinitely_old(
     assert "old" in err
 
 
+@pytest.mark.parametrize("store_target", ["sqlite", "postgresql"], indirect=True)
+def test_a_timestamp_of_0_is_infinitely_old_for_the_rows_above_since_head_too(
+    witness_servers: WitnessFactory, run_cli: Run, writer: Path, store_target: str, tmp_path: Path
+) -> None:
+    """Spec 9.9.2: with --since, the timestamp rule judges the rows above FILE.head's size; a K-th newest
+    cosignature of timestamp 0 leaves them `unwitnessed_rows` whatever --max-witness-age says."""
+    served = witness_servers(MLDSA, clock=lambda: 0)
+    _record(run_cli, store_target, writer, 3, "night1", _url(served))
+    saved = tmp_path / "witnessed.note"
+    status, _, err = run_cli("audit", "--db", store_target, "--trusted-key", WRITER_KEY, "--witness-key", MLDSA_KEY,
+                             "--save-checkpoint", str(saved))
+    assert status == 0, err
+    assert saved.with_name("witnessed.note.head").exists()
+    _record(run_cli, store_target, writer, 2, "night2")
+    status, report, err = _audit(run_cli, store_target, "--since", str(saved), "--witness-key", MLDSA_KEY,
+                                 "--max-witness-age", str(10**12))
+    assert status == 1, err
+    findings = report["findings"]
+    assert [(item["kind"], item["seq"]) for item in findings] == [("unwitnessed_rows", 4)]  # type: ignore[union-attr]
+
+
 def test_witness_serve_refuses_an_origin_an_ml_dsa_message_cannot_hold(run_cli: Run, tmp_path: Path) -> None:
     """`witness serve` with an ML-DSA-44 key and a --log origin over 255 bytes: exit 2, one line, no state file."""
     key = tmp_path / "pq.key"
