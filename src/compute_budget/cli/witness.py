@@ -130,7 +130,7 @@ def _show_evidence(state: WitnessState, origin: str) -> None:
 @click.option("--db", "db", metavar="PATH|URL", default=None,
               help="Database file or SQLAlchemy URL [default: $COMPUTE_BUDGET_DB, else ./compute_budget.db].")
 @click.option("--witness", "witnesses", metavar="URL=KEY", multiple=True, required=True,
-              help="A witness (URL prefix = its verifier key, type 0x04); repeatable.")
+              help="A witness (URL prefix = its verifier key, type 0x04 or 0x06); repeatable.")
 @click.option("--witness-timeout", "witness_timeout", type=click.FloatRange(min=0, min_open=True), default=5.0,
               show_default=True, metavar="SECONDS", help="Wait at most this long for the witnesses.")
 @click.option("--trusted-key", "trusted_keys", metavar="KEY", multiple=True,
