@@ -178,6 +178,11 @@ class WriterStateError(StoreError):
     """The writer state file (spec 9.1, rule 2) cannot be used as it is: the message names the file."""
 
 
+class KeyRetired(StoreError):
+    """A writer key asked to sign after a handover retired it (`compute-budget rotate`), or one the operator
+    retired or revoked: nothing is signed; the message names the handover or the option."""
+
+
 class ReadOnlyStore(StoreError):
     """A write was attempted through a store opened with ``readonly=True``."""
 
@@ -204,6 +209,10 @@ class MerkleError(AuditError, ValueError):
 
 class NoteError(InputError, ValueError):
     """A key, signed note or checkpoint that is malformed or cannot be used; the message says which and why."""
+
+
+class KeyStateError(InputError, ValueError):
+    """A `--retired KEY@SIZE` or `--revoked KEY@SIZE:ROOT` that cannot be used; the message names the option."""
 
 
 def clip(text: str, limit: int = 160) -> str:

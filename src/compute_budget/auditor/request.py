@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from compute_budget.auditor.checkpoints import CheckpointLike, HeadLike, WitnessAnswer
 from compute_budget.auditor.witness_rules import DEFAULT_MAX_WITNESS_AGE
 from compute_budget.core.log.cosignature import WitnessKey
+from compute_budget.core.log.key_states import KeyStates
 from compute_budget.core.log.note import VerifierKey
 
 
@@ -39,3 +40,4 @@ class AuditRequest:
     since_head: HeadLike | None = None
     look_back: int = 0
     look_back_day: int | None = None
+    key_states: KeyStates = field(default_factory=KeyStates)  # --retired / --revoked: which signatures count

@@ -43,6 +43,7 @@ from compute_budget.auditor.checkpoints import (
     witness_policy,
 )
 from compute_budget.auditor.head_note import HeadNote
+from compute_budget.auditor.key_states import KeyStateLike, apply_attestation, configured_states, survey_key_states
 from compute_budget.auditor.look_back import LookedBack, check_look_back, day_number, look_back_in
 from compute_budget.auditor.ranges import (
     AuditPlan,
@@ -98,6 +99,8 @@ def audit(
     since_head: HeadLike | None = None,
     look_back: int = 0,
     look_back_day: int | None = None,
+    retired: Iterable[KeyStateLike] = (),
+    revoked: Iterable[KeyStateLike] = (),
 ) -> AuditReport:
     """Audit the store at `target` read-only; the report says what was found (`run_audit` tells each option).
 
@@ -107,7 +110,8 @@ def audit(
     `trusted_keys`, `all_signatures`, `expected_origin`: whose signatures vouch for the rows, and which log this is.
     `witness_keys`, `witness_quorum`, `max_witness_age`, `witnessed_checkpoints`, `since_head` (spec 9.3, 9.9.2,
     9.9.4): what the witnesses must have cosigned. `look_back`, `look_back_day` (spec 9.9.7): re-check a share of the
-    rows below `since`. `on_progress(rows_done, rows_total)`: called as rows are checked.
+    rows below `since`. `retired` (``KEY@SIZE``), `revoked` (``KEY@SIZE:ROOT``) or `KeyState`s (issue 31): which
+    writer signatures still count. `on_progress(rows_done, rows_total)`: called as rows are checked.
     Raises `StoreUnavailable` (and its subclasses) when the audit cannot run at all.
     """
     return run_audit(AuditRequest(
@@ -115,7 +119,7 @@ def audit(
         trusted_keys=tuple(trusted_keys), all_signatures=all_signatures, through=through,
         expected_origin=expected_origin, witness_keys=tuple(witness_keys), witness_quorum=witness_quorum,
         max_witness_age=max_witness_age, witnessed_checkpoints=tuple(witnessed_checkpoints), since_head=since_head,
-        look_back=look_back, look_back_day=look_back_day,
+        look_back=look_back, look_back_day=look_back_day, key_states=configured_states(retired, revoked),
     ))
 
 
@@ -303,10 +307,13 @@ def _survey(snapshot: Snapshot, request: AuditRequest, inputs: _Inputs) -> _Surv
     seal = plan_seal(snapshot, plan, since, distinct_given(held), origin, keys, request.all_signatures)
     findings += seal.findings
     attested, attestation_findings = attestation(snapshot, keys, origin, plan.max_seq)
+    states = survey_key_states(snapshot, keys, request.key_states, origin, plan.max_seq)
+    apply_attestation(attested, keys, request.key_states, states)
+    attestation_findings += states.findings
     unattested = unattested_findings(snapshot, keys, attested, plan.max_seq)
     survey = _Survey(plan, anchors, origin, findings, provenance, outliers, stored_head, privileges, seal, attested,
                      attestation_findings, unattested)
-    survey.witness_warnings = witness_size_warnings(snapshot, inputs.policy)
+    survey.witness_warnings = witness_size_warnings(snapshot, inputs.policy) + states.warnings
     if inputs.policy is not None:
         _witness_survey(snapshot, request, inputs, held, survey)
     return survey

@@ -58,6 +58,7 @@ LAZY_COMMANDS = {
     "grants": "compute_budget.cli.admin",
     "checkpoint": "compute_budget.cli.admin",
     "copy": "compute_budget.cli.admin",
+    "rotate": "compute_budget.cli.rotate",
     "audit": "compute_budget.cli.audit",
     "keygen": "compute_budget.cli.keys_and_proofs",
     "verifier-key": "compute_budget.cli.keys_and_proofs",

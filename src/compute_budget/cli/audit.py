@@ -22,6 +22,7 @@ from compute_budget.cli.audit_reports import (
 )
 from compute_budget.cli.commands import cli, db_option, witness_role_options
 from compute_budget.cli.io import check_keys_apart, check_writable, write_atomically
+from compute_budget.cli.key_options import key_state_options
 from compute_budget.cli.progress import audit_progress
 from compute_budget.errors import clip
 
@@ -145,6 +146,7 @@ class AuditCommand(click.Command):
     help="Require the store to be this log (its origin): another store put in its place is a finding.",
 )
 @witness_role_options
+@key_state_options
 @click.option(
     "--max-witness-age", "max_witness_age", type=click.IntRange(min=0), default=86400, show_default=True,
     metavar="SECONDS", help="Rows after a checkpoint the witnesses cosigned longer ago than this are unwitnessed_rows.",
@@ -207,6 +209,8 @@ class _CommandLine:
     max_witness_age: int
     witness_urls: tuple[str, ...]
     look_back: int
+    retired: tuple[str, ...] = ()
+    revoked: tuple[str, ...] = ()
 
     def targets(self) -> list[tuple[str, str, str]]:
         """Every report file asked for: (option, format, path)."""
@@ -301,6 +305,7 @@ def _request(
     line: _CommandLine, loaded: _Loaded, on_progress: Callable[[int, int], None] | None
 ) -> AuditRequest:
     """The one `AuditRequest` of this command line."""
+    from compute_budget.auditor.key_states import configured_states
     from compute_budget.auditor.request import AuditRequest
 
     return AuditRequest(
@@ -308,7 +313,7 @@ def _request(
         trusted_keys=tuple(loaded.keys), all_signatures=line.all_signatures, expected_origin=line.expected_origin,
         witness_keys=tuple(loaded.witnesses), witness_quorum=line.witness_quorum,
         max_witness_age=line.max_witness_age, witnessed_checkpoints=tuple(loaded.fetched), look_back=line.look_back,
-        since_head=loaded.since_head,
+        since_head=loaded.since_head, key_states=configured_states(line.retired, line.revoked),
     )
 
 

@@ -15,6 +15,7 @@ import click
 
 from compute_budget.cli.app import say
 from compute_budget.cli.commands import cli, db_option, witness_role_options
+from compute_budget.cli.key_options import key_state_options
 
 if TYPE_CHECKING:
     from compute_budget.core.log.cosignature import WitnessKey
@@ -181,12 +182,15 @@ def _print_receipt(bundle: ProofBundle, output_format: str, *, verified: bool) -
 )
 @click.option("--origin", metavar="NAME", help="Also require the checkpoint to be of this log.")
 @witness_role_options
+@key_state_options
 def verify_proof_command(
     bundle_path: str,
     trusted_keys: tuple[str, ...],
     origin: str | None,
     witness_keys: tuple[str, ...],
     witness_quorum: int | None,
+    retired: tuple[str, ...],
+    revoked: tuple[str, ...],
 ) -> None:
     """Check a receipt (FILE, '-' for stdin) offline, without any database: a proof bundle, or a C2SP tlog-proof
     (told apart by the first line). A trusted signature on its checkpoint, the inclusion path to the checkpoint's
@@ -196,12 +200,14 @@ def verify_proof_command(
     Exit 0 valid; 1 invalid (the line says which check failed); 2 an unreadable or incomplete receipt (a
     tlog-proof without extra data: no entry).
     """
+    from compute_budget.auditor.key_states import configured_states
     from compute_budget.core.receipts import verify_proof
     from compute_budget.errors import InputUnreadable
     from compute_budget.keys.key_files import verifier_key
 
     keys = [verifier_key(item) for item in trusted_keys]
     witnesses, quorum = witness_options(witness_keys, witness_quorum)
+    states = configured_states(retired, revoked)
     try:
         if bundle_path == "-":
             raw = sys.stdin.buffer.read(MAX_BUNDLE_BYTES + 1)
@@ -214,7 +220,8 @@ def verify_proof_command(
         raise InputUnreadable(f"proof bundle {bundle_path} is larger than {MAX_BUNDLE_BYTES >> 20} MiB: not a bundle")
     from compute_budget.cli.render import escaped
 
-    result = verify_proof(raw, keys, origin=origin, witnesses=witnesses, quorum=quorum, now=int(time.time()))
+    result = verify_proof(raw, keys, origin=origin, witnesses=witnesses, quorum=quorum, now=int(time.time()),
+                          key_states=states)
     # Every string a bundle carries reaches the line (spec 9.6): escaped, so a bundle made with a stolen key can
     # neither drive the terminal nor forge a second line.
     if result.valid:

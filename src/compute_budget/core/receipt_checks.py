@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from compute_budget.core.chain import CHAINED_COLUMNS
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey, valid_cosignatures
+from compute_budget.core.log.key_states import KeyStates, signature_problem
 from compute_budget.core.log.note import VerifierKey
 from compute_budget.core.row import ROW_COLUMNS
 from compute_budget.core.seal_checks import trusted_signers
@@ -113,13 +114,15 @@ class Judgement:
 @dataclass(frozen=True, slots=True)
 class ReceiptTrust:
     """Whom a verifier trusts: the writers' `keys`, the log's `origin` (when one is required), and the
-    `witnesses` of which `need` must have cosigned, judged at `now` (seconds since the epoch)."""
+    `witnesses` of which `need` must have cosigned, judged at `now` (seconds since the epoch), and the writer keys'
+    `states` (retired, revoked: issue 31)."""
 
     keys: tuple[VerifierKey, ...]
     origin: str | None = None
     witnesses: tuple[WitnessKey, ...] = ()
     need: int = 0
     now: int | None = None
+    states: KeyStates = field(default_factory=KeyStates)
 
     @classmethod
     def of(
@@ -160,6 +163,9 @@ class ReceiptTrust:
             message = f"the checkpoint carries no signature by a trusted key ({why})"
             return Judgement(checkpoint, (), ("signature", message))
         signers = tuple(verified)
+        limited = self._limited(note, checkpoint, signers)
+        if limited is not None:
+            return Judgement(checkpoint, signers, ("signature", limited))
         if self.origin is not None and checkpoint.origin != self.origin:
             message = f"the checkpoint is of log {checkpoint.origin}, not {self.origin}"
             return Judgement(checkpoint, signers, ("origin", message))
@@ -171,3 +177,18 @@ class ReceiptTrust:
             return Judgement(checkpoint, signers, ("witness", f"{len(cosigned)} of {self.need} cosignatures"))
         # The quorum checked is said on the line (issue 28, 12).
         return Judgement(checkpoint, signers, None, f"; witnessed: {len(cosigned)} of {self.need} cosignatures")
+
+    def _limited(self, note: str, checkpoint: Checkpoint, signers: tuple[VerifierKey, ...]) -> str | None:
+        """Why a verified signature of a retired or revoked key does not count (issue 31), or None. Offline, a
+        revoked key's checkpoint below its size counts only when the witness quorum cosigned it."""
+        states = [self.states.of_key(key) for key in signers]
+        if not any(state.status.value != "active" for state in states):
+            return None
+        quorum = bool(self.witnesses) and self.now is not None and (
+            len(valid_cosignatures(note, self.witnesses, now=self.now)) >= self.need
+        )
+        for state in states:
+            reason = signature_problem(state, checkpoint.seq, checkpoint.root, proven=quorum)
+            if reason is not None:
+                return f"the checkpoint's signature by {state.label()} does not count: {reason}"
+        return None

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -40,6 +41,7 @@ from compute_budget.core.chain import CHAINED_COLUMNS
 from compute_budget.core.leaf import leaf_input, row_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey
+from compute_budget.core.log.key_states import KeyStates
 from compute_budget.core.log.merkle import EMPTY_ROOT, leaf_hash, verify_inclusion
 from compute_budget.core.log.merkle import verify_consistency as merkle_verify_consistency
 from compute_budget.core.log.note import VerifierKey, valid_origin
@@ -259,6 +261,7 @@ def verify_proof(
     witnesses: Sequence[WitnessKey] = (),
     quorum: int | None = None,
     now: int | None = None,
+    key_states: KeyStates | None = None,
 ) -> ProofVerification:
     """Check a receipt offline (see the module docstring): a proof bundle, or a C2SP tlog-proof (a `TlogProof`,
     or text whose first line names one). Raises `MalformedProof` for a receipt that cannot be read or lacks a
@@ -268,9 +271,12 @@ def verify_proof(
 
     With `witnesses` (spec 9.3) the checkpoint must also carry valid cosignatures by `quorum` of them (default:
     all), judged at `now` (seconds since the epoch; required with witnesses, since the core reads no clock);
-    else the failing check is ``witness``. A writer's signature never counts as a cosignature."""
+    else the failing check is ``witness``. A writer's signature never counts as a cosignature. `key_states`
+    (issue 31): a signature of a retired or revoked key that does not count fails the ``signature`` check."""
     keys = [key if isinstance(key, VerifierKey) else VerifierKey.parse(key) for key in trusted_keys]
     trust = ReceiptTrust.of(keys, origin, witnesses, quorum, now)
+    if key_states is not None:
+        trust = dataclasses.replace(trust, states=key_states)
     if isinstance(bundle, TlogProof) or (isinstance(bundle, str | bytes) and is_tlog_proof(bundle)):
         return _verify_tlog_proof(bundle if isinstance(bundle, TlogProof) else TlogProof.parse(bundle), trust)
     return _verify_bundle(ProofBundle.parse(bundle), trust)

@@ -26,11 +26,12 @@ from sqlalchemy import Connection
 from compute_budget.core.leaf import unreadable_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
+from compute_budget.core.log.key_states import handover_in, is_key
 from compute_budget.core.log.merkle import CompactRange
 from compute_budget.core.log.note import SignerKey, VerifierKey, parse_note, verify_note
 from compute_budget.core.seal_checks import StoredCheckpoint, extends
 from compute_budget.core.verify import RangeResult, check_row
-from compute_budget.errors import CheckpointError, InputError, NoteError, StoreDamaged, WriterStateError
+from compute_budget.errors import CheckpointError, InputError, KeyRetired, NoteError, StoreDamaged, WriterStateError
 from compute_budget.keys.key_files import SIGNING_KEY_ENV_VAR, load_signer_key, verifier_key
 from compute_budget.keys.writer_state import WRITER_STATE_ENV_VAR, WriterState, state_path_for
 from compute_budget.store import seal_tables as sealing
@@ -233,6 +234,7 @@ def check_signed_head(
 ) -> Authorised:
     """Rule 1 (and adoption): raise `StoreDamaged` unless the head is exactly the newest trusted checkpoint (or
     the store is empty, or the rows after it are adopted and hold)."""
+    refuse_if_handed_over(connection, seal, keys, origin, verified)
     trusted = newest_trusted(connection, seal, origin, keys.trusted(), verified)
     root = frontier.root()
     size = trusted[1].seq if trusted is not None else 0
@@ -366,6 +368,7 @@ def check_state(
         raise WriterStateError(f"writer state {state.path}: the note of {origin} cannot be used ({error})") from None
     if held.origin != origin:
         raise WriterStateError(f"writer state {state.path}: the note filed under {origin} is of {held.origin}")
+    _refuse_handover(note, keys, f"writer state {state.path}")
     if held.seq == head.seq and held.chain_hash == head.chain_hash and held.root == root:
         return made  # the common case: this key signed the head itself
     outcome = extends(
@@ -383,3 +386,50 @@ def check_state(
             "(see docs/incident.md)"
         )
     return made
+
+
+def refuse_if_handed_over(
+    connection: Connection, seal: SealStatements, keys: WriterKeys, origin: str, verified: set[tuple[str, VerifierKey]]
+) -> None:
+    """A writer never signs with a key a stored handover retired (`compute-budget rotate`): `KeyRetired` when the
+    newest stored checkpoint filed under this key is a handover of this origin it gave (its signature verifying)."""
+    for stored in sealing.newest_by_key(connection, seal, keys.signer):
+        try:
+            found = Checkpoint.from_note(stored.note)
+        except CheckpointError:
+            return
+        if found.origin != origin:
+            continue
+        if signature_verifies(stored.note, keys.verifier, verified):
+            _refuse_handover(stored.note, keys, f"stored checkpoint #{stored.id}")
+        return
+
+
+def signature_verifies(note: str, key: VerifierKey, verified: set[tuple[str, VerifierKey]]) -> bool:
+    """True when `note` carries a valid signature by `key` (and no failing one); cached in `verified`."""
+    if (note, key) in verified:
+        return True
+    try:
+        outcome = verify_note(note, [key])
+    except NoteError:
+        return False
+    if outcome.verified and not outcome.failed:
+        verified.add((note, key))
+        return True
+    return False
+
+
+def _refuse_handover(note: str, keys: WriterKeys, where: str) -> None:
+    try:
+        handover = handover_in(note)
+    except NoteError:
+        return
+    if handover is None or not is_key(handover.giver, keys.verifier):
+        return
+    size = Checkpoint.from_note(note).seq
+    takers = ", ".join(f"{taker.name}+{taker.key_hash:08x}" for taker in handover.takers)
+    raise KeyRetired(
+        f"refusing to sign with {keys.signer.name}+{keys.verifier.key_hash:08x}: {where} is its handover to "
+        f"{takers} at size {size} (`compute-budget rotate`), which retired it; sign with the new key; nothing was "
+        "written"
+    )

@@ -34,6 +34,7 @@ from compute_budget.store.opening import migrate_store, remove_unused_sqlite
 from compute_budget.store.reads import Reads
 from compute_budget.store.repairs import Repair
 from compute_budget.store.results import BatchResult, GateResult, RecordResult, RowCheck, SkippedConflict
+from compute_budget.store.rotation import Rotated
 from compute_budget.store.scans import Scans
 from compute_budget.store.session import StoreSession
 from compute_budget.store.snapshot import Snapshot
@@ -210,6 +211,15 @@ class BudgetStore:
         return self._writing.signed_checkpoint(
             signers, writer_state=writer_state, peer_keys=peer_keys, init_writer_state=init_writer_state
         )
+
+    def rotate(
+        self, new_key: SignerKey | str | os.PathLike[str], *, new_writer_state: str | None = None
+    ) -> Rotated:
+        """Hand the log over from this store's `signing_key` to `new_key` (issue 31; `compute-budget rotate`): the
+        head's checkpoint signed by both keys is stored, and both writer states (`new_writer_state`, else the new
+        key file plus ``.state``) then hold it, so the old key never signs again and the new one starts from it.
+        Spec 9.1's rules apply to the old key; `KeyRetired` when a handover already retired it."""
+        return self._writing.rotate(new_key, new_writer_state=new_writer_state)
 
     def submit_to_witnesses(
         self, witnesses: Iterable[WitnessTarget | str], *, timeout: float = DEFAULT_TIMEOUT_SECONDS,

@@ -19,6 +19,7 @@ from compute_budget.store.authorship import signing_writers, writer_keys
 from compute_budget.store.opening import open_engine
 from compute_budget.store.plan import collector_paused
 from compute_budget.store.results import BatchResult, GateResult, RecordResult, SkippedConflict
+from compute_budget.store.rotation import Rotated, rotate
 from compute_budget.store.session import StoreSession
 from compute_budget.witness.client import Submitted, WitnessTarget, witness_targets
 
@@ -148,6 +149,16 @@ class Writing:
             signers, writer_state=writer_state, init_writer_state=init_writer_state, peer_keys=peer_keys
         )
         return self._appender.sign_head(writers)
+
+    def rotate(self, new_key: SignerKey | str | os.PathLike[str], *, new_writer_state: str | None) -> Rotated:
+        """Hand the log over from this store's signing key to `new_key` (`rotation.rotate`)."""
+        self._session.require_open()
+        old = self._appender.writer
+        if old is None:
+            raise InputError("rotating a key needs the old key: open the store with signing_key=OLD")
+        new = writer_keys(new_key, writer_state=new_writer_state)
+        assert new is not None
+        return rotate(self._session, old, new)
 
     def submit_to_witnesses(
         self, witnesses: Iterable[WitnessTarget | str], *, timeout: float, trusted_keys: Iterable[VerifierKey | str]

@@ -1,0 +1,251 @@
+"""The audit's side of key rotation and revocation (issue 31, items 1 and 2): which stored signatures of a retired
+or revoked writer key count, what a key's newest counting checkpoint is, and the stored handovers held against
+the configured retirements. The rules themselves are `core.log.key_states`.
+
+* A stored checkpoint whose signature by a retired key is above its size, or by a revoked key is above its size
+  or not on the store's tree (a fork), is `bad_signature` (`retired at SIZE` / `revoked at SIZE`), and the rows
+  it covers are attested only by what counts.
+* A revocation whose (SIZE, ROOT) is not the store's tree is `checkpoint_mismatch`.
+* A stored handover by a trusted key to a key that is not trusted is `bad_signature`; a configured retirement with
+  no stored handover at its size by that key to a trusted key is `checkpoint_mismatch` (`handover missing`); a
+  stored trusted handover with no `--retired` for its giver is a warning.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.key_states import (
+    KeyState,
+    KeyStates,
+    KeyStatus,
+    handover_in,
+    is_key,
+    parse_key_state,
+    signature_problem,
+)
+from compute_budget.core.log.note import Signature, VerifierKey
+from compute_budget.core.seal_checks import StoredCheckpoint
+from compute_budget.core.seal_checks import signature_problem as note_signature_problem
+from compute_budget.core.verify import Finding, FindingKind
+from compute_budget.errors import CheckpointError, MerkleError, NoteError, StoreDamaged
+from compute_budget.keys.key_files import verifier_key
+from compute_budget.store.snapshot import Snapshot
+
+MAX_FINDINGS_PER_KEY = 20  # a forger's table of checkpoints is reported, not listed to the end
+
+KeyStateLike = KeyState | str
+
+
+def configured_states(
+    retired: Iterable[KeyStateLike] = (), revoked: Iterable[KeyStateLike] = ()
+) -> KeyStates:
+    """The states `--retired KEY@SIZE` and `--revoked KEY@SIZE:ROOT` give (KEY: verifier key text, else a file);
+    `KeyStateError` naming the option for one that cannot be used."""
+
+    def parsed(item: KeyStateLike, status: KeyStatus) -> KeyState:
+        if isinstance(item, KeyState):
+            return item
+        return parse_key_state(item, status, lambda text: verifier_key(text, what="key"))
+
+    return KeyStates.of([
+        *(parsed(item, KeyStatus.RETIRED) for item in retired),
+        *(parsed(item, KeyStatus.REVOKED) for item in revoked),
+    ])
+
+
+def label(key: VerifierKey | Signature) -> str:
+    """A key (or the key a signature claims) as findings name it: ``name+hash``."""
+    return f"{key.name}+{key.key_hash:08x}"
+
+
+@dataclass(slots=True)
+class KeyStateSurvey:
+    """What the key states found: findings, report warnings, and for each limited trusted key its newest stored
+    checkpoint that counts (label -> (size, id); absent when none does)."""
+
+    findings: list[Finding] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    attested: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def survey_key_states(
+    snapshot: Snapshot, keys: list[VerifierKey], states: KeyStates, origin: str | None, max_seq: int
+) -> KeyStateSurvey:
+    """Judge every stored signature of a limited key (whatever key the entry is filed under: anyone can file a
+    note), and the stored handovers against the retirements, in one pass over the stored checkpoints."""
+    survey = KeyStateSurvey()
+    limited = states.limited()
+    if not keys and not limited:
+        return survey
+    roots = _TreeRoots(snapshot, max_seq)
+    anchored = {state.key: _anchored(state, roots, survey) for state in limited}
+    handed: set[tuple[VerifierKey, int]] = set()
+    seen: set[str] = set()
+    bad: dict[VerifierKey | None, int] = {}
+    for stored in snapshot.checkpoints_between(-1, max_seq):
+        if stored.note in seen:
+            continue  # rotate files the handover under each of its keys
+        seen.add(stored.note)
+        found = _checkpoint(stored, origin)
+        if found is None:
+            continue  # unreadable, or another log's: the tree check reports those
+        for state in limited:
+            reason = _judge_signature(stored, found, state, anchored[state.key], roots, survey)
+            if reason is not None:
+                _add_bad(survey, bad, state.key, _bad(stored, f"its signature by {state.label()} does not count: "
+                                                              f"{reason}"))
+        _judge_handover(stored, keys, states, handed, bad, survey)
+    _missing_handovers(states, handed, survey)
+    return survey
+
+
+def _anchored(state: KeyState, roots: _TreeRoots, survey: KeyStateSurvey) -> bool:
+    """A revocation's (SIZE, ROOT) must be the store's tree: else `checkpoint_mismatch`, and nothing of it counts."""
+    if state.status is not KeyStatus.REVOKED or roots.at(state.size) == state.root:
+        return True
+    survey.findings.append(Finding(
+        FindingKind.CHECKPOINT_MISMATCH, None, state.size,
+        f"--revoked {state.label()} names tree size {state.size} with root {_b64(state.root)}, but the store's "
+        f"tree there is {_b64(roots.at(state.size))}: no signature of that key counts (history rewritten, or "
+        "the wrong root was given)",
+    ))
+    return False
+
+
+def _judge_signature(
+    stored: StoredCheckpoint, found: Checkpoint, state: KeyState, anchored: bool, roots: _TreeRoots,
+    survey: KeyStateSurvey,
+) -> str | None:
+    """Why `state.key`'s valid signature on `stored` does not count, or None (it counts, or there is none)."""
+    if not any(is_key(signature, state.key) for signature in found.signatures()):
+        return None
+    if note_signature_problem(stored.note, state.key) is not None:
+        return None  # a signature that fails: the attestation reports those of trusted keys
+    proven = anchored and found.seq <= state.size and roots.at(found.seq) == found.root
+    reason = signature_problem(state, found.seq, found.root, proven=proven)
+    if reason is None:
+        newest = survey.attested.get(state.label())
+        if newest is None or (found.seq, stored.id) > newest:
+            survey.attested[state.label()] = (found.seq, stored.id)
+    return reason
+
+
+def _add_bad(survey: KeyStateSurvey, bad: dict[VerifierKey | None, int], key: VerifierKey | None,
+             finding: Finding) -> None:
+    """Add a `bad_signature` finding, at most `MAX_FINDINGS_PER_KEY` per key, then one saying it stopped."""
+    bad[key] = bad.get(key, 0) + 1
+    if bad[key] <= MAX_FINDINGS_PER_KEY:
+        survey.findings.append(finding)
+    elif bad[key] == MAX_FINDINGS_PER_KEY + 1:
+        who = label(key) if key is not None else "handovers"
+        survey.findings.append(Finding(
+            FindingKind.BAD_SIGNATURE, None, None,
+            f"stopped after {MAX_FINDINGS_PER_KEY} stored checkpoints of {who} whose signatures do not count",
+        ))
+
+
+def apply_attestation(attested: dict[str, tuple[int, int]], keys: list[VerifierKey], states: KeyStates,
+                      survey: KeyStateSurvey) -> None:
+    """Replace each limited trusted key's attestation by its newest stored checkpoint that counts."""
+    for state in states.limited():
+        if state.key in keys:
+            attested.pop(state.label(), None)
+            if state.label() in survey.attested:
+                attested[state.label()] = survey.attested[state.label()]
+
+
+class _TreeRoots:
+    """The store's tree root at a size (None beyond the head or when the stored tree cannot give it), cached."""
+
+    def __init__(self, snapshot: Snapshot, max_seq: int) -> None:
+        self._snapshot, self._max_seq, self._cache = snapshot, max_seq, dict[int, bytes | None]()
+
+    def at(self, size: int) -> bytes | None:
+        if size not in self._cache:
+            try:
+                root = self._snapshot.frontier(size).root() if 0 <= size <= self._max_seq else None
+            except (StoreDamaged, MerkleError):
+                root = None  # the tree's own findings say why
+            self._cache[size] = root
+        return self._cache[size]
+
+
+def _judge_handover(
+    stored: StoredCheckpoint, keys: list[VerifierKey], states: KeyStates, handed: set[tuple[VerifierKey, int]],
+    bad: dict[VerifierKey | None, int], survey: KeyStateSurvey,
+) -> None:
+    """A stored handover by a trusted key: to an untrusted key, `bad_signature`; else noted, and a warning when its
+    giver has no `--retired`."""
+    verdict = _handover(stored, keys)
+    if verdict is None:
+        return
+    giver, problem = verdict
+    if problem is not None:
+        _add_bad(survey, bad, None, _bad(stored, problem))
+        return
+    handed.add((giver, stored.tree_size))
+    if states.of_key(giver).status is KeyStatus.ACTIVE:
+        survey.warnings.append(
+            f"stored checkpoint #{stored.id} hands the log over from {label(giver)} at size {stored.tree_size} "
+            f"(`rotate`), but no --retired {label(giver)}@{stored.tree_size} is given: that key's signatures "
+            "above it still count here"
+        )
+
+
+def _missing_handovers(states: KeyStates, handed: set[tuple[VerifierKey, int]], survey: KeyStateSurvey) -> None:
+    """Each configured retirement needs its stored handover: else `checkpoint_mismatch` (`handover missing`)."""
+    for state in states.limited():
+        if state.status is KeyStatus.RETIRED and (state.key, state.size) not in handed:
+            survey.findings.append(Finding(
+                FindingKind.CHECKPOINT_MISMATCH, None, state.size,
+                f"handover missing: --retired {state.label()}@{state.size} is given, but the store holds no "
+                f"checkpoint of size {state.size} signed by that key and then by a trusted key (`rotate` stores one)",
+            ))
+
+
+def _handover(stored: StoredCheckpoint, keys: list[VerifierKey]) -> tuple[VerifierKey, str | None] | None:
+    """(giver, problem) for a stored handover whose giver is a trusted key that verifies; None for anything else."""
+    try:
+        handover = handover_in(stored.note)
+    except NoteError:
+        return None
+    if handover is None:
+        return None
+    giver = next((key for key in keys if is_key(handover.giver, key)), None)
+    if giver is None or note_signature_problem(stored.note, giver) is not None:
+        return None
+    for taker in handover.takers:
+        key = next((item for item in keys if is_key(taker, item)), None)
+        if key is None:
+            return giver, (f"a handover from {label(giver)} to {label(taker)}, a key that is not trusted (a stolen "
+                           "key's forged rotation?)")
+        problem = note_signature_problem(stored.note, key)
+        if problem is not None:
+            return giver, f"a handover from {label(giver)}: {problem}"
+    return giver, None
+
+
+def _checkpoint(stored: StoredCheckpoint, origin: str | None) -> Checkpoint | None:
+    try:
+        found = Checkpoint.from_note(stored.note)
+    except CheckpointError:
+        return None
+    return found if found.origin == origin and found.seq == stored.tree_size else None
+
+
+def _bad(stored: StoredCheckpoint, problem: str) -> Finding:
+    return Finding(
+        FindingKind.BAD_SIGNATURE, None, stored.tree_size,
+        f"stored checkpoint #{stored.id} (size {stored.tree_size}, filed as signed by {stored.key_label()}): {problem}",
+    )
+
+
+def _b64(root: bytes | None) -> str:
+    return "none" if root is None else base64.b64encode(root).decode("ascii")
+
+
+__all__ = ["KeyStateSurvey", "apply_attestation", "configured_states", "survey_key_states"]

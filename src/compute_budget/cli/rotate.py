@@ -1,0 +1,49 @@
+"""`compute-budget rotate`: hand the log over from one writer key to a new one (issue 31, item 1; a lazy command)."""
+
+from __future__ import annotations
+
+import base64
+
+import click
+
+from compute_budget.cli.app import say
+from compute_budget.cli.commands import cli, db_option, writer_options
+from compute_budget.cli.key_options import key_state_options
+
+
+@cli.command("rotate")
+@db_option
+@click.option("--signing-key", "signing_key", metavar="OLD", required=True,
+              help="The writer key being retired (its key file).")
+@click.option("--new-key", "new_key", metavar="NEW", required=True,
+              help="The writer key taking the log over (its key file, from `keygen`).")
+@click.option("--new-writer-state", "new_writer_state", metavar="FILE", default=None,
+              help="The new key's writer state file [default: the new key file plus .state].")
+@writer_options
+@key_state_options
+def rotate_command(
+    db: str | None, signing_key: str, new_key: str, new_writer_state: str | None, writer_state: str | None,
+    init_writer_state: bool, peer_keys: tuple[str, ...], retired: tuple[str, ...], revoked: tuple[str, ...],
+) -> None:
+    """Store a handover: the head's checkpoint signed by OLD, then NEW, inside the append lock and under spec 9.1's
+    rules for OLD. Both writer states then hold it: OLD never signs again, NEW starts from it. Prints the handover
+    note; refuses (exit 2) an OLD that a handover, --retired or --revoked already retired."""
+    from compute_budget.auditor.key_states import configured_states
+    from compute_budget.errors import KeyRetired
+    from compute_budget.keys.key_files import load_signer_key
+    from compute_budget.store import BudgetStore
+
+    old = load_signer_key(signing_key)
+    state = configured_states(retired, revoked).of_key(old.verifier())
+    if state.status.value != "active":
+        raise KeyRetired(f"refusing to rotate from {state.label()}: it is {state.words()} (--{state.status.value})")
+    with BudgetStore.open(
+        db, signing_key=signing_key, writer_state=writer_state, init_writer_state=init_writer_state,
+        peer_keys=peer_keys,
+    ) as store:
+        rotated = store.rotate(new_key, new_writer_state=new_writer_state)
+    root = base64.b64encode(rotated.root).decode("ascii")
+    new = rotated.note.rstrip("\n").rsplit("\n", 1)[-1].split(" ")[1]
+    say(f"handed {rotated.origin} over at size {rotated.head.seq} (root {root}) from {old.name} to {new}; "
+        f"audit with --retired <OLD verifier key>@{rotated.head.seq} and trust the new key")
+    click.echo(rotated.note, nl=False)

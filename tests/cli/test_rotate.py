@@ -1,0 +1,212 @@
+"""`compute-budget rotate` and `--retired KEY@SIZE` (issue 31, item 1), on both backends: old receipts still
+verify after a rotation, a signature of the old key above the handover is `bad_signature`, a writer with the old
+key refuses, a stolen old key's forged handover is caught, and the stored handover is held against `--retired`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compute_budget import BudgetStore, audit
+from compute_budget.core.log.note import SignerKey, format_checkpoint, sign_note
+from compute_budget.core.log.note import add_signature
+from compute_budget.keys.key_files import load_signer_key
+from tests.backends import execute
+from tests.conftest import gate_lines
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+class Log:
+    """A store recorded with OLD (3 rows), handed over to NEW, then recorded with NEW (2 more rows)."""
+
+    def __init__(self, run_cli: Run, target: str, folder: Path) -> None:
+        self.run, self.target, self.folder = run_cli, target, folder
+        self.old_path, self.old = self.keygen("old")
+        self.new_path, self.new = self.keygen("new")
+
+    def keygen(self, name: str) -> tuple[Path, str]:
+        path = self.folder / f"{name}.key"
+        status, out, err = self.run("keygen", name, "--out", str(path))
+        assert status == 0, err
+        return path, out.strip()
+
+    def record(self, key: Path, count: int, prefix: str, *extra: str) -> tuple[int, str, str]:
+        gates = self.folder / f"{prefix}.jsonl"
+        gates.write_text("\n".join(gate_lines(count, prefix=prefix)) + "\n")
+        return self.run("record", str(gates), "--db", self.target, "--signing-key", str(key), *extra)
+
+    def rotate(self, old: Path, new: Path, *extra: str) -> tuple[int, str, str]:
+        return self.run("rotate", "--db", self.target, "--signing-key", str(old), "--new-key", str(new), *extra)
+
+    def signer(self, path: Path) -> SignerKey:
+        return load_signer_key(path)
+
+    def forge(self, signers: list[SignerKey], filed_as: SignerKey) -> None:
+        """File a checkpoint of the head signed by `signers`, as anyone holding those keys can."""
+        with BudgetStore.open(self.target, readonly=True) as store:
+            head = store.checkpoint()
+        assert head.origin is not None and head.root is not None
+        note = sign_note(format_checkpoint(head.origin, head.seq, head.root, head.chain_hash), signers[0])
+        for signer in signers[1:]:
+            note = add_signature(note, signer)
+        execute(self.target, (
+            "INSERT INTO compute_budget_checkpoints (tree_size, key_name, key_hash, note, recorded_at) "
+            "VALUES (:size, :name, :hash, :note, '2026-01-01T00:00:00Z')",
+            {"size": head.seq, "name": filed_as.name, "hash": f"{filed_as.key_hash:08x}", "note": note},
+        ))
+
+
+@pytest.fixture
+def log(run_cli: Run, store_target: str, tmp_path: Path) -> Log:
+    made = Log(run_cli, store_target, tmp_path)
+    assert made.record(made.old_path, 3, "before")[0] == 0
+    status, out, err = made.rotate(made.old_path, made.new_path)
+    assert status == 0, err
+    assert "handed" in err and "at size 3" in err
+    assert out.count("\n\u2014 ") == 2  # the handover note: OLD's signature, then NEW's
+    assert made.record(made.new_path, 2, "after")[0] == 0
+    return made
+
+
+def findings(report: Any) -> list[tuple[str, str]]:
+    return [(finding.kind.value, finding.detail) for finding in report.findings]
+
+
+def test_the_audit_of_a_rotated_log_is_clean_with_the_retirement(log: Log) -> None:
+    report = audit(log.target, trusted_keys=[log.old, log.new], retired=[f"{log.old}@3"])
+    assert report.clean, findings(report)
+    assert report.attested_size == 5
+
+
+def test_a_stored_handover_without_retired_is_a_warning(log: Log) -> None:
+    report = audit(log.target, trusted_keys=[log.old, log.new])
+    assert report.clean
+    assert any("hands the log over from old+" in warning and "--retired" in warning for warning in report.warnings)
+
+
+def first_budget_id(target: str) -> str:
+    with BudgetStore.open(target, readonly=True) as store:
+        return list(store)[0].decision.budget_id
+
+
+def test_old_receipts_still_verify_after_the_rotation(run_cli: Run, store_target: str, tmp_path: Path) -> None:
+    made = Log(run_cli, store_target, tmp_path)
+    assert made.record(made.old_path, 3, "before")[0] == 0
+    status, bundle, err = made.run("prove", first_budget_id(made.target), "--db", made.target)
+    assert status == 0, err
+    receipt = tmp_path / "receipt.json"
+    receipt.write_text(bundle)
+    assert made.rotate(made.old_path, made.new_path)[0] == 0
+    assert made.record(made.new_path, 2, "after")[0] == 0
+    status, out, err = made.run("verify-proof", str(receipt), "--trusted-key", made.old, "--trusted-key", made.new,
+                                "--retired", f"{made.old}@3")
+    assert status == 0, (out, err)
+    assert out.startswith("valid:") and "signed by old+" in out
+    # And one proven after the rotation, against the handover itself, verifies under either key.
+    status, bundle, err = made.run("prove", first_budget_id(made.target), "--db", made.target)
+    assert status == 0, err
+    receipt.write_text(bundle)
+    status, out, err = made.run("verify-proof", str(receipt), "--trusted-key", made.new, "--retired",
+                                f"{made.old}@3")
+    assert status == 0, (out, err)
+
+
+def test_a_signature_of_the_old_key_above_the_handover_is_bad_signature(log: Log) -> None:
+    log.forge([log.signer(log.old_path)], filed_as=log.signer(log.old_path))
+    report = audit(log.target, trusted_keys=[log.old, log.new], retired=[f"{log.old}@3"])
+    bad = [detail for kind, detail in findings(report) if kind == "bad_signature"]
+    assert len(bad) == 1 and "retired at 3" in bad[0]
+    # Without the retirement the same signature counts: the finding comes from --retired.
+    assert audit(log.target, trusted_keys=[log.old, log.new]).clean
+
+
+def test_verify_proof_refuses_a_receipt_signed_by_the_old_key_above_the_handover(log: Log) -> None:
+    log.forge([log.signer(log.old_path)], filed_as=log.signer(log.old_path))
+    budget_id = first_budget_id(log.target)
+    with BudgetStore.open(log.target, readonly=True) as store:
+        notes = [row[3] for row in store.iter_checkpoint_rows() if row[0] == 5 and row[1] == "old"]
+    forged = log.folder / "forged.note"
+    forged.write_text(notes[0])
+    status, bundle, err = log.run("prove", budget_id, "--db", log.target, "--checkpoint", str(forged))
+    assert status == 0, err
+    receipt = log.folder / "receipt.json"
+    receipt.write_text(bundle)
+    status, out, _ = log.run("verify-proof", str(receipt), "--trusted-key", log.old, "--retired", f"{log.old}@3")
+    assert status == 1
+    assert out.startswith("invalid (signature)") and "retired at 3" in out
+    status, out, _ = log.run("verify-proof", str(receipt), "--trusted-key", log.old)
+    assert status == 0, out
+
+
+def test_a_writer_with_the_old_key_refuses_to_sign(log: Log) -> None:
+    status, _, err = log.record(log.old_path, 1, "late")
+    assert status == 2
+    assert "handover" in err and "retired" in err and "nothing was written" in err
+    # On another host (a state file of its own, made from the store) it refuses too: the store's handover says so.
+    status, _, err = log.record(log.old_path, 1, "late2", "--writer-state", str(log.folder / "other.state"),
+                                "--init-writer-state")
+    assert status == 2 and "handover" in err
+    with BudgetStore.open(log.target, readonly=True) as store:
+        assert store.head().seq == 5
+
+
+def test_rotate_refuses_an_old_key_already_retired_or_revoked(log: Log) -> None:
+    third, _ = log.keygen("third")
+    status, _, err = log.rotate(log.old_path, third)
+    assert status == 2 and "handover" in err
+    status, _, err = log.rotate(log.new_path, third, "--retired", f"{log.new}@5")
+    assert status == 2 and "retired at 5" in err
+    root = "A" * 43 + "="
+    status, _, err = log.rotate(log.new_path, third, "--revoked", f"{log.new}@5:{root}")
+    assert status == 2 and "revoked at 5" in err
+
+
+def test_a_stolen_old_key_with_a_forged_handover_is_caught(log: Log) -> None:
+    thief, thief_key = log.keygen("thief")
+    # After the real rotation: the thief's handover above the handover size is the old key signing above it.
+    log.forge([log.signer(log.old_path), log.signer(thief)], filed_as=log.signer(thief))
+    report = audit(log.target, trusted_keys=[log.old, log.new], retired=[f"{log.old}@3"])
+    details = [detail for kind, detail in findings(report) if kind == "bad_signature"]
+    assert any("retired at 3" in detail for detail in details)
+    assert any("thief+" in detail and "not trusted" in detail for detail in details)
+
+
+def test_a_stolen_key_rotated_by_the_thief_before_anyone_knew_is_caught(
+    run_cli: Run, store_target: str, tmp_path: Path
+) -> None:
+    made = Log(run_cli, store_target, tmp_path)
+    assert made.record(made.old_path, 3, "before")[0] == 0
+    thief, _ = made.keygen("thief")
+    status, _, err = made.rotate(made.old_path, thief, "--writer-state", str(tmp_path / "stolen.state"),
+                                 "--init-writer-state")
+    assert status == 0, err
+    assert made.record(thief, 2, "forged")[0] == 0
+    report = audit(made.target, trusted_keys=[made.old])
+    kinds = [kind for kind, _ in findings(report)]
+    assert "bad_signature" in kinds and "unattested_rows" in kinds
+    assert any("thief+" in detail and "not trusted" in detail for kind, detail in findings(report))
+
+
+def test_a_retirement_without_its_stored_handover_is_handover_missing(log: Log) -> None:
+    report = audit(log.target, trusted_keys=[log.old, log.new], retired=[f"{log.old}@2"])
+    missing = [detail for kind, detail in findings(report) if kind == "checkpoint_mismatch"]
+    assert len(missing) == 1 and missing[0].startswith("handover missing")
+    # A handover to a key that is not trusted is no handover for this audit either.
+    report = audit(log.target, trusted_keys=[log.old], retired=[f"{log.old}@3"])
+    assert any(detail.startswith("handover missing") for _, detail in findings(report))
+
+
+def test_the_audit_command_takes_retired_and_reports_in_json(log: Log) -> None:
+    log.forge([log.signer(log.old_path)], filed_as=log.signer(log.old_path))
+    status, out, err = log.run("audit", "--db", log.target, "--trusted-key", log.old, "--trusted-key", log.new,
+                               "--retired", f"{log.old}@3", "--format", "json")
+    assert status == 1, err
+    report = json.loads(out)
+    assert [finding["kind"] for finding in report["findings"]] == ["bad_signature"]
+    status, _, err = log.run("audit", "--db", log.target, "--retired", "garbage")
+    assert status == 2 and "--retired 'garbage'" in err and "Traceback" not in err
