@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from compute_budget import BudgetStore, audit
-from compute_budget.core.log.note import SignerKey, format_checkpoint, sign_note
-from compute_budget.core.log.note import add_signature
+from compute_budget.core.log.note import SignerKey, add_signature, format_checkpoint, sign_note
 from compute_budget.keys.key_files import load_signer_key
 from tests.backends import execute
 from tests.conftest import gate_lines
@@ -50,7 +49,8 @@ class Log:
         """File a checkpoint of the head signed by `signers`, as anyone holding those keys can."""
         with BudgetStore.open(self.target, readonly=True) as store:
             head = store.checkpoint()
-        assert head.origin is not None and head.root is not None
+        assert head.origin is not None
+        assert head.root is not None
         note = sign_note(format_checkpoint(head.origin, head.seq, head.root, head.chain_hash), signers[0])
         for signer in signers[1:]:
             note = add_signature(note, signer)
@@ -67,7 +67,8 @@ def log(run_cli: Run, store_target: str, tmp_path: Path) -> Log:
     assert made.record(made.old_path, 3, "before")[0] == 0
     status, out, err = made.rotate(made.old_path, made.new_path)
     assert status == 0, err
-    assert "handed" in err and "at size 3" in err
+    assert "handed" in err
+    assert "at size 3" in err
     assert out.count("\n\u2014 ") == 2  # the handover note: OLD's signature, then NEW's
     assert made.record(made.new_path, 2, "after")[0] == 0
     return made
@@ -91,7 +92,7 @@ def test_a_stored_handover_without_retired_is_a_warning(log: Log) -> None:
 
 def first_budget_id(target: str) -> str:
     with BudgetStore.open(target, readonly=True) as store:
-        return list(store)[0].decision.budget_id
+        return min(store, key=lambda row: row.seq).decision.budget_id
 
 
 def test_old_receipts_still_verify_after_the_rotation(run_cli: Run, store_target: str, tmp_path: Path) -> None:
@@ -106,7 +107,8 @@ def test_old_receipts_still_verify_after_the_rotation(run_cli: Run, store_target
     status, out, err = made.run("verify-proof", str(receipt), "--trusted-key", made.old, "--trusted-key", made.new,
                                 "--retired", f"{made.old}@3")
     assert status == 0, (out, err)
-    assert out.startswith("valid:") and "signed by old+" in out
+    assert out.startswith("valid:")
+    assert "signed by old+" in out
     # And one proven after the rotation, against the handover itself, verifies under either key.
     status, bundle, err = made.run("prove", first_budget_id(made.target), "--db", made.target)
     assert status == 0, err
@@ -120,7 +122,8 @@ def test_a_signature_of_the_old_key_above_the_handover_is_bad_signature(log: Log
     log.forge([log.signer(log.old_path)], filed_as=log.signer(log.old_path))
     report = audit(log.target, trusted_keys=[log.old, log.new], retired=[f"{log.old}@3"])
     bad = [detail for kind, detail in findings(report) if kind == "bad_signature"]
-    assert len(bad) == 1 and "retired at 3" in bad[0]
+    assert len(bad) == 1
+    assert "retired at 3" in bad[0]
     # Without the retirement the same signature counts: the finding comes from --retired.
     assert audit(log.target, trusted_keys=[log.old, log.new]).clean
 
@@ -138,7 +141,8 @@ def test_verify_proof_refuses_a_receipt_signed_by_the_old_key_above_the_handover
     receipt.write_text(bundle)
     status, out, _ = log.run("verify-proof", str(receipt), "--trusted-key", log.old, "--retired", f"{log.old}@3")
     assert status == 1
-    assert out.startswith("invalid (signature)") and "retired at 3" in out
+    assert out.startswith("invalid (signature)")
+    assert "retired at 3" in out
     status, out, _ = log.run("verify-proof", str(receipt), "--trusted-key", log.old)
     assert status == 0, out
 
@@ -146,11 +150,14 @@ def test_verify_proof_refuses_a_receipt_signed_by_the_old_key_above_the_handover
 def test_a_writer_with_the_old_key_refuses_to_sign(log: Log) -> None:
     status, _, err = log.record(log.old_path, 1, "late")
     assert status == 2
-    assert "handover" in err and "retired" in err and "nothing was written" in err
+    assert "handover" in err
+    assert "retired" in err
+    assert "nothing was written" in err
     # On another host (a state file of its own, made from the store) it refuses too: the store's handover says so.
     status, _, err = log.record(log.old_path, 1, "late2", "--writer-state", str(log.folder / "other.state"),
                                 "--init-writer-state")
-    assert status == 2 and "handover" in err
+    assert status == 2
+    assert "handover" in err
     with BudgetStore.open(log.target, readonly=True) as store:
         assert store.head().seq == 5
 
@@ -158,16 +165,19 @@ def test_a_writer_with_the_old_key_refuses_to_sign(log: Log) -> None:
 def test_rotate_refuses_an_old_key_already_retired_or_revoked(log: Log) -> None:
     third, _ = log.keygen("third")
     status, _, err = log.rotate(log.old_path, third)
-    assert status == 2 and "handover" in err
+    assert status == 2
+    assert "handover" in err
     status, _, err = log.rotate(log.new_path, third, "--retired", f"{log.new}@5")
-    assert status == 2 and "retired at 5" in err
+    assert status == 2
+    assert "retired at 5" in err
     root = "A" * 43 + "="
     status, _, err = log.rotate(log.new_path, third, "--revoked", f"{log.new}@5:{root}")
-    assert status == 2 and "revoked at 5" in err
+    assert status == 2
+    assert "revoked at 5" in err
 
 
 def test_a_stolen_old_key_with_a_forged_handover_is_caught(log: Log) -> None:
-    thief, thief_key = log.keygen("thief")
+    thief, _ = log.keygen("thief")
     # After the real rotation: the thief's handover above the handover size is the old key signing above it.
     log.forge([log.signer(log.old_path), log.signer(thief)], filed_as=log.signer(thief))
     report = audit(log.target, trusted_keys=[log.old, log.new], retired=[f"{log.old}@3"])
@@ -188,14 +198,16 @@ def test_a_stolen_key_rotated_by_the_thief_before_anyone_knew_is_caught(
     assert made.record(thief, 2, "forged")[0] == 0
     report = audit(made.target, trusted_keys=[made.old])
     kinds = [kind for kind, _ in findings(report)]
-    assert "bad_signature" in kinds and "unattested_rows" in kinds
+    assert "bad_signature" in kinds
+    assert "unattested_rows" in kinds
     assert any("thief+" in detail and "not trusted" in detail for kind, detail in findings(report))
 
 
 def test_a_retirement_without_its_stored_handover_is_handover_missing(log: Log) -> None:
     report = audit(log.target, trusted_keys=[log.old, log.new], retired=[f"{log.old}@2"])
     missing = [detail for kind, detail in findings(report) if kind == "checkpoint_mismatch"]
-    assert len(missing) == 1 and missing[0].startswith("handover missing")
+    assert len(missing) == 1
+    assert missing[0].startswith("handover missing")
     # A handover to a key that is not trusted is no handover for this audit either.
     report = audit(log.target, trusted_keys=[log.old], retired=[f"{log.old}@3"])
     assert any(detail.startswith("handover missing") for _, detail in findings(report))
@@ -209,4 +221,6 @@ def test_the_audit_command_takes_retired_and_reports_in_json(log: Log) -> None:
     report = json.loads(out)
     assert [finding["kind"] for finding in report["findings"]] == ["bad_signature"]
     status, _, err = log.run("audit", "--db", log.target, "--retired", "garbage")
-    assert status == 2 and "--retired 'garbage'" in err and "Traceback" not in err
+    assert status == 2
+    assert "--retired 'garbage'" in err
+    assert "Traceback" not in err

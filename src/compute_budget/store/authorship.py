@@ -366,9 +366,7 @@ def check_state(
         held = Checkpoint.from_note(note)
     except (NoteError, CheckpointError) as error:
         raise WriterStateError(f"writer state {state.path}: the note of {origin} cannot be used ({error})") from None
-    if held.origin != origin:
-        raise WriterStateError(f"writer state {state.path}: the note filed under {origin} is of {held.origin}")
-    _refuse_handover(note, keys, f"writer state {state.path}")
+    _check_held(held, note, origin, keys)
     if held.seq == head.seq and held.chain_hash == head.chain_hash and held.root == root:
         return made  # the common case: this key signed the head itself
     outcome = extends(
@@ -417,6 +415,13 @@ def signature_verifies(note: str, key: VerifierKey, verified: set[tuple[str, Ver
         verified.add((note, key))
         return True
     return False
+
+
+def _check_held(held: Checkpoint, note: str, origin: str, keys: WriterKeys) -> None:
+    """The state's note must be of `origin`, and no handover this key gave (then it was retired)."""
+    if held.origin != origin:
+        raise WriterStateError(f"writer state {keys.state.path}: the note filed under {origin} is of {held.origin}")
+    _refuse_handover(note, keys, f"writer state {keys.state.path}")
 
 
 def _refuse_handover(note: str, keys: WriterKeys, where: str) -> None:

@@ -58,7 +58,8 @@ def test_a_bad_option_is_one_typed_line_naming_it(text: str, status: KeyStatus, 
     with pytest.raises(KeyStateError) as raised:
         parse_key_state(text, status, resolve)
     message = str(raised.value)
-    assert words in message and "\n" not in message
+    assert words in message
+    assert "\n" not in message
     assert message.startswith(f"--{status.value}")
 
 
@@ -94,7 +95,8 @@ def test_a_handover_is_a_note_with_two_writer_signatures_the_first_the_giver() -
     assert handover_in(single) is None
     handover = handover_in(add_signature(single, new))
     assert handover is not None
-    assert is_key(handover.giver, old.verifier()) and not is_key(handover.giver, new.verifier())
+    assert is_key(handover.giver, old.verifier())
+    assert not is_key(handover.giver, new.verifier())
     assert [is_key(taker, new.verifier()) for taker in handover.takers] == [True]
     with pytest.raises(NoteError):
         handover_in("not a note")

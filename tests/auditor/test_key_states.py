@@ -1,0 +1,155 @@
+"""`--revoked KEY@SIZE:ROOT` (issue 31, item 2), on both backends: a leaked writer key is caught on a fork at or
+below its size and on anything above it, in the audit (by the store's tree) and in `verify-proof` (offline: only
+the exact checkpoint, or one the witness quorum cosigned, counts)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compute_budget import BudgetStore, audit
+from compute_budget.core.log.cosignature import generate_witness, with_cosignatures
+from compute_budget.core.log.note import format_checkpoint, sign_note
+from compute_budget.keys.key_files import load_signer_key
+from tests.backends import execute
+from tests.conftest import gate_lines
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+class Leak:
+    """A store whose writer key leaked after size 3 (the last witnessed size): rows 1..2, then 3, signed honestly;
+    rows 4..5 then signed with the stolen key."""
+
+    def __init__(self, run_cli: Run, target: str, folder: Path) -> None:
+        self.run, self.target, self.folder = run_cli, target, folder
+        self.key_path = folder / "writer.key"
+        status, out, err = run_cli("keygen", "writer", "--out", str(self.key_path))
+        assert status == 0, err
+        self.key = out.strip()
+        self.signer = load_signer_key(self.key_path)
+        for count, prefix in ((2, "a"), (1, "b")):
+            self.record(count, prefix)
+        self.root3 = self.head().root
+        self.record(2, "stolen")
+
+    def record(self, count: int, prefix: str) -> None:
+        gates = self.folder / f"{prefix}.jsonl"
+        gates.write_text("\n".join(gate_lines(count, prefix=prefix)) + "\n")
+        status, _, err = self.run("record", str(gates), "--db", self.target, "--signing-key", str(self.key_path))
+        assert status == 0, err
+
+    def head(self) -> Any:
+        with BudgetStore.open(self.target, readonly=True) as store:
+            return store.checkpoint()
+
+    @property
+    def revoked(self) -> str:
+        return f"{self.key}@3:{base64.b64encode(self.root3).decode('ascii')}"
+
+    def note_at(self, size: int) -> str:
+        with BudgetStore.open(self.target, readonly=True) as store:
+            return next(row[3] for row in store.iter_checkpoint_rows() if row[0] == size)
+
+    def forge_fork(self, size: int) -> None:
+        """File a note of `size` with another root, signed by the stolen key: a fork."""
+        head = self.head()
+        note = sign_note(format_checkpoint(head.origin, size, bytes(32), head.chain_hash), self.signer)
+        execute(self.target, (
+            "INSERT INTO compute_budget_checkpoints (tree_size, key_name, key_hash, note, recorded_at) "
+            "VALUES (:size, :name, :hash, :note, '2026-01-01T00:00:00Z')",
+            {"size": size, "name": self.signer.name, "hash": f"{self.signer.key_hash:08x}", "note": note},
+        ))
+
+    def receipt(self, note: str, name: str = "receipt.json") -> Path:
+        checkpoint = self.folder / f"{name}.note"
+        checkpoint.write_text(note)
+        with BudgetStore.open(self.target, readonly=True) as store:
+            budget_id = min(store, key=lambda row: row.seq).decision.budget_id
+        status, bundle, err = self.run("prove", budget_id, "--db", self.target, "--checkpoint", str(checkpoint))
+        assert status == 0, err
+        path = self.folder / name
+        path.write_text(bundle)
+        return path
+
+
+@pytest.fixture
+def leak(run_cli: Run, store_target: str, tmp_path: Path) -> Leak:
+    return Leak(run_cli, store_target, tmp_path)
+
+
+def findings(report: Any) -> list[tuple[str, int | None, str]]:
+    return [(finding.kind.value, finding.seq, finding.detail) for finding in report.findings]
+
+
+def test_signatures_above_the_revocation_do_not_count_and_their_rows_are_unattested(leak: Leak) -> None:
+    assert audit(leak.target, trusted_keys=[leak.key]).clean  # without the revocation, nothing shows
+    report = audit(leak.target, trusted_keys=[leak.key], revoked=[leak.revoked])
+    found = findings(report)
+    assert ("bad_signature", 5) in [(kind, seq) for kind, seq, _ in found]
+    assert any(kind == "bad_signature" and "revoked at 3" in detail for kind, _, detail in found)
+    unattested = [(seq, detail) for kind, seq, detail in found if kind == "unattested_rows"]
+    assert unattested
+    assert unattested[0][0] == 4
+    assert "rows 4..5" in unattested[0][1]
+    assert report.attested_size == 3
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_a_fork_at_or_below_the_revocation_is_caught_in_the_audit(leak: Leak, size: int) -> None:
+    leak.forge_fork(size)
+    found = findings(audit(leak.target, trusted_keys=[leak.key], revoked=[leak.revoked]))
+    assert any(kind == "bad_signature" and seq == size and "revoked at 3" in detail for kind, seq, detail in found)
+
+
+def test_a_revocation_whose_root_is_not_the_stores_is_checkpoint_mismatch(leak: Leak) -> None:
+    wrong = f"{leak.key}@3:{base64.b64encode(bytes(32)).decode('ascii')}"
+    found = findings(audit(leak.target, trusted_keys=[leak.key], revoked=[wrong]))
+    assert any(kind == "checkpoint_mismatch" and seq == 3 and "--revoked" in detail for kind, seq, detail in found)
+    assert any(kind == "bad_signature" and seq == 2 for kind, seq, _ in found)  # then nothing of the key counts
+
+
+def test_verify_proof_counts_a_revoked_key_only_on_its_exact_checkpoint_offline(leak: Leak) -> None:
+    def verify(receipt: Path, *extra: str) -> tuple[int, str]:
+        status, out, _ = leak.run("verify-proof", str(receipt), "--trusted-key", leak.key, "--revoked", leak.revoked,
+                                  *extra)
+        return status, out
+
+    status, out = verify(leak.receipt(leak.note_at(5), "above.json"))
+    assert status == 1
+    assert out.startswith("invalid (signature)")
+    assert "revoked at 3" in out
+    status, out = verify(leak.receipt(leak.note_at(3), "exact.json"))
+    assert status == 0, out
+    assert out.startswith("valid:")
+    below = leak.note_at(2)
+    status, out = verify(leak.receipt(below, "below.json"))
+    assert status == 1
+    assert "revoked at 3" in out
+    witness = generate_witness("witness")
+    text = below[: below.rindex("\n\n") + 1]
+    cosigned = with_cosignatures(below, [witness.cosign(text, int(time.time()))])
+    status, out = verify(leak.receipt(cosigned, "witnessed.json"), "--witness-key", witness.verifier().format())
+    assert status == 0, out
+    assert out.startswith("valid:")
+
+
+def test_verify_proof_catches_a_fork_at_the_revoked_size(leak: Leak) -> None:
+    # `prove` refuses a checkpoint the store does not extend, so the forger's receipt is the honest one with the
+    # forged note (size 3, another root) put in: judged offline, the revoked key's signature there does not count.
+    leak.forge_fork(3)
+    with BudgetStore.open(leak.target, readonly=True) as store:
+        forged = next(row[3] for row in store.iter_checkpoint_rows() if row[0] == 3 and row[3] != leak.note_at(3))
+    honest = json.loads(leak.receipt(leak.note_at(3), "honest.json").read_text())
+    receipt = leak.folder / "fork.json"
+    receipt.write_text(json.dumps({**honest, "checkpoint": forged}))
+    status, out, _ = leak.run("verify-proof", str(receipt), "--trusted-key", leak.key, "--revoked", leak.revoked)
+    assert status == 1
+    assert out.startswith("invalid (signature)")
+    assert "revoked at 3" in out
