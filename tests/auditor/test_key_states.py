@@ -153,3 +153,37 @@ def test_verify_proof_catches_a_fork_at_the_revoked_size(leak: Leak) -> None:
     assert status == 1
     assert out.startswith("invalid (signature)")
     assert "revoked at 3" in out
+
+
+def test_prove_passes_over_a_note_the_revocation_does_not_count_and_refuses_one_given(leak: Leak) -> None:
+    with BudgetStore.open(leak.target, readonly=True) as store:
+        budget_id = min(store, key=lambda row: row.seq).decision.budget_id
+    status, out, err = leak.run("prove", budget_id, "--db", leak.target, "--trusted-key", leak.key)
+    assert status == 0, err
+    assert json.loads(out)["tree_size"] == 5
+    status, out, err = leak.run("prove", budget_id, "--db", leak.target, "--trusted-key", leak.key,
+                                "--revoked", leak.revoked)
+    assert status == 0, err
+    assert json.loads(out)["tree_size"] == 3
+    above = leak.folder / "above.note"
+    above.write_text(leak.note_at(5))
+    status, _, err = leak.run("prove", budget_id, "--db", leak.target, "--checkpoint", str(above),
+                              "--revoked", leak.revoked)
+    assert status == 2
+    assert "revoked at 3" in err
+
+
+def test_consistency_calls_an_old_note_the_revocation_does_not_count_untrusted(leak: Leak) -> None:
+    def consistency(size: int) -> tuple[int, str]:
+        old = leak.folder / f"old{size}.note"
+        old.write_text(leak.note_at(size))
+        status, _, err = leak.run("consistency", str(old), "--db", leak.target, "--trusted-key", leak.key,
+                                  "--revoked", leak.revoked)
+        return status, err
+
+    assert consistency(3)[0] == 0
+    assert consistency(2)[0] == 0  # in the audit's place the store's tree proves it
+    status, err = consistency(5)
+    assert status == 1
+    assert "untrusted" in err
+    assert "revoked at 3" in err

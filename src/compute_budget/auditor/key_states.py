@@ -248,4 +248,27 @@ def _b64(root: bytes | None) -> str:
     return "none" if root is None else base64.b64encode(root).decode("ascii")
 
 
-__all__ = ["KeyStateSurvey", "apply_attestation", "configured_states", "survey_key_states"]
+
+
+def note_problem(snapshot: Snapshot, note: str, states: KeyStates, max_seq: int) -> str | None:
+    """Why a checkpoint note signed by a retired or revoked key does not count against this store (`prove`,
+    `consistency`), or None: each of its valid signatures by a limited key must count, judged by the store's tree."""
+    try:
+        found = Checkpoint.from_note(note)
+    except CheckpointError:
+        return None  # the caller's own checks say why
+    roots = _TreeRoots(snapshot, max_seq)
+    for state in states.limited():
+        if not any(is_key(signature, state.key) for signature in found.signatures()):
+            continue
+        if note_signature_problem(note, state.key) is not None:
+            continue
+        anchored = state.status is not KeyStatus.REVOKED or roots.at(state.size) == state.root
+        proven = anchored and found.seq <= state.size and roots.at(found.seq) == found.root
+        reason = signature_problem(state, found.seq, found.root, proven=proven)
+        if reason is not None:
+            return f"its signature by {state.label()} does not count: {reason}"
+    return None
+
+
+__all__ = ["KeyStateSurvey", "apply_attestation", "configured_states", "note_problem", "survey_key_states"]

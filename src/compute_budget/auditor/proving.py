@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from compute_budget.auditor.checkpoints import CheckpointLike, as_checkpoint
+from compute_budget.auditor.key_states import note_problem
 from compute_budget.auditor.report import AuditReport
 from compute_budget.auditor.witness_rules import WitnessPolicy
 from compute_budget.core.leaf import row_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey, with_cosignatures
+from compute_budget.core.log.key_states import KeyStates
 from compute_budget.core.log.merkle import consistency_proof, inclusion_proof, verify_inclusion
 from compute_budget.core.log.note import (
     ParsedNote,
@@ -54,6 +56,7 @@ def prove(
     trusted_keys: Iterable[VerifierKey | str | os.PathLike[str]] = (),
     witness_keys: Iterable[WitnessKey | str | os.PathLike[str]] = (),
     witness_quorum: int | None = None,
+    key_states: KeyStates | None = None,
 ) -> ProofBundle:
     """The proof bundle of the decision `budget_id` in the store at `target` (spec section 8).
 
@@ -66,6 +69,8 @@ def prove(
     newer note planted in the store fails at `verify_proof`. The note carries every stored cosignature of its
     text. Raises `UnknownBudgetId` when no such decision is stored, `ProofError` when the checkpoint does not
     cover the row or is not of this store, `StoreDamaged` when the stored tree does not prove the row against it.
+    `key_states` (issue 31): a note whose signature by a retired or revoked key does not count is passed over when
+    chosen from the store, and refused (`ProofError`) when given.
     """
     given, keys = _given_and_keys(checkpoint, trusted_keys)
     policy = _policy(witness_keys, witness_quorum)
@@ -79,12 +84,8 @@ def prove(
             raise StoreDamaged(f"row {budget_id} has seq {seq!r}, not a positive integer: run `compute-budget audit`")
         origin = snapshot.origin()
         head = snapshot.max_seq()
-        if policy is not None and given is None:
-            note = _witnessed_note_for(snapshot, policy, seq, head, store.location.display, keys)
-        elif keys and given is None:
-            note = _trusted_note_for(snapshot, keys, seq, head, origin, store.location.display)
-        else:
-            note = _note_for(snapshot, given, seq, head, origin, store.location.display)
+        note = _chosen_note(snapshot, given, keys, policy, key_states or KeyStates(), seq, head, origin,
+                            store.location.display)
         note = _with_stored_cosignatures(snapshot, note, policy)
         if policy is not None and policy.kth_newest(_lines(note), parse_note(note)[0])[0] < policy.quorum:
             raise ProofError(f"the given checkpoint carries fewer than {policy.quorum} cosignatures by witness keys")
@@ -104,6 +105,25 @@ def prove(
     if seq != size:
         del values["chain_hash"]  # spec 9.6: the note names only the last leaf's chain hash; any other is uncovered
     return ProofBundle(values, seq - 1, size, tuple(path), note)
+
+
+def _chosen_note(
+    snapshot: Snapshot, given: Checkpoint | None, keys: list[VerifierKey], policy: WitnessPolicy | None,
+    states: KeyStates, seq: int, head: int, origin: str | None, where: str,
+) -> str:
+    """The note a bundle carries before its cosignatures: witnessed, trusted, given or stored (see `prove`); one
+    whose signature by a retired or revoked key does not count is passed over, or refused when given."""
+    if policy is not None and given is None:
+        note = _witnessed_note_for(snapshot, policy, seq, head, where, keys)
+    elif keys and given is None:
+        note = _trusted_note_for(snapshot, keys, seq, head, origin, where,
+                                 lambda text: note_problem(snapshot, text, states, head) is None)
+    else:
+        note = _note_for(snapshot, given, seq, head, origin, where)
+    problem = note_problem(snapshot, note, states, head)
+    if problem is not None:
+        raise ProofError(f"the checkpoint is not used for a receipt: {problem}")
+    return note
 
 
 def _note_for(
@@ -189,7 +209,8 @@ def _witnessed_note_for(
 
 
 def _trusted_note_for(
-    snapshot: Snapshot, keys: list[VerifierKey], seq: int, head: int, origin: str | None, where: str
+    snapshot: Snapshot, keys: list[VerifierKey], seq: int, head: int, origin: str | None, where: str,
+    counts: Callable[[str], bool],
 ) -> str:
     """The newest stored checkpoint of this log covering row `seq` whose signature by one of the writer `keys`
     verifies (spec 9.9, r): a planted newer note, unsigned or signed by another key, is passed over."""
@@ -198,7 +219,7 @@ def _trusted_note_for(
         for stored in snapshot.newest_by_key(key, at_most=head):
             if stored.tree_size < seq or (best is not None and (stored.tree_size, stored.id) <= best[:2]):
                 break
-            if _verifies(stored.note, keys) and _origin_of(stored.note) == origin:
+            if _verifies(stored.note, keys) and _origin_of(stored.note) == origin and counts(stored.note):
                 best = (stored.tree_size, stored.id, stored.note)
                 break
     if best is None:
@@ -248,6 +269,7 @@ def prove_consistency(
     witness_keys: Iterable[WitnessKey | str | os.PathLike[str]] = (),
     witness_quorum: int | None = None,
     auditor_key: VerifierKey | str | os.PathLike[str] | None = None,
+    key_states: KeyStates | None = None,
 ) -> ConsistencyProof:
     """Prove that the store at `target` extends the older checkpoint `old` (a signed note, or a JSON checkpoint
     with origin and root), in O(log n) hashes, and check the proof before returning it.
@@ -256,7 +278,8 @@ def prove_consistency(
     cosignatures by `witness_quorum` of them (default: all), counted from `old` and the store; with `auditor_key`
     (spec 9.9.5), a valid signature by the auditor who cosigned it after a clean audit. Raises
     `NotConsistent` (its `reason`: ``origin``, ``untrusted``, ``truncated`` or ``rewritten``) when the store does
-    not extend it, and `CheckpointError` when `old` cannot be used.
+    not extend it, and `CheckpointError` when `old` cannot be used. `key_states` (issue 31): `old`'s signature by
+    a retired or revoked key that does not count (judged by the store's tree) is ``untrusted``.
     """
     checkpoint = as_checkpoint(old)
     if not checkpoint.has_root:
@@ -264,14 +287,7 @@ def prove_consistency(
     keys = [verifier_key(item) for item in trusted_keys]
     parsed = checkpoint.parsed_note()  # parsed once (when it was read), for every check below
     if keys:
-        if parsed is None or not parsed.signatures:
-            form = "a JSON checkpoint" if checkpoint.note is None else "an unsigned note"
-            raise NotConsistent("untrusted", f"it is {form}, so it carries no signature by a trusted key")
-        verified, failed = trusted_signers(parsed, keys)
-        if failed:
-            raise NotConsistent("untrusted", f"the old checkpoint's signature by {failed[0].name} does not verify")
-        if not verified:
-            raise NotConsistent("untrusted", "the old checkpoint carries no signature by a trusted key")
+        _check_old_signature(checkpoint, parsed, keys)
     if auditor_key is not None:
         _check_auditor_line(checkpoint, parsed, verifier_key(auditor_key))
     body = checkpoint.body()
@@ -287,6 +303,9 @@ def prove_consistency(
         if origin != body.origin:
             raise NotConsistent("origin", f"the old checkpoint is of log {body.origin}, this store is {origin}")
         size = snapshot.max_seq()
+        problem = note_problem(snapshot, checkpoint.note, key_states, size) if key_states and checkpoint.note else None
+        if problem is not None:
+            raise NotConsistent("untrusted", f"the old checkpoint: {problem}")
         reader = snapshot.tree(size)
         root = snapshot.frontier(size).root()
         outcome = extends(body, size=size, root=root, chain_at=snapshot.chain_at, reader=reader)
@@ -300,6 +319,19 @@ def prove_consistency(
     if not proof.verify():
         raise NotConsistent("rewritten", "the consistency proof does not verify")  # pragma: no cover
     return proof
+
+
+def _check_old_signature(checkpoint: Checkpoint, parsed: ParsedNote | None, keys: list[VerifierKey]) -> None:
+    """`NotConsistent` ("untrusted") unless the old checkpoint carries a valid signature by one of `keys` and no
+    failing one."""
+    if parsed is None or not parsed.signatures:
+        form = "a JSON checkpoint" if checkpoint.note is None else "an unsigned note"
+        raise NotConsistent("untrusted", f"it is {form}, so it carries no signature by a trusted key")
+    verified, failed = trusted_signers(parsed, keys)
+    if failed:
+        raise NotConsistent("untrusted", f"the old checkpoint's signature by {failed[0].name} does not verify")
+    if not verified:
+        raise NotConsistent("untrusted", "the old checkpoint carries no signature by a trusted key")
 
 
 def _check_auditor_line(checkpoint: Checkpoint, parsed: ParsedNote | None, auditor: VerifierKey) -> None:

@@ -86,6 +86,7 @@ def verifier_key_command(key_path: str) -> None:
     "the newest stored one covering the row; repeatable. Without it the stored note is used unverified.",
 )
 @witness_role_options
+@key_state_options
 @click.option(
     "--format",
     "output_format",
@@ -101,6 +102,8 @@ def prove_command(
     trusted_keys: tuple[str, ...],
     witness_keys: tuple[str, ...],
     witness_quorum: int | None,
+    retired: tuple[str, ...],
+    revoked: tuple[str, ...],
     output_format: str,
 ) -> None:
     """Print the receipt of decision BUDGET_ID (64 hex digits, or a unique prefix of 8 or more): the row, its
@@ -111,6 +114,7 @@ def prove_command(
     Exit 0 printed; 1 no such decision; 2 cannot run (a checkpoint that does not cover the row, say, or for a
     tlog-proof no signed checkpoint covering it).
     """
+    from compute_budget.auditor.key_states import configured_states
     from compute_budget.auditor.proving import prove
     from compute_budget.auditor.scan import load_checkpoint
     from compute_budget.errors import UnknownBudgetId
@@ -134,7 +138,8 @@ def prove_command(
     try:
         witnesses, quorum = witness_options(witness_keys, witness_quorum)
         bundle = prove(
-            wanted, db, checkpoint=checkpoint, trusted_keys=keys, witness_keys=witnesses, witness_quorum=quorum
+            wanted, db, checkpoint=checkpoint, trusted_keys=keys, witness_keys=witnesses, witness_quorum=quorum,
+            key_states=configured_states(retired, revoked),
         )
     except UnknownBudgetId as unknown:
         say(str(unknown))
@@ -265,6 +270,7 @@ MAX_BUNDLE_BYTES = 256 << 20
     help="Also require OLD to carry a valid signature by this auditor (the verifier key of `audit --cosign`).",
 )
 @witness_role_options
+@key_state_options
 def consistency_command(
     old_path: str,
     db: str | None,
@@ -272,12 +278,15 @@ def consistency_command(
     auditor_key: str | None,
     witness_keys: tuple[str, ...],
     witness_quorum: int | None,
+    retired: tuple[str, ...],
+    revoked: tuple[str, ...],
 ) -> None:
     """Prove that the store extends the older checkpoint OLD (a signed checkpoint, or a JSON checkpoint with a
     root) and print the checked consistency proof (JSON).
 
     Exit 0 the store extends OLD; 1 it does not (another log, untrusted, truncated or rewritten); 2 OLD unusable.
     """
+    from compute_budget.auditor.key_states import configured_states
     from compute_budget.auditor.proving import prove_consistency
     from compute_budget.auditor.scan import load_checkpoint
     from compute_budget.errors import NotConsistent
@@ -290,6 +299,7 @@ def consistency_command(
         proof = prove_consistency(
             old, db, trusted_keys=keys, witness_keys=witnesses, witness_quorum=quorum,
             auditor_key=verifier_key(auditor_key) if auditor_key is not None else None,
+            key_states=configured_states(retired, revoked),
         )
     except NotConsistent as failed:
         if failed.reason == "untrusted":  # not a verdict on the store: the old checkpoint is not the one asked for
