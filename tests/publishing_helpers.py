@@ -74,7 +74,8 @@ def assert_valid_publication(
     checkpoint = Checkpoint.from_note((Path(folder) / "checkpoint").read_text(encoding="utf-8"))
     assert checkpoint.note is not None
     verified, failed = trusted_signers(checkpoint.note, keys)
-    assert verified and not failed
+    assert verified
+    assert not failed
     if size is not None:
         assert checkpoint.seq == size
     assert checkpoint.root == MemoryTree.from_leaves(entries[: checkpoint.seq]).root()
@@ -83,8 +84,8 @@ def assert_valid_publication(
         if path in files:
             assert files[path] == data, path
             continue
-        full = path.split(".p/")[0]
-        assert ".p/" in path and full in files, f"{path} is missing"
+        assert ".p/" in path, f"{path} is missing"
+        assert path.split(".p/")[0] in files, f"{path} is missing, and so is the full tile at its position"
     return checkpoint
 
 

@@ -42,7 +42,8 @@ def test_a_first_publish_is_the_trees_tiles_and_bundles(store_target: str, tmp_p
     record_signed(store_target, WRITER, 600)
     folder = tmp_path / "log"
     outcome = published(store_target, folder, WRITER)
-    assert outcome.published and (outcome.previous, outcome.size) == (0, 600)
+    assert outcome.published
+    assert (outcome.previous, outcome.size) == (0, 600)
     entries = leaf_inputs(store_target, 600)
     assert_valid_publication(folder, entries, [WRITER.verifier()], size=600)
     assert sorted(published_files(folder)) == sorted([
@@ -78,7 +79,9 @@ def test_a_publish_with_nothing_new_writes_nothing(store_target: str, tmp_path: 
     published(store_target, folder, WRITER)
     before = published_files(folder)
     again = published(store_target, folder, WRITER)
-    assert again.published and again.written == () and again.size == 10
+    assert again.published
+    assert again.written == ()
+    assert again.size == 10
     assert published_files(folder) == before
 
 
@@ -90,7 +93,8 @@ def test_rows_after_the_newest_trusted_checkpoint_are_not_published(store_target
         store.record_many([f'{{"decision_id": "unsigned-{index}"}}' for index in range(3)])
     folder = tmp_path / "log"
     outcome = published(store_target, folder, WRITER)
-    assert outcome.published and outcome.size == 20
+    assert outcome.published
+    assert outcome.size == 20
     assert_valid_publication(folder, leaf_inputs(store_target, 20), [WRITER.verifier()], size=20)
 
 
@@ -112,8 +116,10 @@ def test_a_finding_in_the_new_rows_stops_the_publish(store_target: str, tmp_path
     tamper(store_target, "UPDATE compute_budget_decisions SET max_steps = max_steps + 1 WHERE seq = 305")
     before = published_files(folder)
     outcome = published(store_target, folder, WRITER)
-    assert not outcome.published and outcome.report is not None
-    assert outcome.report.since is not None and outcome.report.since.seq == 300  # DIR's checkpoint was --since
+    assert not outcome.published
+    assert outcome.report is not None
+    assert outcome.report.since is not None
+    assert outcome.report.since.seq == 300
     assert 305 in {finding.seq for finding in outcome.report.findings}
     assert published_files(folder) == before
 
@@ -122,7 +128,8 @@ def test_a_first_publish_audits_every_row(store_target: str, tmp_path: Path) -> 
     record_signed(store_target, WRITER, 50)
     tamper(store_target, "UPDATE compute_budget_decisions SET max_steps = max_steps + 1 WHERE seq = 7")
     outcome = published(store_target, tmp_path / "log", WRITER)
-    assert outcome.report is not None and 7 in outcome.report.affected_rows
+    assert outcome.report is not None
+    assert 7 in outcome.report.affected_rows
     assert published_files(tmp_path / "log") == {}
 
 
@@ -140,7 +147,8 @@ def test_a_forged_dir_checkpoint_is_bad_signature(store_target: str, tmp_path: P
         (folder / "checkpoint").write_text(replacement)
         before = published_files(folder)
         outcome = published(store_target, folder, WRITER)
-        assert outcome.refusal is not None and outcome.refusal.kind == FindingKind.BAD_SIGNATURE.value
+        assert outcome.refusal is not None
+        assert outcome.refusal.kind == FindingKind.BAD_SIGNATURE.value
         assert published_files(folder) == before
 
 
@@ -155,7 +163,8 @@ def test_an_edited_published_file_is_published_mismatch(store_target: str, tmp_p
     planted.write_bytes(b"\x00" * 8192)
     before = published_files(folder)
     outcome = published(store_target, folder, WRITER)
-    assert outcome.refusal is not None and outcome.refusal.kind == "published_mismatch"
+    assert outcome.refusal is not None
+    assert outcome.refusal.kind == "published_mismatch"
     assert "tile/0/001" in outcome.refusal.detail
     assert published_files(folder) == before
     assert not [path for path in folder.rglob(".*") if path.name != ".publish.lock"]  # no staged file left
@@ -256,7 +265,8 @@ def test_a_rolled_back_dir_checkpoint_is_brought_forward(store_target: str, tmp_
     tile = _stat(folder, "tile/0/001")
     (folder / "checkpoint").write_text(older)
     outcome = published(store_target, folder, WRITER)
-    assert outcome.published and (outcome.previous, outcome.size) == (300, 600)
+    assert outcome.published
+    assert (outcome.previous, outcome.size) == (300, 600)
     assert _stat(folder, "tile/0/001") == tile
     assert_valid_publication(folder, leaf_inputs(store_target, 600), [WRITER.verifier()], size=600)
 
@@ -273,5 +283,6 @@ def test_a_store_behind_dir_is_never_published_over_it(tmp_path: Path) -> None:
     published(store, folder, WRITER)
     before = published_files(folder)
     outcome = published(str(tmp_path / "backup.db"), folder, WRITER)
-    assert outcome.refusal is not None and outcome.refusal.kind == FindingKind.CHECKPOINT_MISMATCH.value
+    assert outcome.refusal is not None
+    assert outcome.refusal.kind == FindingKind.CHECKPOINT_MISMATCH.value
     assert published_files(folder) == before
