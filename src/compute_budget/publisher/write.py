@@ -9,6 +9,7 @@ planted while the publish runs. DIR itself may be a link (a served folder often 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import os
@@ -100,12 +101,12 @@ class PublicationFolder:
         self._staged.append(_Staged(parent, temporary, parts[-1]))
         with os.fdopen(descriptor, "wb") as stream:
             stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
         self.written.append(relative)
 
     def commit(self) -> None:
-        """Rename every staged file into place, in the order staged, then make the renames durable."""
+        """Make every staged file durable, rename each into place in the order staged, then make the renames
+        durable: a power cut never leaves a renamed file without its bytes."""
+        _sync_filesystem(self._root)
         touched: dict[int, None] = {}
         while self._staged:
             staged = self._staged[0]
@@ -186,6 +187,18 @@ class PublicationFolder:
             f"{clip(os.path.join(self.path, relative), 200)} {why}: publish writes only real files and folders "
             "inside DIR and follows no symbolic link there; nothing was written"
         )
+
+
+def _sync_filesystem(descriptor: int) -> None:
+    """Flush the filesystem holding `descriptor` to disk: one syncfs(2) for every staged file (an fsync each costs
+    milliseconds, a whole first publish thousands of them); sync(2) where syncfs is not available."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.syncfs(descriptor) == 0:
+            return
+    except (OSError, AttributeError):
+        pass
+    os.sync()
 
 
 def _why(error: OSError, name: str, parent: int) -> str:
