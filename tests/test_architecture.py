@@ -59,6 +59,8 @@ def test_the_layers_and_the_pure_core_hold() -> None:
         ("witness/state.py", "import compute_budget.core.policy.rules", "The witness keeps its own state"),
         ("witness/app.py", "import compute_budget.web.app", "Layers"),
         ("web/queries.py", "import compute_budget.witness.state", "Layers"),
+        ("auditor/scan.py", "import compute_budget.publisher.run", "Layers"),
+        ("publisher/run.py", "import compute_budget.serving", "Layers"),
     ],
 )
 def test_a_forbidden_import_breaks_a_contract(tmp_path: Path, module: str, line: str, contract: str) -> None:
