@@ -20,9 +20,12 @@ from tests.backends import rows
 from tests.conftest import gate_lines
 
 
-def record_signed(target: str | os.PathLike[str], key: SignerKey, count: int, *, prefix: str = "gate") -> int:
-    """Record `count` new gates into the store at `target`, signed by `key` (one signed checkpoint); the new size."""
-    with BudgetStore.open(target, signing_key=key) as store:
+def record_signed(
+    target: str | os.PathLike[str], key: SignerKey, count: int, *, prefix: str = "gate", origin: str | None = None
+) -> int:
+    """Record `count` new gates into the store at `target` (of log `origin`, when new), signed by `key` (one signed
+    checkpoint); the new size."""
+    with BudgetStore.open(target, signing_key=key, origin=origin) as store:
         store.record_many(gate_lines(count, prefix=prefix))
         return store.head().seq
 

@@ -286,3 +286,22 @@ def test_a_store_behind_dir_is_never_published_over_it(tmp_path: Path) -> None:
     assert outcome.refusal is not None
     assert outcome.refusal.kind == FindingKind.CHECKPOINT_MISMATCH.value
     assert published_files(folder) == before
+
+
+def test_another_stores_publication_signed_by_the_same_key_is_not_published_over(
+    store_target: str, tmp_path: Path
+) -> None:
+    """DIR holds log A's publication; publishing log B (another origin, the same writer key) into it stops at the
+    audit of B against A's checkpoint (another log: checkpoint_mismatch), and nothing is written."""
+    record_signed(store_target, WRITER, 300, origin="example.org/a")
+    other = str(tmp_path / "b.db")
+    record_signed(other, WRITER, 600, origin="example.org/b")
+    folder = tmp_path / "log"
+    published(store_target, folder, WRITER)
+    before = published_files(folder)
+    outcome = published(other, folder, WRITER)
+    assert outcome.report is not None
+    kinds = {finding.kind for finding in outcome.report.findings}
+    assert FindingKind.CHECKPOINT_MISMATCH in kinds
+    assert any("example.org/a" in finding.detail for finding in outcome.report.findings)
+    assert published_files(folder) == before
