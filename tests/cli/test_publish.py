@@ -190,7 +190,7 @@ def test_the_publishing_recipe_runs_as_documented(tmp_path: Path) -> None:
     """docs/operations.md's recipe as it stands (keygen, record, publish twice: the second, as the cron line's runs,
     finds nothing new), then DIR served with the `python -m http.server` command the docs give: the checkpoint and a
     full tile come back over HTTP, and the cron line is the command the recipe ran."""
-    from tests.test_readme import commands, fenced, shell
+    from tests.e2e.test_docs import commands, fenced, shell
 
     block = fenced("sh", "Publishing the log", doc="docs/operations.md")[0]
     (tmp_path / "gates.jsonl").write_text("\n".join(gate_lines(300)) + "\n")
