@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 
 from compute_budget import BudgetStore
+from compute_budget.core.log.merkle import MemoryTree, consistency_proof, inclusion_proof
 from compute_budget.core.log.note import sign_note
+from compute_budget.core.log.tile_reader import TileNodeReader
+from compute_budget.core.log.tiles import Tile, parse_tile_path
 from compute_budget.core.verify import FindingKind
 from compute_budget.publisher import write
 from compute_budget.publisher.errors import EntryTooLong, NothingToPublish, PublishBusy, PublishFolderRefused
@@ -305,3 +308,34 @@ def test_another_stores_publication_signed_by_the_same_key_is_not_published_over
     assert FindingKind.CHECKPOINT_MISMATCH in kinds
     assert any("example.org/a" in finding.detail for finding in outcome.report.findings)
     assert published_files(folder) == before
+
+
+class _Folder:
+    """A `TileSource` over a published folder: `[tile]` is the file at its path (KeyError when there is none)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def __getitem__(self, tile: Tile) -> bytes:
+        path = self.folder / tile.path
+        if not path.is_file():
+            raise KeyError(tile.path)
+        return path.read_bytes()
+
+
+def test_the_cores_tile_reader_proves_from_the_publication(store_target: str, tmp_path: Path) -> None:
+    """The core's `TileNodeReader` (Go's TileHashReader), given only DIR's files and the published checkpoint, checks
+    every tile it reads against the root and gives the same inclusion and consistency proofs as a MemoryTree of the
+    rows: after two incremental publishes and the partial tiles they superseded were removed."""
+    folder = tmp_path / "log"
+    for count, prefix in ((300, "a"), (300, "b"), (70, "c")):
+        record_signed(store_target, WRITER, count, prefix=prefix)
+        published(store_target, folder, WRITER)
+    checkpoint = assert_valid_publication(folder, leaf_inputs(store_target, 670), [WRITER.verifier()], size=670)
+    assert checkpoint.root is not None
+    reader = TileNodeReader(670, checkpoint.root, _Folder(folder))
+    tree = MemoryTree.from_leaves(leaf_inputs(store_target, 670))
+    for index in (0, 255, 256, 599, 669):
+        assert inclusion_proof(reader, index, 670) == inclusion_proof(tree, index, 670)
+    assert consistency_proof(reader, 300, 670) == consistency_proof(tree, 300, 670)
+    assert all(parse_tile_path(tile.path) == tile for tile in reader.tiles_read)
