@@ -10,7 +10,7 @@ interpreter, which also reports its peak resident set, VmHWM):
    17 leaf columns and one SHA-256 per row, and the level-0 tile and entry bundle of every 256 rows written to
    files (no audit, no upper tiles, no staging or renames): what writing a publication costs at the least;
 3. an incremental publish of NEW (default 1,000) rows recorded after the first publish, on the SMALL and on the
-   N-row store (best of three rounds, each NEW more rows): rule 5 says its cost follows the new rows, not the
+   N-row store (best of five rounds, each NEW more rows): rule 5 says its cost follows the new rows, not the
    store, so the two should be about equal;
 4. (left for `bench_audit_tiles.py`'s helper) `audit --tiles` of the published folder as a ratio to `audit --db`:
    see `audit_tiles_line` below.
@@ -49,7 +49,7 @@ LEAF_COLUMNS = (
 KEY = SignerKey.from_seed("bench.example/writer", bytes(range(32)))
 GOAL_FIRST = 1.5
 GOAL_FLAT = 1.5
-INCREMENTAL_ROUNDS = 3
+INCREMENTAL_ROUNDS = 5
 
 # Runs in a fresh interpreter: one audit or one publish alone, then its own peak resident set.
 _CHILD = """
@@ -184,7 +184,10 @@ def main() -> None:
     arguments = parser.parse_args()
     work = arguments.keep or Path(tempfile.mkdtemp(prefix="bench-publish-"))
     work.mkdir(parents=True, exist_ok=True)
-    os.environ["COMPUTE_BUDGET_WRITER_STATE"] = str(work / "writer.state")
+    # A writer state of this run only: a kept store is restored to its first size each run, and the writer's state
+    # of an earlier run (which signed more rows) would rightly refuse it as truncated.
+    state = work / f"writer-{os.getpid()}.state"
+    os.environ["COMPUTE_BUDGET_WRITER_STATE"] = str(state)
     try:
         results = {}
         for rows in (arguments.small, arguments.count):
@@ -201,6 +204,7 @@ def main() -> None:
             results[rows] = measure(db, rows, arguments.new, work)
         report(arguments.count, arguments.small, arguments.new, results[arguments.count], results[arguments.small])
     finally:
+        state.unlink(missing_ok=True)
         if arguments.keep is None:
             shutil.rmtree(work, ignore_errors=True)
 
