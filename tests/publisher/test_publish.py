@@ -339,3 +339,15 @@ def test_the_cores_tile_reader_proves_from_the_publication(store_target: str, tm
         assert inclusion_proof(reader, index, 670) == inclusion_proof(tree, index, 670)
     assert consistency_proof(reader, 300, 670) == consistency_proof(tree, 300, 670)
     assert all(parse_tile_path(tile.path) == tile for tile in reader.tiles_read)
+
+
+def test_dir_must_be_a_folder_whose_parent_exists(tmp_path: Path) -> None:
+    """DIR is made when missing, but only DIR: a missing parent or a file in DIR's place is one clear error."""
+    store = str(tmp_path / "store.db")
+    record_signed(store, WRITER, 3)
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(PublishFolderRefused, match="cannot be used as DIR: not a folder"):
+        published(store, tmp_path / "a-file", WRITER)
+    with pytest.raises(PublishFolderRefused, match="cannot make the folder"):
+        published(store, tmp_path / "missing" / "log", WRITER)
+    assert not (tmp_path / "missing").exists()
