@@ -178,9 +178,11 @@ SHELL_BLOCKS_RUN = {
     ("docs/cli.md", "Common to every command"): 1,
     ("docs/incident.md", "After a repair: `migrate` restored the guard"): 2,
     ("docs/incident.md", "Salvage: `copy --through`"): 1,
+    ("docs/incident.md", "A writer key leaked"): 2,  # tests/e2e/test_key_runbooks.py
     ("docs/operations.md", "Nightly audit"): 1, ("docs/operations.md", "PostgreSQL"): 2,
     ("docs/operations.md", "Keys and witnesses"): 2, ("docs/operations.md", "Witnessing"): 1,
     ("docs/operations.md", "Publishing the log"): 1,  # tests/cli/test_publish.py
+    ("docs/operations.md", "Rotating a writer key"): 1,  # tests/e2e/test_key_runbooks.py
     ("docs/upgrading.md", "0003: the seal (spec section 8)"): 1,
 }
 

@@ -1,0 +1,60 @@
+"""The key rotation recipe (docs/operations.md, "Rotating a writer key") and the leaked-key runbook
+(docs/incident.md, "A writer key leaked") run as they stand (issue 31, items 1 and 2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import gate_lines
+from tests.e2e.test_docs import OPERATIONS, fenced, shell, with_examples
+
+
+def run(command: str, folder: Path) -> str:
+    done = shell(command, folder)
+    assert done.returncode == 0, (command, done.stderr)
+    return done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_the_rotation_recipe_runs(tmp_path: Path) -> None:
+    """The old key records the examples, hands the log over, the new key records more; the audit with
+    `--retired` is clean and a receipt proven after the rotation verifies with both keys."""
+    (block,) = fenced("sh", "Rotating a writer key", doc=OPERATIONS)
+    folder = with_examples(tmp_path)
+    (folder / "more.jsonl").write_text("\n".join(gate_lines(2, prefix="more")) + "\n")
+    run("compute-budget keygen writer > writer.pub && compute-budget record examples/gates.jsonl --db store.db "
+        "--signing-key writer.key", folder)
+    out = run(block, folder)
+    assert "CLEAN" in out
+    assert "valid: budget_id 1640737b" in out
+    assert "handed" in out
+    # The old key's writer now refuses: the handover retired it.
+    refused = shell("compute-budget record more.jsonl --db store.db --signing-key writer.key", folder)
+    assert refused.returncode == 2
+    assert "handover" in refused.stderr
+
+
+@pytest.mark.slow
+def test_the_leaked_key_runbook_runs_as_written(tmp_path: Path) -> None:
+    """Rows 1..3 witnessed, then two rows signed with the stolen key: the revoked audit names them, they are
+    reviewed, rows 1..3 are salvaged into a new origin, the reviewed gates re-recorded with the new key, and the
+    new log audits clean."""
+    blocks = fenced("sh", "A writer key leaked", doc="docs/incident.md")
+    assert len(blocks) == 2
+    (tmp_path / "gates.jsonl").write_text("\n".join(gate_lines(3)) + "\n")
+    (tmp_path / "stolen.jsonl").write_text("\n".join(gate_lines(2, prefix="stolen")) + "\n")
+    run("compute-budget keygen writer > writer.pub && compute-budget keygen auditor > auditor.pub"
+        " && compute-budget record gates.jsonl --db store.db --signing-key writer.key"
+        " && compute-budget audit --db store.db --trusted-key \"$(cat writer.pub)\" --save-checkpoint witnessed.note"
+        " --cosign auditor.key"
+        " && compute-budget record stolen.jsonl --db store.db --signing-key writer.key", tmp_path)
+    assert (tmp_path / "witnessed.note").read_text().split("\n")[1] == "3"
+    out = run("\n".join(blocks), tmp_path)
+    report = (tmp_path / "leak-audit.txt").read_text()
+    assert "unattested_rows" in report
+    assert "revoked at 3" in report
+    assert len((tmp_path / "after-leak.jsonl").read_text().splitlines()) == 2
+    assert "adopted 3 rows (seq 1..3)" in out
+    assert "CLEAN" in out
