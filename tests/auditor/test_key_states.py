@@ -187,3 +187,13 @@ def test_consistency_calls_an_old_note_the_revocation_does_not_count_untrusted(l
     assert status == 1
     assert "untrusted" in err
     assert "revoked at 3" in err
+
+
+def test_publish_passes_over_a_note_the_revocation_does_not_count(leak: Leak) -> None:
+    status, out, err = leak.run("publish", str(leak.folder / "pub"), "--db", leak.target, "--trusted-key", leak.key,
+                                "--revoked", leak.revoked)
+    assert status == 0, (out, err)
+    assert (leak.folder / "pub" / "checkpoint").read_text().split("\n")[1] == "3"
+    status, out, err = leak.run("publish", str(leak.folder / "all"), "--db", leak.target, "--trusted-key", leak.key)
+    assert status == 0, (out, err)
+    assert (leak.folder / "all" / "checkpoint").read_text().split("\n")[1] == "5"

@@ -8,6 +8,7 @@ import click
 
 from compute_budget.cli.app import say
 from compute_budget.cli.commands import cli, db_option, witness_role_options
+from compute_budget.cli.key_options import key_state_options
 
 if TYPE_CHECKING:
     from compute_budget.publisher.run import PublishOutcome
@@ -22,9 +23,10 @@ if TYPE_CHECKING:
     "stored one it signed, and DIR/checkpoint must verify under it; repeatable.",
 )
 @witness_role_options
+@key_state_options
 def publish_command(
     folder: str, db: str | None, trusted_keys: tuple[str, ...], witness_keys: tuple[str, ...],
-    witness_quorum: int | None,
+    witness_quorum: int | None, retired: tuple[str, ...], revoked: tuple[str, ...],
 ) -> None:
     """Publish the newest trusted checkpoint and every tile and entry bundle of its tree into DIR, for any
     static web server: exit 0 published (or already current), 1 findings (nothing written), 2 cannot run.
@@ -32,12 +34,14 @@ def publish_command(
     Incremental (only the rows since DIR's checkpoint are read, audited as `audit --since` would, and written),
     atomic (DIR/checkpoint is renamed into place last) and immutable (a full tile in DIR is never rewritten).
     """
+    from compute_budget.auditor.key_states import configured_states
     from compute_budget.publisher import PublishRequest, publish
 
     if witness_quorum is not None and not witness_keys:
         raise click.BadParameter("a witness quorum needs --witness-key", param_hint="--witness-quorum")
     outcome = publish(PublishRequest(
         folder, db, trusted_keys=trusted_keys, witness_keys=witness_keys, witness_quorum=witness_quorum,
+        key_states=configured_states(retired, revoked),
     ))
     if not outcome.published:
         _refused(outcome)

@@ -8,11 +8,13 @@ another key, is passed over, and a line the publisher cannot verify never reache
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from compute_budget.auditor.key_states import note_problem
 from compute_budget.auditor.witness_rules import WitnessPolicy
 from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.key_states import KeyStates
 from compute_budget.core.log.note import Signature, VerifierKey, parse_note
 from compute_budget.core.seal_checks import trusted_signers
 from compute_budget.errors import CheckpointError, NoteError
@@ -35,10 +37,18 @@ class Chosen:
         return self.checkpoint.seq
 
 
-def choose(snapshot: Snapshot, keys: Sequence[VerifierKey], policy: WitnessPolicy | None) -> Chosen:
-    """The checkpoint to publish (see the module docstring); `NothingToPublish` when there is none."""
-    origin = snapshot.origin()
-    found = _witnessed(snapshot, keys, policy, origin) if policy is not None else _newest_signed(snapshot, keys, origin)
+def choose(
+    snapshot: Snapshot, keys: Sequence[VerifierKey], policy: WitnessPolicy | None, states: KeyStates | None = None
+) -> Chosen:
+    """The checkpoint to publish (see the module docstring); `NothingToPublish` when there is none. With `states`
+    (`--retired`, `--revoked`: issue 31), a note whose signature by such a key does not count is passed over."""
+    origin, limited, size = snapshot.origin(), states or KeyStates(), snapshot.max_seq()
+
+    def counts(note: str) -> bool:
+        return note_problem(snapshot, note, limited, size) is None
+
+    found = (_witnessed(snapshot, keys, policy, origin, counts) if policy is not None
+             else _newest_signed(snapshot, keys, origin, counts))
     if found is None:
         quorum = f" carrying {policy.quorum} valid cosignature(s) by the --witness-key keys" if policy else ""
         raise NothingToPublish(
@@ -53,21 +63,24 @@ def choose(snapshot: Snapshot, keys: Sequence[VerifierKey], policy: WitnessPolic
     return Chosen(Checkpoint.from_note(note, source="the checkpoint to publish"), note)
 
 
-def _newest_signed(snapshot: Snapshot, keys: Sequence[VerifierKey], origin: str | None) -> str | None:
+def _newest_signed(
+    snapshot: Snapshot, keys: Sequence[VerifierKey], origin: str | None, counts: Callable[[str], bool]
+) -> str | None:
     """The newest stored note of this log whose signature by one of `keys` verifies."""
     best: tuple[int, int, str] | None = None  # (tree size, id, note)
     for key in keys:
         for tried, stored in enumerate(snapshot.newest_by_key(key)):
             if tried >= MAX_CANDIDATES_PER_KEY or (best is not None and (stored.tree_size, stored.id) <= best[:2]):
                 break
-            if _signed(stored.note, keys, origin):
+            if _signed(stored.note, keys, origin) and counts(stored.note):
                 best = (stored.tree_size, stored.id, stored.note)
                 break
     return best[2] if best is not None else None
 
 
 def _witnessed(
-    snapshot: Snapshot, keys: Sequence[VerifierKey], policy: WitnessPolicy, origin: str | None
+    snapshot: Snapshot, keys: Sequence[VerifierKey], policy: WitnessPolicy, origin: str | None,
+    counts: Callable[[str], bool],
 ) -> str | None:
     """The newest stored note of this log signed by a trusted key whose text K witnesses validly cosigned (the
     cosignatures counted from the note's own lines and the store's)."""
@@ -78,6 +91,8 @@ def _witnessed(
         seen.add((size, text))
         for stored in snapshot.checkpoints_at(size):
             if not stored.note.startswith(text + "\n") or not _signed(stored.note, keys, origin):
+                continue
+            if not counts(stored.note):
                 continue
             lines = [line.line() for line in parse_note(stored.note)[1]] + snapshot.cosignatures_of(text, size)
             if policy.kth_newest(lines, text)[0] >= policy.quorum:

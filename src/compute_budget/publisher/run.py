@@ -22,6 +22,7 @@ from compute_budget.auditor.request import AuditRequest
 from compute_budget.auditor.witness_rules import DEFAULT_MAX_WITNESS_AGE
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey
+from compute_budget.core.log.key_states import KeyStates
 from compute_budget.core.log.note import VerifierKey
 from compute_budget.errors import ArgumentTypeError, StoreDamaged
 from compute_budget.keys.key_files import verifier_key
@@ -50,6 +51,7 @@ class PublishRequest:
     witness_keys: tuple[WitnessKey | str | os.PathLike[str], ...] = ()
     witness_quorum: int | None = None
     jobs: int | Literal["auto"] = "auto"
+    key_states: KeyStates = field(default_factory=KeyStates)  # --retired / --revoked: which signatures count
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +92,7 @@ def publish(request: PublishRequest) -> PublishOutcome:
             return PublishOutcome(request.folder, 0, 0, refusal=published)
         old = published.seq if published is not None else 0
         with BudgetStore.open(request.db, readonly=True) as store, store.snapshot() as snapshot:
-            chosen = choose(snapshot, keys, policy)
+            chosen = choose(snapshot, keys, policy, request.key_states)
         stopped = _checked(request, folder, published, chosen, keys)
         if stopped is not None:
             return stopped
@@ -119,7 +121,7 @@ def _checked(
             return PublishOutcome(request.folder, old, old, refusal=refusal)
     report = audit_new_rows(AuditRequest(
         request.db, since=published, through=chosen.size, trusted_keys=tuple(keys), jobs=request.jobs,
-        witness_keys=request.witness_keys, witness_quorum=request.witness_quorum,
+        witness_keys=request.witness_keys, witness_quorum=request.witness_quorum, key_states=request.key_states,
     ), chosen.size)
     return PublishOutcome(request.folder, old, old, report=report) if report is not None else None
 
