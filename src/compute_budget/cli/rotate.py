@@ -33,7 +33,7 @@ def rotate_command(
     from compute_budget.keys.key_files import load_signer_key
     from compute_budget.store import BudgetStore
 
-    old = load_signer_key(signing_key)
+    old, new = load_signer_key(signing_key), load_signer_key(new_key)
     state = configured_states(retired, revoked).of_key(old.verifier())
     if state.status.value != "active":
         raise KeyRetired(f"refusing to rotate from {state.label()}: it is {state.words()} (--{state.status.value})")
@@ -43,7 +43,6 @@ def rotate_command(
     ) as store:
         rotated = store.rotate(new_key, new_writer_state=new_writer_state)
     root = base64.b64encode(rotated.root).decode("ascii")
-    new = rotated.note.rstrip("\n").rsplit("\n", 1)[-1].split(" ")[1]
-    say(f"handed {rotated.origin} over at size {rotated.head.seq} (root {root}) from {old.name} to {new}; "
-        f"audit with --retired <OLD verifier key>@{rotated.head.seq} and trust the new key")
+    say(f"handed {rotated.origin} over at size {rotated.head.seq} (root {root}) from {old.name} to {new.name}: "
+        f"audit with --trusted-key NEW_VERIFIER_KEY and --retired OLD_VERIFIER_KEY@{rotated.head.seq}")
     click.echo(rotated.note, nl=False)
