@@ -11,6 +11,7 @@ import contextlib
 import click
 
 from compute_budget.cli.commands import witness_role_options
+from compute_budget.cli.key_options import key_state_options
 
 # The packages the workbench extra brings; a missing one means the extra is not installed.
 WORKBENCH_PACKAGES = frozenset({"starlette", "jinja2", "uvicorn", "markupsafe", "anyio", "h11", "click"})
@@ -60,6 +61,7 @@ def _say(message: str) -> None:
     "green only when it embeds a checkpoint note signed by this key that the store's rows still give.",
 )
 @witness_role_options
+@key_state_options
 def serve_command(
     db: str | None,
     host: str,
@@ -70,6 +72,8 @@ def serve_command(
     auditor_key: str | None,
     witness_keys: tuple[str, ...],
     witness_quorum: int | None,
+    retired: tuple[str, ...],
+    revoked: tuple[str, ...],
 ) -> int:
     """Serve the read-only workbench: browse decisions, see why each was decided, run the replay audit.
 
@@ -84,6 +88,9 @@ def serve_command(
         _say("serve needs the workbench extra: pip install 'compute-budget[workbench]'")
         return 2
     _check_keys(trusted_keys, witness_keys, witness_quorum, auditor_key)
+    from compute_budget.auditor.key_states import configured_states
+
+    states = configured_states(retired, revoked)
     if not is_loopback(host) and not allow_hosts:
         raise click.BadParameter(
             f"serving on {host}, not a loopback address: name the Host the browsers use with --allow-host NAME "
@@ -97,7 +104,8 @@ def serve_command(
         )
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn shuts down cleanly, then re-raises it
         serve(db, host=host, port=port, trusted_keys=trusted_keys, allow_hosts=allow_hosts, audit_report=audit_report,
-              witness_keys=witness_keys, witness_quorum=witness_quorum, auditor_key=auditor_key, say=_say)
+              witness_keys=witness_keys, witness_quorum=witness_quorum, auditor_key=auditor_key, say=_say,
+              key_states=states)
     _say("workbench stopped")
     return 0
 

@@ -26,6 +26,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.key_states import KeyStates
 from compute_budget.core.policy.types import ComputeBudgetStatus
 from compute_budget.errors import ComputeBudgetError
 from compute_budget.serving import ClientGone, allowed_hosts, answer_client_gone, read_body
@@ -47,6 +48,7 @@ class Workbench:
     def __init__(
         self, target: str, trusted_keys: Sequence[str], audit_report: str | None = None, *,
         witness_keys: Sequence[str] = (), witness_quorum: int | None = None, auditor_key: str | None = None,
+        key_states: KeyStates | None = None,
     ) -> None:
         from compute_budget.keys.key_files import verifier_key
 
@@ -56,6 +58,7 @@ class Workbench:
         self.store = BudgetStore.open(target, readonly=True)
         self.display = self.store.location.display
         self.trusted_keys = tuple(trusted_keys)
+        self.key_states = key_states  # issue 31: each key's state on the checkpoints page
         self.counts = charts.CountCache()
         self.audits = AuditRunner(target, AuditKeys(self.trusted_keys, tuple(witness_keys), witness_quorum))
         self.guard = verdicts.GuardWatch(self.store)
@@ -272,7 +275,7 @@ class Workbench:
 
     def _checkpoints(self) -> checkpoints.Checkpoints:
         return checkpoints.checkpoints(self.store, self.trusted_keys, self.audit_report, self._checked(),
-                                       self._withheld())
+                                       self._withheld(), self.key_states)
 
     def checkpoints(self, request: Request) -> Response:
         found = self._checkpoints()
@@ -369,14 +372,16 @@ def create_app(
     witness_keys: Sequence[str] = (),
     witness_quorum: int | None = None,
     auditor_key: str | None = None,
+    key_states: KeyStates | None = None,
 ) -> Guard:
     """The workbench over the store at `target` (opened read-only now: a missing or unusable store raises
     here, before any server starts). `allowed_hosts`: the Host names to answer (None: any). `audit_report`: a
     JSON audit report (the nightly job's) whose verdict every page shows in a banner, green only when the report
     embeds a checkpoint note signed by `auditor_key` that this store's rows still give. `trusted_keys`,
-    `witness_keys` and `witness_quorum` go to the workbench's audit, as `audit` takes them."""
+    `witness_keys` and `witness_quorum` go to the workbench's audit, as `audit` takes them. `key_states`
+    (`--retired`, `--revoked`): each trusted key's state on the checkpoints page."""
     bench = Workbench(target, trusted_keys, audit_report, witness_keys=witness_keys, witness_quorum=witness_quorum,
-                      auditor_key=auditor_key)
+                      auditor_key=auditor_key, key_states=key_states)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

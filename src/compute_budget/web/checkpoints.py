@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from compute_budget.auditor.key_states import note_problem
 from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.key_states import KeyStates
 from compute_budget.core.log.note import VerifierKey, parse_note, verify_note
 from compute_budget.errors import ComputeBudgetError, NoteError, StoreDamaged
 from compute_budget.keys.key_files import verifier_key
@@ -32,21 +34,23 @@ class TrustedKey:
     key_hash: str | None
     problem: str | None
     verifier: VerifierKey | None = None
+    state: str = "active"  # issue 31: active, retired at N, revoked at N (`serve --retired/--revoked`)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form (the key as given, as read, and why it cannot be used)."""
+        """The JSON form (the key as given, as read, why it cannot be used, and its state)."""
         return {"given": self.given, "key": self.key, "name": self.name, "key_hash": self.key_hash,
-                "problem": self.problem}
+                "problem": self.problem, "state": self.state}
 
 
-def trusted_key(given: str) -> TrustedKey:
+def trusted_key(given: str, states: KeyStates | None = None) -> TrustedKey:
     """Read a `--trusted-key` value as the audit does (key text first, else a file holding one) and name its
-    signer; never raises: a key that cannot be used says why."""
+    signer and its state in `states`; never raises: a key that cannot be used says why."""
     try:
         key = verifier_key(given)
     except ComputeBudgetError as error:
         return TrustedKey(given, None, None, None, f"not a verifier key (name+keyhash+base64): {error}")
-    return TrustedKey(given, key.format(), key.name, f"{key.key_hash:08x}", None, key)
+    state = (states or KeyStates()).of_key(key).words()
+    return TrustedKey(given, key.format(), key.name, f"{key.key_hash:08x}", None, key, state)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,18 +84,27 @@ def checkpoints(
     audit_report: str | None = None,
     checked: Checked | None = None,
     withheld: str | None = None,
+    states: KeyStates | None = None,
 ) -> Checkpoints:
     """The checkpoints page's content (a head that cannot be read is said, not a failed page). With the last
     audit's report, a checkpoint whose size it found mismatched says so beside its signature: a valid signature
     says who signed, not that the rows still match. `checked`: (through seq, mismatched sizes, which audit) of the
     last audit this server ran from seq 0, which says for each checkpoint it covered whether its root matches.
     `withheld`: why the head's checkpoint must not be kept now (a broken guard, a row that does not hold): then
-    none is offered."""
-    trusted = [trusted_key(key) for key in keys]
+    none is offered. `states` (issue 31): each key's state, and a signature of a retired or revoked key that does
+    not count says so."""
+    trusted = [trusted_key(key, states) for key in keys]
     verifiers = [key.verifier for key in trusted if key.verifier is not None]
-    signed = SignedCheckpoints(
-        store.signed_checkpoint_table(), _signed_items(store, verifiers, mismatched_sizes(audit_report), checked)
-    )
+    limited = states if states is not None and states.limited() else None
+
+    def judge(note: str) -> str | None:
+        if limited is None:
+            return None
+        with store.snapshot() as snapshot:  # judged by the store's tree, as the audit judges it
+            return note_problem(snapshot, note, limited, snapshot.max_seq())
+
+    items = _signed_items(store, verifiers, mismatched_sizes(audit_report), checked, judge)
+    signed = SignedCheckpoints(store.signed_checkpoint_table(), items)
     if withheld is not None:
         return Checkpoints(None, None, "", trusted, signed, withheld=withheld)
     try:
@@ -116,7 +129,8 @@ def _root_check(tree_size: int, checked: Checked | None) -> str:
 
 
 def _signed_items(
-    store: BudgetStore, verifiers: Sequence[VerifierKey], mismatched: frozenset[int], checked: Checked | None
+    store: BudgetStore, verifiers: Sequence[VerifierKey], mismatched: frozenset[int], checked: Checked | None,
+    judge: Callable[[str], str | None],
 ) -> list[dict[str, Any]]:
     """The newest signed checkpoints, each with its root, its signers, and whether a trusted key verifies it."""
     items: list[dict[str, Any]] = []
@@ -125,7 +139,11 @@ def _signed_items(
             items.append({"tree_size": "?", "root": "", "signers": [], "root_check": "unreadable",
                           "trusted": "unreadable: a value is not of its column's type (run `compute-budget audit`)"})
             continue
-        items.append(_signed_item(tree_size, note, verifiers, tree_size in mismatched, checked))
+        item = _signed_item(tree_size, note, verifiers, tree_size in mismatched, checked)
+        problem = judge(note)  # a retired or revoked key's signature that does not count (issue 31)
+        if problem is not None:
+            item["trusted"] += f" (but {problem})"
+        items.append(item)
     return items
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import uvicorn
 
+from compute_budget.core.log.key_states import KeyStates
 from compute_budget.serving import (
     CONNECTION_LIMIT,
     HEADER_TIMEOUT_SECONDS,
@@ -44,6 +45,7 @@ def serve(
     witness_quorum: int | None = None,
     auditor_key: str | None = None,
     say: Callable[[str], None] = print,
+    key_states: KeyStates | None = None,
 ) -> None:
     """Serve the workbench over the store at `target` (None: the default store) until interrupted.
 
@@ -60,6 +62,7 @@ def serve(
         witness_keys=witness_keys,
         witness_quorum=witness_quorum,
         auditor_key=auditor_key,
+        key_states=key_states,
     )
     try:
         sock = bind(host, port)
