@@ -13,6 +13,7 @@ from compute_budget.core.log.note import generate_signer
 from compute_budget.store import BudgetStore
 from compute_budget.web.app import create_app
 from tests.conftest import gate_lines
+from tests.web.test_pages import run_audit
 
 pytestmark = pytest.mark.usefixtures("writer_state_env")  # SignerKey objects keep their state there
 
@@ -31,6 +32,9 @@ def test_the_checkpoints_page_shows_each_keys_state_and_what_does_not_count(stor
     with TestClient(app) as client:
         body = client.get("/api/checkpoints").json()
         html = client.get("/checkpoints").text
+        audited = run_audit(client)  # the page's own audit judges signatures the same way
+    kinds = {finding["kind"] for finding in audited["report"]["findings"]}
+    assert {"bad_signature", "unattested_rows", "checkpoint_mismatch"} <= kinds  # checkpoint_mismatch: no handover
     assert [key["state"] for key in body["trusted_keys"]] == ["revoked at 3", "retired at 9"]
     assert "<td>revoked at 3</td>" in html
     by_size = {item["tree_size"]: item["trusted"] for item in body["signed_checkpoints"]["items"]}

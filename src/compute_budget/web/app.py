@@ -60,7 +60,8 @@ class Workbench:
         self.trusted_keys = tuple(trusted_keys)
         self.key_states = key_states  # issue 31: each key's state on the checkpoints page
         self.counts = charts.CountCache()
-        self.audits = AuditRunner(target, AuditKeys(self.trusted_keys, tuple(witness_keys), witness_quorum))
+        self.audits = AuditRunner(target, AuditKeys(self.trusted_keys, tuple(witness_keys), witness_quorum,
+                                                    key_states or KeyStates()))
         self.guard = verdicts.GuardWatch(self.store)
         self.report = verdicts.ReportWatch(audit_report, self.auditor_key, self.store)
         self.templates = Environment(

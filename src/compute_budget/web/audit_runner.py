@@ -16,6 +16,7 @@ from typing import Any
 from compute_budget.auditor.report import AuditReport
 from compute_budget.auditor.scan import audit
 from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.key_states import KeyStates
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import ComputeBudgetError
 
@@ -79,6 +80,7 @@ class AuditKeys:
     trusted: tuple[str, ...] = ()
     witnesses: tuple[str, ...] = ()
     witness_quorum: int | None = None
+    states: KeyStates = field(default_factory=KeyStates)  # --retired / --revoked, parsed (issue 31)
 
 
 class AuditRunner:
@@ -135,7 +137,7 @@ class AuditRunner:
             report = audit(
                 self._target, since=after, through=run.through_seq, on_progress=progress,
                 trusted_keys=self._keys.trusted, witness_keys=self._keys.witnesses,
-                witness_quorum=self._keys.witness_quorum,
+                witness_quorum=self._keys.witness_quorum, retired=self._keys.states.states,  # KeyStates as they are
             )
             if after is not None:
                 report = _without_start_findings(report, after)
