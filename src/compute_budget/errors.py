@@ -232,3 +232,9 @@ class NotConsistent(AuditError):
         super().__init__(f"does not extend the old checkpoint ({reason}): {message}")
         self.reason = reason
         self.detail = message
+
+
+class PublicationUnavailable(StoreUnavailable):
+    """A published log (spec section 10) cannot be read as one: a missing tile, bundle or checkpoint, a server that
+    answers too slowly, too much or with HTML, or a file of the wrong size (`audit --tiles`, `prove --tiles`:
+    exit 2)."""

@@ -1,0 +1,72 @@
+"""A stand-in for `compute-budget publish` in the publication reader's tests: writes the C2SP tiles, entry bundles
+and checkpoint of a store's tree (tile paths from `publication.layout`), and serves a folder over loopback HTTP."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from compute_budget.core.leaf import leaf_input
+from compute_budget.core.log.merkle import MemoryTree
+from compute_budget.publication.layout import TILE_HEIGHT, tile_path, tile_width
+from compute_budget.store import BudgetStore
+
+
+def write_publication(target: str | os.PathLike[str], folder: Path, note: str | None = None) -> Path:
+    """Publish every row of the store at `target` into `folder`, with `note` (default: its newest stored signed
+    checkpoint, which must cover every row) as the checkpoint."""
+    with BudgetStore.open(target, readonly=True) as store, store.snapshot() as snapshot:
+        size = snapshot.max_seq()
+        entries = [leaf_input(row[:17]) for batch in snapshot.rows_between(0, size) for row in batch]
+        stored = snapshot.newest_covering(size, size)
+    if note is None:
+        assert stored is not None and stored.tree_size == size, "the store holds no signed checkpoint of its head"
+        note = stored.note
+    write_tiles(folder, entries)
+    (folder / "checkpoint").write_text(note)
+    return folder
+
+
+def write_tiles(folder: Path, entries: list[bytes]) -> None:
+    """The hash tiles and entry bundles of the tree over `entries`."""
+    tree, size = MemoryTree.from_leaves(entries), len(entries)
+    for number in range((size + 255) // 256):
+        width = tile_width(size, 0, number)
+        bundle = b"".join(len(item).to_bytes(2, "big") + item for item in entries[number * 256 : number * 256 + width])
+        _write(folder / tile_path("entries", number, width), bundle)
+    level = 0
+    while size >> (TILE_HEIGHT * level):
+        for number in range(((size >> (TILE_HEIGHT * level)) + 255) // 256):
+            width = tile_width(size, level, number)
+            hashes = [tree.node(TILE_HEIGHT * level, number * 256 + i) for i in range(width)]
+            _write(folder / tile_path(level, number, width), b"".join(hashes))
+        level += 1
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+@contextmanager
+def served_folder(folder: Path) -> Iterator[str]:
+    """`folder` served by `http.server` on 127.0.0.1 (a static host, as the docs say); yields its URL."""
+    handler = functools.partial(_QuietHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
+        return None
