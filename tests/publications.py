@@ -19,14 +19,15 @@ from compute_budget.store import BudgetStore
 
 def write_publication(target: str | os.PathLike[str], folder: Path, note: str | None = None) -> Path:
     """Publish every row of the store at `target` into `folder`, with `note` (default: its newest stored signed
-    checkpoint, which must cover every row) as the checkpoint."""
+    checkpoint, which must cover every row, with its stored cosignatures) as the checkpoint."""
     with BudgetStore.open(target, readonly=True) as store, store.snapshot() as snapshot:
         size = snapshot.max_seq()
         entries = [leaf_input(row[:17]) for batch in snapshot.rows_between(0, size) for row in batch]
         stored = snapshot.newest_covering(size, size)
-    if note is None:
-        assert stored is not None and stored.tree_size == size, "the store holds no signed checkpoint of its head"
-        note = stored.note
+        if note is None:
+            assert stored is not None and stored.tree_size == size, "the store holds no signed checkpoint of its head"
+            text = stored.note.split("\n\n", 1)[0] + "\n"
+            note = stored.note + "".join(line for line in snapshot.cosignatures_of(text, size))
     write_tiles(folder, entries)
     (folder / "checkpoint").write_text(note)
     return folder

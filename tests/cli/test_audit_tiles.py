@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,8 @@ from compute_budget.store import BudgetStore
 from tests.backends import tamper
 from tests.conftest import gate_lines
 from tests.publications import served_folder, write_publication, write_tiles
+from tests.witnessing import LOG, WITNESS, Served
+from tests.witnessing import ORIGIN as WITNESSED_ORIGIN
 
 Run = Callable[..., tuple[int, str, str]]
 ORIGIN = "example.org/budget-log"
@@ -196,3 +199,55 @@ def test_a_frozen_publication_is_checked_against_the_since_root(published: Publi
     assert published.audit(run_cli, "--save-checkpoint", str(kept))[0] == 0
     status, report, _ = published.audit(run_cli, "--since", str(kept))
     assert (status, report["rows_checked"]) == (0, 0)  # frozen, and nothing said: only a witness can tell
+
+
+# -- freshness: --witness-url (spec 10.2) -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def log_key(tmp_path: Path) -> Path:
+    """The key file of the log the `served` witness knows (tests.witnessing.LOG, origin ORIGIN there)."""
+    key = tmp_path / "log.key"
+    key.write_text(LOG.format() + "\n")
+    key.chmod(0o600)
+    return key
+
+
+def _witnessed_audit(run_cli: Run, location: str, served: Served, *extra: str) -> tuple[int, dict, str]:  # type: ignore[type-arg]
+    status, out, err = run_cli(
+        "audit", "--tiles", location, "--origin", WITNESSED_ORIGIN, "--trusted-key", LOG.verifier().format(),
+        "--witness-url", f"http://127.0.0.1:{served.port}={WITNESS.verifier().format()}", "--format", "json", *extra,
+    )
+    return status, json.loads(out) if out.strip() else {}, err
+
+
+def test_a_frozen_publication_is_unpublished_rows_once_its_cosignature_is_too_old(
+    served: Served, run_cli: Run, store_target: str, log_key: Path, tmp_path: Path
+) -> None:
+    witness = f"http://127.0.0.1:{served.port}={WITNESS.verifier().format()}"
+    _record(run_cli, store_target, log_key, 5, "seen", "--origin", WITNESSED_ORIGIN, "--witness", witness)
+    folder = write_publication(store_target, tmp_path / "published")
+    status, report, err = _witnessed_audit(run_cli, str(folder), served)
+    assert status == 0, err
+    assert "freshness not checked" not in err
+    _record(run_cli, store_target, log_key, 3, "unpublished", "--witness", witness)  # the mirror stays at 5
+    status, report, err = _witnessed_audit(run_cli, str(folder), served)
+    assert status == 0, err  # the published checkpoint's cosignature is fresh: the mirror may lag that long
+    time.sleep(1.1)
+    status, report, _ = _witnessed_audit(run_cli, str(folder), served, "--max-witness-age", "0")
+    assert status == 1
+    assert _kinds(report) == [("unpublished_rows", 6)]
+    assert "rows 6..8 (3 rows)" in report["findings"][0]["detail"]
+
+
+def test_a_publication_beyond_what_the_witness_saw_is_checkpoint_mismatch(
+    served: Served, run_cli: Run, store_target: str, log_key: Path, tmp_path: Path
+) -> None:
+    witness = f"http://127.0.0.1:{served.port}={WITNESS.verifier().format()}"
+    _record(run_cli, store_target, log_key, 5, "seen", "--origin", WITNESSED_ORIGIN, "--witness", witness)
+    _record(run_cli, store_target, log_key, 2, "unseen")  # never shown to the witness, yet published
+    folder = write_publication(store_target, tmp_path / "published")
+    status, report, _ = _witnessed_audit(run_cli, str(folder), served)
+    assert status == 1
+    assert ("checkpoint_mismatch", 7) in _kinds(report)
+    assert "cosigned at most 5 rows, the publication names 7" in json.dumps(report)

@@ -9,6 +9,7 @@ at most `retries` times; a 404, an HTML page or a body over its limit is said at
 
 from __future__ import annotations
 
+import base64
 import os
 import time
 import urllib.error
@@ -90,6 +91,11 @@ class Fetcher:
     def _get(self, path: str, limit: int) -> bytes:
         url = self.location.rstrip("/") + "/" + path
         headers = {"Accept-Encoding": "gzip, identity", "User-Agent": "compute-budget"}
+        parts = urllib.parse.urlsplit(url)
+        if parts.username is not None:  # user:password@ goes as Basic authentication, never into a message
+            credentials = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+            headers["Authorization"] = "Basic " + base64.b64encode(credentials.encode("utf-8")).decode("ascii")
+            url = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
         request = urllib.request.Request(url, headers=headers)
         deadline = time.monotonic() + self.timeout
         try:
@@ -103,6 +109,7 @@ class Fetcher:
                 gzipped = answer.headers.get("Content-Encoding", "").strip().lower() == "gzip"
                 data = _body(answer, limit, gzipped, deadline, self.display(path))
         except urllib.error.HTTPError as error:
+            error.close()  # it holds the connection
             if error.code == 404:
                 raise PublicationMissing(f"{self.display(path)} is missing from the publication (404)") from None
             if error.code >= 500 or error.code == 429:

@@ -111,7 +111,8 @@ class Publication:
 
     def take_findings(self) -> list[Finding]:
         """The `published_mismatch` findings of the rows scanned since the last call."""
-        found, self._findings = self._findings, []
+        found = list(self._findings)
+        self._findings.clear()  # the same list: a scan still running appends to it
         return found
 
     def tile(self, level: int, number: int, width: int) -> list[bytes]:
