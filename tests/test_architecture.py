@@ -169,7 +169,8 @@ def test_the_quick_commands_load_no_database_code(argv: list[str], lazy: bool) -
 # Issue 29: the rooms held to the size limits. The issue wants every folder of src eventually: extend this tuple.
 SIZE_CHECKED_FOLDERS = ("auditor", "web")
 SIZE_CHECKED_FILES = ("cli/audit.py", "cli/audit_keep.py", "cli/audit_reports.py", "cli/render_audit.py",
-                      "store/facade.py", "store/browse.py", "store/reads.py", "store/scans.py", "store/writing.py")
+                      "store/facade.py", "store/browse.py", "store/reads.py", "store/scans.py", "store/writing.py",
+                      "core/receipts.py", "core/receipt_checks.py", "core/log/tlog_proof.py")
 MAX_FUNCTION_LINES = 60
 MAX_MODULE_LINES = 500
 

@@ -224,6 +224,11 @@ class MalformedProof(InputError, ValueError):
     """A proof bundle or consistency document that cannot be read or lacks a part; the message says which."""
 
 
+class MalformedTlogProof(MalformedProof):
+    """A C2SP tlog-proof that does not follow the format (header, extra, index, hashes, checkpoint); the message
+    names the line and what is wrong with it."""
+
+
 class NotConsistent(AuditError):
     """The store does not extend an older checkpoint; `reason` is ``origin``, ``untrusted``, ``truncated`` or
     ``rewritten``."""

@@ -1,7 +1,7 @@
-"""Generate (or check) the golden vectors in decide_v1.json.
+"""Generate (or check) the golden vectors in decide_v1.json and tlog-proof.json (tlog_proof_vectors.py).
 
-    python tests/vectors/generate.py           # check: exit 1 and show a diff if the file is not what the code gives
-    python tests/vectors/generate.py --write   # regenerate: only after a deliberate, reviewed change to policy v1
+    python tests/vectors/generate.py           # check: exit 1 and show a diff if a file is not what the code gives
+    python tests/vectors/generate.py --write   # regenerate: only after a deliberate, reviewed change
 
 The file is the contract's memory: a vector that changes means `decide` or `budget_id` changed. Never regenerate
 to make a failing test pass without reading the diff; see README.md in this folder.
@@ -302,18 +302,28 @@ def render(document: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Check the vectors file against the code (default) or rewrite it (--write)."""
+    """Check the vectors files against the code (default) or rewrite them (--write)."""
+    from tests.vectors import tlog_proof_vectors
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--write", action="store_true", help="rewrite decide_v1.json from the code")
+    parser.add_argument("--write", action="store_true", help="rewrite the vectors files from the code")
     args = parser.parse_args(argv)
-    fresh = render(build())
-    if args.write:
-        VECTORS_FILE.write_text(fresh, encoding="utf-8")
-        print(f"wrote {VECTORS_FILE} ({fresh.count(chr(10))} lines)")
+    files = [
+        (VECTORS_FILE, render(build())),
+        (tlog_proof_vectors.TLOG_PROOF_FILE, tlog_proof_vectors.render(tlog_proof_vectors.build())),
+    ]
+    return max(_write_or_check(path, fresh, write=args.write) for path, fresh in files)
+
+
+def _write_or_check(path: Path, fresh: str, *, write: bool) -> int:
+    """Write `fresh` to `path`, or check the file holds it (0), else show the difference (1)."""
+    if write:
+        path.write_text(fresh, encoding="utf-8")
+        print(f"wrote {path} ({fresh.count(chr(10))} lines)")
         return 0
-    current = VECTORS_FILE.read_text(encoding="utf-8") if VECTORS_FILE.exists() else ""
+    current = path.read_text(encoding="utf-8") if path.exists() else ""
     if current == fresh:
-        print(f"{VECTORS_FILE.name} matches the code")
+        print(f"{path.name} matches the code")
         return 0
     sys.stdout.writelines(
         difflib.unified_diff(current.splitlines(True), fresh.splitlines(True), "committed", "regenerated")

@@ -18,6 +18,10 @@ from compute_budget.cli.commands import cli, db_option, witness_role_options
 
 if TYPE_CHECKING:
     from compute_budget.core.log.cosignature import WitnessKey
+    from compute_budget.core.receipts import ProofBundle
+
+# `prove --format`: the project's JSON bundle (the default) or C2SP's tlog-proof (spec 10.3).
+PROOF_V1, TLOG_PROOF = "compute_budget.proof.v1", "tlog-proof"
 
 
 @cli.command("keygen")
@@ -71,6 +75,14 @@ def verifier_key_command(key_path: str) -> None:
     "the newest stored one covering the row; repeatable. Without it the stored note is used unverified.",
 )
 @witness_role_options
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice([PROOF_V1, TLOG_PROOF]),
+    default=PROOF_V1,
+    show_default=True,
+    help="compute_budget.proof.v1 (JSON), or a C2SP tlog-proof whose extra data is the row's leaf input.",
+)
 def prove_command(
     budget_id: str,
     db: str | None,
@@ -78,15 +90,18 @@ def prove_command(
     trusted_keys: tuple[str, ...],
     witness_keys: tuple[str, ...],
     witness_quorum: int | None,
+    output_format: str,
 ) -> None:
-    """Print the proof bundle (JSON) of decision BUDGET_ID (64 hex digits, or a unique prefix of 8 or more): the
-    row, its inclusion path and a signed checkpoint, for `compute-budget verify-proof` without the database.
+    """Print the receipt of decision BUDGET_ID (64 hex digits, or a unique prefix of 8 or more): the row, its
+    inclusion path and a signed checkpoint, for `compute-budget verify-proof` without the database. The default
+    is the JSON proof bundle; --format tlog-proof prints a C2SP tlog-proof (the row's leaf input as its extra
+    data, index = seq - 1).
 
-    Exit 0 printed; 1 no such decision; 2 cannot run (a checkpoint that does not cover the row, say).
+    Exit 0 printed; 1 no such decision; 2 cannot run (a checkpoint that does not cover the row, say, or for a
+    tlog-proof no signed checkpoint covering it).
     """
     from compute_budget.auditor.proving import prove
     from compute_budget.auditor.scan import load_checkpoint
-    from compute_budget.core.log.checkpoint import Checkpoint
     from compute_budget.errors import UnknownBudgetId
     from compute_budget.keys.key_files import verifier_key
     from compute_budget.store import BudgetStore
@@ -113,18 +128,35 @@ def prove_command(
     except UnknownBudgetId as unknown:
         say(str(unknown))
         click.get_current_context().exit(1)
+    _print_receipt(bundle, output_format, verified=bool(keys))
+
+
+def _print_receipt(bundle: ProofBundle, output_format: str, *, verified: bool) -> None:
+    """Print `bundle` in `output_format`, warning on stderr when its note is unsigned or was not verified; a
+    tlog-proof of an unsigned note is refused (exit 2): a C2SP checkpoint is a signed note."""
+    from compute_budget.core.log.checkpoint import Checkpoint
+    from compute_budget.errors import ProofError
+
+    again = "record with a signing key (or run `compute-budget checkpoint --signing-key`) and prove again"
     if not Checkpoint.from_note(bundle.checkpoint).signatures():
+        if output_format == TLOG_PROOF:
+            raise ProofError(
+                f"no signed checkpoint covers row {bundle.leaf_index + 1}, and a tlog-proof carries a signed "
+                f"checkpoint (C2SP tlog-checkpoint); {again}"
+            )
         say(
             f"warning: no signed checkpoint covers row {bundle.leaf_index + 1}: this receipt's checkpoint is unsigned, "
-            "so verify-proof will refuse it; record with a signing key (or run `compute-budget checkpoint "
-            "--signing-key`) and prove again"
+            f"so verify-proof will refuse it; {again}"
         )
-    elif not keys:
+    elif not verified:
         say(
             "warning: this receipt's checkpoint note is unverified (no --trusted-key): a note planted in the store "
             "would make verify-proof refuse it; give the writer's verifier key with --trusted-key"
         )
-    click.echo(bundle.to_json())
+    if output_format == TLOG_PROOF:
+        click.echo(bundle.to_tlog_proof().encode(), nl=False)
+    else:
+        click.echo(bundle.to_json())
 
 
 @cli.command("verify-proof")
@@ -146,10 +178,13 @@ def verify_proof_command(
     witness_keys: tuple[str, ...],
     witness_quorum: int | None,
 ) -> None:
-    """Check a proof bundle (FILE, '-' for stdin) offline, without any database: a trusted signature on its
-    checkpoint, the inclusion path to the checkpoint's root, and the decision re-derived from its gate.
+    """Check a receipt (FILE, '-' for stdin) offline, without any database: a proof bundle, or a C2SP tlog-proof
+    (told apart by the first line). A trusted signature on its checkpoint, the inclusion path to the checkpoint's
+    root, and the decision re-derived from its gate; a tlog-proof's extra data is hashed as the leaf at its index,
+    and its line always says `chain_hash not covered`.
 
-    Exit 0 valid; 1 invalid (the line says which check failed); 2 an unreadable or incomplete bundle.
+    Exit 0 valid; 1 invalid (the line says which check failed); 2 an unreadable or incomplete receipt (a
+    tlog-proof without extra data: no entry).
     """
     from compute_budget.core.receipts import verify_proof
     from compute_budget.errors import InputUnreadable

@@ -1,19 +1,25 @@
-"""Proof bundles and consistency documents (spec section 8), and their offline verification. Pure.
+"""Receipts (spec sections 8 and 10.3) and consistency documents, and their offline verification. Pure.
 
-A proof bundle (``compute_budget.proof.v1``) makes one stored decision a portable, self-verifying receipt:
+A receipt makes one stored decision portable and self-verifying, in either of two formats:
 
-    {"format": "compute_budget.proof.v1",
-     "row": {the 17 leaf keys and "chain_hash", with the row's logical values},
-     "leaf_index": seq - 1, "tree_size": N,
-     "inclusion": [lowercase hex hashes, RFC 9162 order (leaf end first)],
-     "checkpoint": "the checkpoint note of size N, with its signature lines"}
+* a proof bundle (``compute_budget.proof.v1``, JSON):
 
-`verify_proof` checks, in this order: a trusted signature on the note (and its origin, when one is required);
-the inclusion path from the row's leaf to the note's root; the chain hash when the row is the note's last (any
-other row's is not covered, spec 9.6: `prove` leaves it out, and a bundle carrying one is told so); and the row
-re-derived from its ``gate_input`` as the audit does (``budget_id`` recomputed, every field but ``explanation``
-compared, ``max_wallclock_ms`` null under v1). Reading is strict: a key named twice at any depth, an unknown
-top-level key, or any value of the wrong type or range is `MalformedProof`, never an internal error.
+      {"format": "compute_budget.proof.v1",
+       "row": {the 17 leaf keys and "chain_hash", with the row's logical values},
+       "leaf_index": seq - 1, "tree_size": N,
+       "inclusion": [lowercase hex hashes, RFC 9162 order (leaf end first)],
+       "checkpoint": "the checkpoint note of size N, with its signature lines"}
+
+* a C2SP tlog-proof (`core.log.tlog_proof`), whose ``extra`` data is the row's leaf input and ``index`` its
+  seq - 1 (spec 10.3). `verify_proof` tells them apart by the first line.
+
+`verify_proof` checks, in this order: a trusted signature on the note (and its origin, when one is required, and
+the witness quorum, when witnesses are given); the inclusion path from the row's leaf to the note's root; for a
+bundle, the chain hash when the row is the note's last (any other row's is not covered, spec 9.6: `prove` leaves
+it out, and a bundle carrying one is told so; a tlog-proof carries none, and the line always says so); and the row
+re-derived from its ``gate_input`` as the audit does (`receipt_checks`, shared by both formats). Reading is strict:
+a key named twice at any depth, an unknown top-level key, or any value of the wrong type or range is
+`MalformedProof`, never an internal error.
 
 A consistency document (``compute_budget.consistency.v1``) proves a newer tree extends an older one:
 ``origin``, ``old_size``, ``old_root``, ``new_size``, ``new_root`` (roots in standard base64, as in checkpoint
@@ -31,27 +37,30 @@ from dataclasses import dataclass
 from typing import Any
 
 from compute_budget.core.chain import CHAINED_COLUMNS
-from compute_budget.core.leaf import row_leaf_hash
+from compute_budget.core.leaf import leaf_input, row_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint
-from compute_budget.core.log.cosignature import WitnessKey, valid_cosignatures
-from compute_budget.core.log.merkle import EMPTY_ROOT, verify_inclusion
+from compute_budget.core.log.cosignature import WitnessKey
+from compute_budget.core.log.merkle import EMPTY_ROOT, leaf_hash, verify_inclusion
 from compute_budget.core.log.merkle import verify_consistency as merkle_verify_consistency
 from compute_budget.core.log.note import VerifierKey, valid_origin
+from compute_budget.core.log.tlog_proof import TlogProof, is_tlog_proof
+from compute_budget.core.receipt_checks import (
+    MAX_STORED_INTEGER,
+    Judgement,
+    ReceiptTrust,
+    quoted,
+    rederive_problem,
+    row_problem,
+    valid_text,
+)
 from compute_budget.core.row import ROW_COLUMNS
-from compute_budget.core.seal_checks import trusted_signers
-from compute_budget.core.verify import FindingKind, RangeResult, check_row
-from compute_budget.errors import CheckpointError, MalformedProof, NoteError
+from compute_budget.errors import MalformedProof
 
 PROOF_FORMAT = "compute_budget.proof.v1"
 CONSISTENCY_FORMAT = "compute_budget.consistency.v1"
 _HEX_HASH = re.compile(r"[0-9a-f]{64}")
 _BUNDLE_KEYS = ("format", "row", "leaf_index", "tree_size", "inclusion", "checkpoint")
-_INTEGER_COLUMNS = frozenset({"seq", "max_candidates", "max_depth", "max_steps", "max_parallelism"})
 MAX_PROOF_HASHES = 64  # a tree of 2**64 leaves needs no more
-# The stored integer columns are 64-bit: a bundle's integers outside that range are no row's.
-MIN_STORED_INTEGER, MAX_STORED_INTEGER = -(2**63), 2**63 - 1
-# Stands in for a chain hash a bundle leaves out (a row that is not the last leaf): re-derivation ignores chains.
-_UNCOVERED_CHAIN = "0" * 64
 
 
 def row_from_values(values: Sequence[Any]) -> dict[str, Any]:
@@ -92,7 +101,7 @@ def _loads(value: object, what: str) -> dict[str, Any]:
         try:
             loaded = json.loads(value, object_pairs_hook=_unique_keys)
         except _DuplicateKey as duplicate:
-            raise MalformedProof(f"the {what} names the key {_quoted(str(duplicate))} twice in one object") from None
+            raise MalformedProof(f"the {what} names the key {quoted(str(duplicate))} twice in one object") from None
         except (ValueError, UnicodeDecodeError) as error:
             raise MalformedProof(f"the {what} is not JSON ({error})") from None
         except RecursionError:  # arrays or objects nested thousands deep: no bundle nests more than 3
@@ -102,34 +111,15 @@ def _loads(value: object, what: str) -> dict[str, Any]:
     raise MalformedProof(f"the {what} is not a JSON object")
 
 
-def _what_is_wrong(name: str, item: object) -> str:
-    """Why `item` is no value of column `name`: the type it should have had, or what is wrong with it."""
-    wanted = "an integer" if name in _INTEGER_COLUMNS or name == "max_wallclock_ms" else "text"
-    if name == "max_wallclock_ms":
-        wanted = "an integer or null"
-    if isinstance(item, bool) or not isinstance(item, str | int):
-        return f"of type {type(item).__name__}: it must be {wanted}"
-    if isinstance(item, str) and wanted == "text":
-        return "as text that is not valid Unicode"
-    if isinstance(item, int) and wanted != "text":
-        return "as an integer out of range (-2**63 to 2**63-1)"
-    return f"as {'text' if isinstance(item, str) else 'an integer'}: it must be {wanted}"
-
-
-def _quoted(text: str, limit: int = 40) -> str:
-    """Untrusted text for a one-line message: ASCII-escaped and cut, so it can neither drive a terminal nor
-    break the line."""
-    cut = text if len(text) <= limit else text[:limit] + "..."
-    return json.dumps(cut)
-
-
-def _valid_text(text: str) -> bool:
-    """Text that is valid Unicode (JSON's \\ud800 escapes can carry lone surrogates, which no UTF-8 holds)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+def _row_keys_problem(row: Mapping[str, Any], required: Iterable[str], allowed: Iterable[str]) -> str | None:
+    """Which of the `required` keys the row lacks and which keys outside `allowed` it has, or None."""
+    absent = [name for name in required if name not in row]
+    extra = sorted(set(row) - set(allowed))
+    if not absent and not extra:
+        return None
+    missing = f"missing {', '.join(absent)}" if absent else ""
+    unexpected = f"unexpected {', '.join(quoted(name) for name in extra)}" if extra else ""
+    return "; ".join(part for part in (missing, unexpected) if part)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +158,13 @@ class ProofBundle:
         """The bundle as indented JSON text (a receipt people may read)."""
         return json.dumps(self.to_dict(), ensure_ascii=False, indent=2)
 
+    def to_tlog_proof(self) -> TlogProof:
+        """The same receipt as a C2SP tlog-proof (spec 10.3): the row's leaf input as ``extra``, ``index`` =
+        seq - 1, the same inclusion path and checkpoint note. `MalformedTlogProof` when the note is unsigned
+        (a C2SP checkpoint is a signed note)."""
+        values = [self.row[name] for name in CHAINED_COLUMNS]
+        return TlogProof(self.leaf_index, self.inclusion, self.checkpoint, leaf_input(values))
+
     @classmethod
     def parse(cls, value: ProofBundle | Mapping[str, Any] | str | bytes) -> ProofBundle:
         """Read a bundle strictly; `MalformedProof` says what is missing or of the wrong type."""
@@ -181,31 +178,16 @@ class ProofBundle:
             raise MalformedProof(f"incomplete proof bundle: {', '.join(missing)} missing")
         unknown = sorted(set(document) - set(_BUNDLE_KEYS))
         if unknown:
-            raise MalformedProof(f"the proof bundle has an unknown key {_quoted(unknown[0])}")
+            raise MalformedProof(f"the proof bundle has an unknown key {quoted(unknown[0])}")
         row = document["row"]
         if not isinstance(row, dict):
             raise MalformedProof("the bundle's row is not an object")
-        absent = [name for name in CHAINED_COLUMNS if name not in row]
-        extra = sorted(set(row) - set(ROW_COLUMNS))
-        if absent or extra:
-            problem = (f"missing {', '.join(absent)}" if absent else "") + (
-                f"{'; ' if absent else ''}unexpected {', '.join(_quoted(name) for name in extra)}" if extra else ""
-            )
+        problem = _row_keys_problem(row, CHAINED_COLUMNS, ROW_COLUMNS)
+        if problem is not None:
             raise MalformedProof(f"the bundle's row must have the 17 leaf keys (and chain_hash): {problem}")
-        for name in ROW_COLUMNS:
-            if name not in row:
-                continue  # chain_hash: checked below, against where the row sits
-            item = row[name]
-            if name in _INTEGER_COLUMNS:
-                ok = type(item) is int and MIN_STORED_INTEGER <= item <= MAX_STORED_INTEGER
-            elif name == "max_wallclock_ms":
-                ok = item is None or (type(item) is int and MIN_STORED_INTEGER <= item <= MAX_STORED_INTEGER)
-            else:
-                ok = isinstance(item, str) and _valid_text(item)
-            if not ok:
-                raise MalformedProof(f"the bundle's row has {name} {_what_is_wrong(name, item)}")
-        if not 1 <= row["seq"] <= MAX_STORED_INTEGER:
-            raise MalformedProof(f"the bundle's row has seq {row['seq']}: a seq is from 1 to 2**63-1")
+        problem = row_problem(row, "the bundle's row")
+        if problem is not None:
+            raise MalformedProof(problem)
         leaf_index, tree_size = document["leaf_index"], document["tree_size"]
         if not (_count(leaf_index) and _count(tree_size) and max(leaf_index, tree_size) <= MAX_STORED_INTEGER):
             raise MalformedProof("leaf_index and tree_size must be integers from 0 to 2**63-1")
@@ -213,11 +195,24 @@ class ProofBundle:
             raise MalformedProof("the bundle's row has a chain_hash that is not 64 lowercase hex digits")
         if "chain_hash" not in row and row["seq"] == tree_size:
             raise MalformedProof("the bundle's row is the tree's last leaf but has no chain_hash")
-        if not isinstance(document["checkpoint"], str) or not _valid_text(document["checkpoint"]):
+        if not isinstance(document["checkpoint"], str) or not valid_text(document["checkpoint"]):
             raise MalformedProof("the bundle's checkpoint must be a checkpoint note (text)")
         ordered = {name: row[name] for name in ROW_COLUMNS if name in row}
         inclusion = _hashes(document["inclusion"], "inclusion")
         return cls(ordered, leaf_index, tree_size, inclusion, document["checkpoint"])
+
+
+def entry_row(extra: bytes) -> dict[str, Any]:
+    """The row a tlog-proof's ``extra`` data holds (spec 10.3: the row's leaf input, the RFC 8785 object of its
+    17 leaf keys), read as strictly as a bundle's row; `MalformedProof` when it is not one."""
+    document = _loads(extra, "tlog-proof's entry (its extra data)")
+    problem = _row_keys_problem(document, CHAINED_COLUMNS, CHAINED_COLUMNS)
+    if problem is not None:
+        raise MalformedProof(f"the tlog-proof's entry is not a row's leaf input (the 17 leaf keys): {problem}")
+    problem = row_problem(document, "the tlog-proof's entry")
+    if problem is not None:
+        raise MalformedProof(problem)
+    return {name: document[name] for name in CHAINED_COLUMNS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,8 +230,29 @@ class ProofVerification:
     signers: tuple[str, ...]
 
 
+def _outcome(judged: Judgement, row: Mapping[str, Any], check: str | None, message: str) -> ProofVerification:
+    checkpoint = judged.checkpoint
+    return ProofVerification(
+        check is None, check, message, row["budget_id"], row["seq"], str(checkpoint.origin), checkpoint.seq,
+        judged.signer_names,
+    )
+
+
+def _valid_line(judged: Judgement, row: Mapping[str, Any], uncovered: str) -> ProofVerification:
+    """The one line of a receipt that holds (`uncovered` says what the receipt's signature does not vouch for)."""
+    checkpoint = judged.checkpoint
+    signers = ", ".join(judged.signer_names)
+    return _outcome(
+        judged,
+        row,
+        None,
+        f"valid: budget_id {row['budget_id']}, seq {row['seq']}, in {checkpoint.origin} (tree size {checkpoint.seq}), "
+        f"signed by {signers}{judged.witnessed}{uncovered}",
+    )
+
+
 def verify_proof(
-    bundle: ProofBundle | Mapping[str, Any] | str | bytes,
+    bundle: ProofBundle | TlogProof | Mapping[str, Any] | str | bytes,
     trusted_keys: Iterable[VerifierKey | str],
     *,
     origin: str | None = None,
@@ -244,88 +260,76 @@ def verify_proof(
     quorum: int | None = None,
     now: int | None = None,
 ) -> ProofVerification:
-    """Check a proof bundle offline (see the module docstring). Raises `MalformedProof` for a bundle that cannot
-    be read or lacks a part, and `NoteError` for a key that is not a verifier key; a bundle that is complete but
-    wrong is `valid=False`, with the failing check named.
+    """Check a receipt offline (see the module docstring): a proof bundle, or a C2SP tlog-proof (a `TlogProof`,
+    or text whose first line names one). Raises `MalformedProof` for a receipt that cannot be read or lacks a
+    part (`MalformedTlogProof` for a tlog-proof off the format; ``no entry`` for one without extra data), and
+    `NoteError` for a key that is not a verifier key; a receipt that is complete but wrong is `valid=False`,
+    with the failing check named.
 
     With `witnesses` (spec 9.3) the checkpoint must also carry valid cosignatures by `quorum` of them (default:
     all), judged at `now` (seconds since the epoch; required with witnesses, since the core reads no clock);
     else the failing check is ``witness``. A writer's signature never counts as a cosignature."""
-    distinct = tuple(dict.fromkeys(witnesses))
-    if distinct and now is None:
-        raise ValueError("verify_proof(witnesses=...) needs now= (seconds since the epoch) to judge timestamps")
-    need = len(distinct) if quorum is None else quorum
-    if distinct and not 1 <= need <= len(distinct):
-        raise ValueError(f"the witness quorum must be 1..{len(distinct)}, not {need}")
-    proof = ProofBundle.parse(bundle)
     keys = [key if isinstance(key, VerifierKey) else VerifierKey.parse(key) for key in trusted_keys]
-    try:
-        checkpoint = Checkpoint.from_note(proof.checkpoint, source="the bundle's checkpoint")
-    except CheckpointError as error:
-        raise MalformedProof(str(error)) from None
-    assert checkpoint.origin is not None
+    trust = ReceiptTrust.of(keys, origin, witnesses, quorum, now)
+    if isinstance(bundle, TlogProof) or (isinstance(bundle, str | bytes) and is_tlog_proof(bundle)):
+        return _verify_tlog_proof(bundle if isinstance(bundle, TlogProof) else TlogProof.parse(bundle), trust)
+    return _verify_bundle(ProofBundle.parse(bundle), trust)
+
+
+def _verify_bundle(proof: ProofBundle, trust: ReceiptTrust) -> ProofVerification:
+    """`verify_proof` of a ``compute_budget.proof.v1`` bundle."""
+    judged = trust.judge(proof.checkpoint, "the bundle's checkpoint")
+    row, checkpoint = proof.row, judged.checkpoint
+    if judged.failure is not None:
+        return _outcome(judged, row, *judged.failure)
     assert checkpoint.root is not None
-    row = proof.row
-    budget_id, seq = row["budget_id"], row["seq"]
-
-    def outcome(check: str | None, message: str, signers: Iterable[VerifierKey] = ()) -> ProofVerification:
-        names = tuple(f"{key.name}+{key.key_hash:08x}" for key in signers)
-        return ProofVerification(
-            check is None, check, message, budget_id, seq, str(checkpoint.origin), checkpoint.seq, names
-        )
-
-    signed = bool(checkpoint.signatures())
-    try:
-        verified, failed = trusted_signers(proof.checkpoint, keys) if signed else ([], [])
-    except NoteError as error:
-        raise MalformedProof(f"the bundle's checkpoint: {error}") from None
-    if failed:
-        return outcome("signature", f"the checkpoint's signature by {failed[0].name} does not verify")
-    if not verified:
-        by = ", ".join(sorted({item.name for item in checkpoint.signatures()})) if signed else ""
-        return outcome(
-            "signature",
-            f"the checkpoint carries no signature by a trusted key ({f'signed by {by}' if by else 'it is unsigned'})",
-        )
-    if origin is not None and checkpoint.origin != origin:
-        return outcome("origin", f"the checkpoint is of log {checkpoint.origin}, not {origin}", verified)
-    witnessed = ""
-    if distinct:
-        assert now is not None
-        cosigned = valid_cosignatures(proof.checkpoint, distinct, now=now)
-        if len(cosigned) < need:
-            return outcome("witness", f"{len(cosigned)} of {need} cosignatures", verified)
-        witnessed = f"; witnessed: {len(cosigned)} of {need} cosignatures"  # the quorum checked (issue 28, 12)
+    seq = row["seq"]
     if proof.tree_size != checkpoint.seq:
-        return outcome(
-            "inclusion", f"the bundle says tree size {proof.tree_size}, its checkpoint {checkpoint.seq}", verified
-        )
-    if proof.leaf_index != seq - 1 or seq < 1:
-        return outcome("inclusion", f"leaf_index {proof.leaf_index} is not the row's seq {seq} minus 1", verified)
+        message = f"the bundle says tree size {proof.tree_size}, its checkpoint {checkpoint.seq}"
+        return _outcome(judged, row, "inclusion", message)
+    if proof.leaf_index != seq - 1:
+        return _outcome(judged, row, "inclusion", f"leaf_index {proof.leaf_index} is not the row's seq {seq} minus 1")
     leaf = row_leaf_hash([row[name] for name in CHAINED_COLUMNS])
     if not verify_inclusion(leaf, proof.leaf_index, proof.tree_size, proof.inclusion, checkpoint.root):
-        return outcome(
-            "inclusion", "the inclusion path from the row's leaf does not lead to the checkpoint's root", verified
-        )
+        message = "the inclusion path from the row's leaf does not lead to the checkpoint's root"
+        return _outcome(judged, row, "inclusion", message)
     last = seq == checkpoint.seq
     if last and row["chain_hash"] != checkpoint.chain_hash:
-        return outcome("chain", "the row is the checkpoint's last but its chain_hash is not the checkpoint's", verified)
-    result = RangeResult()
-    chain = row.get("chain_hash", _UNCOVERED_CHAIN)
-    check_row((*(row[name] for name in CHAINED_COLUMNS), chain), seq - 1, chain, result)
-    problems = [finding for finding in result.findings if finding.kind is not FindingKind.CHAIN_BREAK]
-    if problems:
-        first = problems[0]
-        return outcome("rederive", f"{first.kind.value}: {first.detail}", verified)
-    signers = ", ".join(f"{key.name}+{key.key_hash:08x}" for key in verified)
+        message = "the row is the checkpoint's last but its chain_hash is not the checkpoint's"
+        return _outcome(judged, row, "chain", message)
+    problem = rederive_problem(row, seq)
+    if problem is not None:
+        return _outcome(judged, row, "rederive", problem)
     # Spec 9.6: only the last leaf's chain hash is named by the note; any other is the bundle's word alone.
     uncovered = "; chain_hash not covered (only the tree's last row's is)" if not last and "chain_hash" in row else ""
-    return outcome(
-        None,
-        f"valid: budget_id {budget_id}, seq {seq}, in {checkpoint.origin} (tree size {checkpoint.seq}), "
-        f"signed by {signers}{witnessed}{uncovered}",
-        verified,
-    )
+    return _valid_line(judged, row, uncovered)
+
+
+def _verify_tlog_proof(proof: TlogProof, trust: ReceiptTrust) -> ProofVerification:
+    """`verify_proof` of a C2SP tlog-proof: ``extra`` is hashed as the leaf at ``index`` (so it is authenticated
+    by the inclusion proof, whatever C2SP says of extra data in general) and re-derived (spec 10.3)."""
+    if proof.extra is None:
+        raise MalformedProof("no entry: the tlog-proof carries no extra data, so there is no row to check")
+    row = entry_row(proof.extra)
+    judged = trust.judge(proof.checkpoint, "the tlog-proof's checkpoint")
+    if judged.failure is not None:
+        return _outcome(judged, row, *judged.failure)
+    checkpoint = judged.checkpoint
+    assert checkpoint.root is not None
+    seq = row["seq"]
+    if proof.index != seq - 1:
+        return _outcome(judged, row, "inclusion", f"index {proof.index} is not the entry's seq {seq} minus 1")
+    if not verify_inclusion(leaf_hash(proof.extra), proof.index, checkpoint.seq, proof.hashes, checkpoint.root):
+        message = "the inclusion proof from the entry's leaf does not lead to the checkpoint's root"
+        return _outcome(judged, row, "inclusion", message)
+    if leaf_input([row[name] for name in CHAINED_COLUMNS]) != proof.extra:
+        message = "the entry is not its row's leaf input as RFC 8785 writes it (spec 8)"
+        return _outcome(judged, row, "rederive", message)
+    problem = rederive_problem(row, seq)
+    if problem is not None:
+        return _outcome(judged, row, "rederive", problem)
+    # A leaf input holds no chain hash, so the receipt says nothing of the chain (spec 10.3: always said).
+    return _valid_line(judged, row, "; chain_hash not covered")
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,6 +409,3 @@ def _root(value: object, name: str) -> bytes:
         if len(raw) == 32 and base64.b64encode(raw).decode("ascii") == value:
             return raw
     raise MalformedProof(f"{name} must be the standard base64 of a 32-byte hash")
-
-
-
