@@ -25,7 +25,8 @@ def write_publication(target: str | os.PathLike[str], folder: Path, note: str | 
         entries = [leaf_input(row[:17]) for batch in snapshot.rows_between(0, size) for row in batch]
         stored = snapshot.newest_covering(size, size)
         if note is None:
-            assert stored is not None and stored.tree_size == size, "the store holds no signed checkpoint of its head"
+            assert stored is not None, "the store holds no signed checkpoint"
+            assert stored.tree_size == size, "the store's newest signed checkpoint is not of its head"
             text = stored.note.split("\n\n", 1)[0] + "\n"
             note = stored.note + "".join(line for line in snapshot.cosignatures_of(text, size))
     write_tiles(folder, entries)
@@ -69,5 +70,5 @@ def served_folder(folder: Path) -> Iterator[str]:
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
+    def log_message(self, format: str, *args: object) -> None:
         return None

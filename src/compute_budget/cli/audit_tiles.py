@@ -1,5 +1,5 @@
-"""`audit --tiles LOCATION` (spec 10.2): the nightly audit of a published log, with no database. What the command
-line adds to the one audit: its own usage rules, the publication's target, and what --save-checkpoint keeps."""
+"""`audit --tiles LOCATION` (spec 10.2) and `prove --tiles` (10.3): a published log checked with no database. What
+the command line adds: the usage rules, the publication's target, what --save-checkpoint keeps, and the receipt."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import click
 if TYPE_CHECKING:
     from compute_budget.auditor.report import AuditReport
     from compute_budget.core.log.cosignature import WitnessKey
+    from compute_budget.core.receipts import ProofBundle
     from compute_budget.publication.snapshot import PublicationTarget
 
 
@@ -65,3 +66,36 @@ def published_to_keep(report: AuditReport) -> tuple[str, int, str | None] | None
     if published is None or published.note is None:
         return None
     return published.note, published.seq, None
+
+
+def prove_from_tiles(
+    tiles: str | None, budget_id: str | None, seq: int | None, *, db: str | None, checkpoint: str | None,
+    trusted_keys: tuple[str, ...], witnesses: tuple[list[WitnessKey], int | None],
+) -> ProofBundle:
+    """`prove --tiles LOCATION --trusted-key KEY ... (BUDGET_ID | --seq N)` (spec 10.3); its usage rules exit 2,
+    an unknown budget_id or seq exits 1."""
+    from compute_budget.errors import UnknownBudgetId
+    from compute_budget.keys.key_files import verifier_key
+    from compute_budget.publication.receipt import prove_published
+    from compute_budget.publication.snapshot import PublicationTarget
+
+    if tiles is None:
+        raise click.BadParameter("--seq names a row of a publication: give --tiles LOCATION", param_hint="--seq")
+    if db is not None or checkpoint is not None:
+        raise click.BadParameter("--tiles proves against the publication's own checkpoint: no --db or --checkpoint",
+                                 param_hint="--tiles")
+    if (budget_id is None) == (seq is None):
+        raise click.BadParameter("give a BUDGET_ID or --seq N, not both", param_hint="--seq")
+    if not trusted_keys:
+        raise click.BadParameter("--tiles verifies the publication's checkpoint: give --trusted-key KEY",
+                                 param_hint="--trusted-key")
+    keys = [verifier_key(item) for item in trusted_keys]
+    try:
+        return prove_published(PublicationTarget(tiles), trusted_keys=keys, budget_id=budget_id, seq=seq,
+                               witness_keys=witnesses[0], witness_quorum=witnesses[1])
+    except UnknownBudgetId as unknown:
+        from compute_budget.cli.app import say
+
+        say(str(unknown))
+        click.get_current_context().exit(1)
+        raise  # unreachable: exit raises

@@ -109,6 +109,10 @@ class Publication:
         `take_findings`."""
         return self._snapshot.rows(low, high, batch_rows, self._findings)
 
+    def tree(self) -> PublishedTree:
+        """A `NodeReader` over the whole published tree, from its tiles."""
+        return self._snapshot.tree(self.size)
+
     def take_findings(self) -> list[Finding]:
         """The `published_mismatch` findings of the rows scanned since the last call."""
         found = list(self._findings)
