@@ -1,5 +1,5 @@
 """A stand-in for `compute-budget publish` in the publication reader's tests: writes the C2SP tiles, entry bundles
-and checkpoint of a store's tree (tile paths from `publication.layout`), and serves a folder over loopback HTTP."""
+and checkpoint of a store's tree (the core's tile functions), and serves a folder over loopback HTTP."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from compute_budget.core.leaf import leaf_input
+from compute_budget.core.log.entry_bundle import encode_bundle
 from compute_budget.core.log.merkle import MemoryTree
-from compute_budget.publication.layout import TILE_HEIGHT, tile_path, tile_width
+from compute_budget.core.log.tiles import tile_bytes, tiles_for_size
 from compute_budget.store import BudgetStore
 
 
@@ -35,19 +36,13 @@ def write_publication(target: str | os.PathLike[str], folder: Path, note: str | 
 
 
 def write_tiles(folder: Path, entries: list[bytes]) -> None:
-    """The hash tiles and entry bundles of the tree over `entries`."""
-    tree, size = MemoryTree.from_leaves(entries), len(entries)
-    for number in range((size + 255) // 256):
-        width = tile_width(size, 0, number)
-        bundle = b"".join(len(item).to_bytes(2, "big") + item for item in entries[number * 256 : number * 256 + width])
-        _write(folder / tile_path("entries", number, width), bundle)
-    level = 0
-    while size >> (TILE_HEIGHT * level):
-        for number in range(((size >> (TILE_HEIGHT * level)) + 255) // 256):
-            width = tile_width(size, level, number)
-            hashes = [tree.node(TILE_HEIGHT * level, number * 256 + i) for i in range(width)]
-            _write(folder / tile_path(level, number, width), b"".join(hashes))
-        level += 1
+    """The hash tiles and entry bundles of the tree over `entries` (the core's tile functions)."""
+    tree = MemoryTree.from_leaves(entries)
+    for tile in tiles_for_size(len(entries)):
+        _write(folder / tile.path, tile_bytes(tree, tile))
+        if tile.level == 0:
+            bundle = entries[tile.first_node : tile.first_node + tile.width]
+            _write(folder / tile.bundle_path, encode_bundle(tile, bundle))
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -239,6 +239,45 @@ class NotConsistent(AuditError):
         self.detail = message
 
 
+class TileError(AuditError, ValueError):
+    """A C2SP tlog-tiles tile, entry bundle or tile path that cannot be used; `path` names it ("" when it has none).
+
+    The audit of a publication turns the subclasses into findings or exit 2; each message is one line.
+    """
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+
+
+class BadTilePath(TileError):
+    """A tile or entry bundle path that is not in the canonical C2SP form (`tile/<L>/<N>[.p/<W>]`)."""
+
+
+class MalformedTile(TileError):
+    """A hash tile whose bytes are not exactly 32 per hash of its width."""
+
+
+class TileMismatch(TileError):
+    """A hash tile that does not hash to the entry its parent tile (or the checkpoint's root) holds for it."""
+
+
+class TileMissing(TileError, LookupError):
+    """A tile the requested hash or proof needs is not in the publication."""
+
+
+class MalformedEntryBundle(TileError):
+    """An entry bundle with a length prefix running past its end, too few entries for its width or trailing bytes."""
+
+
+class EntryTooLarge(TileError):
+    """An entry over 65,535 bytes, which no entry bundle can hold; `index` is its 0-based leaf index (seq - 1)."""
+
+    def __init__(self, message: str, *, index: int, path: str = "") -> None:
+        super().__init__(message, path=path)
+        self.index = index
+
+
 class PublicationUnavailable(StoreUnavailable):
     """A published log (spec section 10) cannot be read as one: a missing tile, bundle or checkpoint, a server that
     answers too slowly, too much or with HTML, or a file of the wrong size (`audit --tiles`, `prove --tiles`:

@@ -1,4 +1,4 @@
-"""Generate (or check) the golden vectors in decide_v1.json and tlog-proof.json (tlog_proof_vectors.py).
+"""Generate (or check) the golden vectors in decide_v1.json, tiles.json and tlog-proof.json (tlog_proof_vectors.py).
 
     python tests/vectors/generate.py           # check: exit 1 and show a diff if a file is not what the code gives
     python tests/vectors/generate.py --write   # regenerate: only after a deliberate, reviewed change
@@ -20,12 +20,16 @@ from typing import Any
 import rfc8785
 
 from compute_budget import decide_json
+from compute_budget.core.log.entry_bundle import encode_bundle
+from compute_budget.core.log.merkle import MemoryTree, leaf_hash
+from compute_budget.core.log.tiles import TILE_WIDTH, Tile, new_tiles, tile_bytes, tile_hash, tiles_for_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: make `tests` importable
 from tests.contract import HASHED_FIELDS
 
 HERE = Path(__file__).resolve().parent
 VECTORS_FILE = HERE / "decide_v1.json"
+TILES_FILE = HERE / "tiles.json"
 SPAN_A = {"text": "the courier left", "start": 0, "end": 16, "sentence_index": 0}
 SPAN_B = {"text": "before noon", "start": 17, "end": 28, "sentence_index": 0}
 
@@ -301,6 +305,92 @@ def render(document: dict[str, Any]) -> str:
     return json.dumps(document, indent=2, ensure_ascii=True) + "\n"
 
 
+# Tile vectors (spec section 10, C2SP tlog-tiles): paths, and the tiles and bundles of trees built here.
+TILE_PATHS = [  # (level, index, width): Go's and C2SP's examples, then the edges of the 3-digit groups
+    (4, 1234067, 256), (4, 1234067, 1), (4, 1234067, 8), (0, 123456789, 256), (0, 0, 256), (0, 0, 1),
+    (0, 999, 255), (0, 1000, 256), (1, 1000000, 17), (2, 0, 1), (63, 0, 1), (7, 0, 256), (6, 255, 256),
+]
+BAD_TILE_PATHS = [
+    "tile/0/1", "tile/0/0001", "tile/00/000", "tile/01/000", "tile/64/000", "tile/100/000", "tile/-1/000",
+    "tile/0/x000/001", "tile/0/x001", "tile/0/001/002", "tile/0/x1000/000", "tile/0/000.p/256", "tile/0/000.p/0",
+    "tile/0/000.p/012", "tile/0/000.p/", "tile/0/000.p/1/", "tile/0/000.p/1000", "/tile/0/000", "tile/0/000/",
+    "tile/0/000 ", "tile/0/000\n", "TILE/0/000", "tile/0/\u0660\u0660\u0660", "tile/8/0/000", "tile/data/000",
+    "tile/entries/000", "tile/7/001", "tile/63/001", "tile/0/+01", "tile/0/000.p/+1", "tile//000", "",
+]
+BAD_BUNDLE_PATHS = [
+    "tile/entries/000.p/256", "tile/entries/x000/000", "tile/entries/0/000", "tile/0/000", "tile/entries/1",
+    "tile/entries/000.p/0", "tile/entries/000/", "tile/entries/x001", "tile/entries/x072/057/600",
+]
+LARGE_SIZE = 70_000
+LARGE_SIZES = [255, 256, 257, 511, 512, 65535, 65536, 65537, LARGE_SIZE]
+NEW_TILES_PAIRS = [(0, 1), (1, 1), (1, 2), (255, 256), (256, 257), (257, 600), (65400, 65536), (65536, LARGE_SIZE)]
+
+
+def large_leaf(index: int) -> bytes:
+    """The leaf input `index` of the large vector tree: ASCII ``leaf <index>``."""
+    return b"leaf %d" % index
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _tiles_of(tree: MemoryTree, leaves: list[bytes], size: int, *, full_bytes: bool) -> dict[str, Any]:
+    """Root, tile paths, and the partial tiles and bundles (bytes in hex, or their SHA-256) of the first `size`."""
+    shown = (lambda data: data.hex()) if full_bytes else _sha
+    tiles = tiles_for_size(size)
+    partial = [tile for tile in tiles if tile.partial or full_bytes]
+    return {
+        "size": size,
+        "root": tree.root(size).hex(),
+        "tiles": [tile.path for tile in tiles],
+        "tile_bytes": {tile.path: shown(tile_bytes(tree, tile)) for tile in partial},
+        "bundle_bytes": {
+            tile.bundle_path: shown(encode_bundle(tile, leaves[tile.first_node : tile.first_node + tile.width]))
+            for tile in partial if tile.level == 0
+        },
+    }
+
+
+def build_tiles() -> dict[str, Any]:
+    """The tile vectors: paths, the RFC 6962 leaves' trees tile by tile, and a 70,000-leaf tree's tiles."""
+    rfc = json.loads((HERE / "rfc6962.json").read_text(encoding="utf-8"))
+    rfc_leaves = [bytes.fromhex(item) for item in rfc["leaves_hex"]]
+    rfc_tree = MemoryTree.from_leaves(rfc_leaves)
+    assert [rfc_tree.root(size).hex() for size in range(1, 9)] == rfc["roots_hex"][1:9]
+    leaves = [large_leaf(index) for index in range(LARGE_SIZE)]
+    tree = MemoryTree(leaf_hash(leaf) for leaf in leaves)
+    full = [tile for tile in tiles_for_size(LARGE_SIZE) if not tile.partial]
+    return {
+        "about": "Golden vectors for C2SP tlog-tiles (spec section 10): tile paths, hash tiles and entry bundles "
+        "of RFC 6962 trees. Made by generate.py from the code and rfc6962.json; see README.md.",
+        "tile_height": 8,
+        "paths": [
+            {"level": level, "index": index, "width": width, "path": Tile(level, index, width).path,
+             "bundle_path": Tile(level, index, width).bundle_path if level == 0 else None}
+            for level, index, width in TILE_PATHS
+        ],
+        "bad_tile_paths": BAD_TILE_PATHS,
+        "bad_bundle_paths": BAD_BUNDLE_PATHS,
+        "rfc6962_trees": [_tiles_of(rfc_tree, rfc_leaves, size, full_bytes=True) for size in range(9)],
+        "large_tree": {
+            "leaf": "ASCII 'leaf <index>', index 0-based in decimal",
+            "size": LARGE_SIZE,
+            "full_tiles": {tile.path: {"sha256": _sha(tile_bytes(tree, tile)),
+                                       "hash": tile_hash(tile, tile_bytes(tree, tile)).hex()} for tile in full},
+            "full_bundles": {
+                tile.bundle_path: _sha(encode_bundle(tile, leaves[tile.first_node : tile.first_node + TILE_WIDTH]))
+                for tile in full if tile.level == 0
+            },
+            "sizes": [_tiles_of(tree, leaves, size, full_bytes=False) for size in LARGE_SIZES],
+        },
+        "new_tiles": [
+            {"old_size": old, "new_size": new, "tiles": [tile.path for tile in new_tiles(old, new)]}
+            for old, new in NEW_TILES_PAIRS
+        ],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     """Check the vectors files against the code (default) or rewrite them (--write)."""
     from tests.vectors import tlog_proof_vectors
@@ -310,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     files = [
         (VECTORS_FILE, render(build())),
+        (TILES_FILE, render(build_tiles())),
         (tlog_proof_vectors.TLOG_PROOF_FILE, tlog_proof_vectors.render(tlog_proof_vectors.build())),
     ]
     return max(_write_or_check(path, fresh, write=args.write) for path, fresh in files)

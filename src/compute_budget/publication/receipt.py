@@ -13,9 +13,18 @@ from compute_budget.core.leaf import LEAF_KEYS
 from compute_budget.core.log.cosignature import WitnessKey, valid_cosignatures
 from compute_budget.core.log.merkle import inclusion_proof, verify_inclusion
 from compute_budget.core.log.note import VerifierKey, verify_note
+from compute_budget.core.log.tile_reader import TileNodeReader
+from compute_budget.core.log.tiles import TILE_HEIGHT, Tile
 from compute_budget.core.receipts import ProofBundle
-from compute_budget.errors import MerkleError, NoteError, ProofError, UnknownBudgetId
-from compute_budget.publication.layout import TILE_HEIGHT
+from compute_budget.errors import (
+    ArgumentTypeError,
+    MerkleError,
+    NoteError,
+    ProofError,
+    TileError,
+    UnknownBudgetId,
+)
+from compute_budget.publication.fetch import PublicationMissing
 from compute_budget.publication.snapshot import Publication, PublicationTarget, entry_row
 
 _BUDGET_ID = LEAF_KEYS.index("budget_id")
@@ -46,9 +55,9 @@ def prove_published(
     entry = publication.bundle(number)[offset]
     leaf = hashlib.sha256(b"\x00" + entry).digest()
     root = publication.checkpoint.root
-    try:
-        path = inclusion_proof(publication.tree(), seq - 1, size)
-    except MerkleError as error:
+    try:  # every tile the proof reads is authenticated up to the checkpoint's root
+        path = inclusion_proof(TileNodeReader(size, root or b"", _Tiles(publication)), seq - 1, size)
+    except (MerkleError, TileError, ArgumentTypeError) as error:
         raise ProofError(f"the publication's tiles cannot prove row {seq}: {error}") from None
     if root is None or not verify_inclusion(leaf, seq - 1, size, path, root):
         raise ProofError(
@@ -98,3 +107,16 @@ def _find(publication: Publication, wanted: str) -> int:
     if not found:
         raise UnknownBudgetId(f"no decision with budget_id {wanted} in the publication")
     return found[0]
+
+
+class _Tiles:
+    """The publication's tiles as the core's `TileSource`: a missing one is a `KeyError`."""
+
+    def __init__(self, publication: Publication) -> None:
+        self._publication = publication
+
+    def __getitem__(self, tile: Tile, /) -> bytes:
+        try:
+            return self._publication.tile(tile)
+        except PublicationMissing:
+            raise KeyError(tile) from None

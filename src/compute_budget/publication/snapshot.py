@@ -21,12 +21,14 @@ import orjson
 
 from compute_budget.core.leaf import LEAF_KEYS, leaf_and_chain
 from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.entry_bundle import decode_bundle
 from compute_budget.core.log.head import GENESIS_CHAIN_HASH
 from compute_budget.core.log.merkle import CompactRange
 from compute_budget.core.log.note import VerifierKey, parse_note
+from compute_budget.core.log.tiles import TILE_HEIGHT, TILE_WIDTH, Tile, check_tile
 from compute_budget.core.seal_checks import StoredCheckpoint
 from compute_budget.core.verify import Finding, FindingKind
-from compute_budget.errors import CheckpointError, NoteError, PublicationUnavailable, clip
+from compute_budget.errors import CheckpointError, NoteError, PublicationUnavailable, TileError, clip
 from compute_budget.publication.fetch import (
     BUNDLE_LIMIT,
     CHECKPOINT_LIMIT,
@@ -36,7 +38,6 @@ from compute_budget.publication.fetch import (
     Fetcher,
 )
 from compute_budget.publication.hash_tiles import PublishedTree
-from compute_budget.publication.layout import TILE_HEIGHT, split_bundle, split_hashes, tile_path, tile_width
 
 _SEQ = LEAF_KEYS.index("seq")
 _BUDGET_ID = LEAF_KEYS.index("budget_id")
@@ -119,16 +120,20 @@ class Publication:
         self._findings.clear()  # the same list: a scan still running appends to it
         return found
 
-    def tile(self, level: int, number: int, width: int) -> list[bytes]:
-        """The hashes of one hash tile (level 0: leaf hashes), checked to be `width` of them."""
-        path = tile_path(level, number, width)
-        return split_hashes(self._fetcher.read(path, TILE_LIMIT), width, self._fetcher.display(path))
+    def tile(self, tile: Tile) -> bytes:
+        """The bytes of one hash tile (level 0: leaf hashes), checked to be 32 per hash of its width."""
+        try:
+            return check_tile(tile, self._fetcher.read(tile.path, TILE_LIMIT))
+        except TileError as error:
+            raise PublicationUnavailable(f"{self._fetcher.display('')}{error}: a damaged tile") from None
 
     def bundle(self, number: int) -> list[bytes]:
-        """The entries of entry bundle `number`, checked to be as many as the tree has there."""
-        width = tile_width(self.size, 0, number)
-        path = tile_path("entries", number, width)
-        return split_bundle(self._fetcher.read(path, BUNDLE_LIMIT), width, self._fetcher.display(path))
+        """The entries of entry bundle `number`, as many as the published tree has there."""
+        tile = Tile(0, number, min(TILE_WIDTH, self.size - number * TILE_WIDTH))
+        try:
+            return decode_bundle(tile, self._fetcher.read(tile.bundle_path, BUNDLE_LIMIT))
+        except TileError as error:
+            raise PublicationUnavailable(f"{self._fetcher.display('')}{error}: a damaged bundle") from None
 
 
 def entry_row(entry: bytes, seq: int) -> tuple[Any, ...]:
@@ -195,9 +200,9 @@ class PublicationSnapshot:
             return self._last_bundle[1]
         entries = self._publication.bundle(number)
         if findings is not None:
-            leaves = self._publication.tile(0, number, len(entries))
-            for offset, (entry, leaf) in enumerate(zip(entries, leaves, strict=True)):
-                if hashlib.sha256(b"\x00" + entry).digest() != leaf:
+            leaves = self._publication.tile(Tile(0, number, len(entries)))
+            for offset, entry in enumerate(entries):
+                if hashlib.sha256(b"\x00" + entry).digest() != leaves[32 * offset : 32 * offset + 32]:
                     findings.append(_published_mismatch(entry, (number << TILE_HEIGHT) + offset + 1))
         self._last_bundle = (number, entries)
         return entries
