@@ -179,6 +179,7 @@ SHELL_BLOCKS_RUN = {
     ("docs/incident.md", "After a repair: `migrate` restored the guard"): 2,
     ("docs/incident.md", "Salvage: `copy --through`"): 1,
     ("docs/operations.md", "Nightly audit"): 1, ("docs/operations.md", "PostgreSQL"): 2,
+    ("docs/operations.md", "Auditing a publication with no database credentials"): 1,  # tests/cli/test_audit_tiles.py
     ("docs/operations.md", "Keys and witnesses"): 2, ("docs/operations.md", "Witnessing"): 1,
     ("docs/upgrading.md", "0003: the seal (spec section 8)"): 1,
 }

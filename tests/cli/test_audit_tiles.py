@@ -20,6 +20,7 @@ from compute_budget.store import BudgetStore
 from tests.backends import tamper
 from tests.conftest import gate_lines
 from tests.publications import served_folder, write_publication, write_tiles
+from tests.test_readme import OPERATIONS, commands, fenced, shell
 from tests.witnessing import LOG, WITNESS, Served
 from tests.witnessing import ORIGIN as WITNESSED_ORIGIN
 
@@ -255,3 +256,49 @@ def test_a_publication_beyond_what_the_witness_saw_is_checkpoint_mismatch(
     assert status == 1
     assert ("checkpoint_mismatch", 7) in _kinds(report)
     assert "cosigned at most 5 rows, the publication names 7" in json.dumps(report)
+
+
+# -- the recipe of docs/operations.md, "Auditing a publication with no database credentials" ----------------------
+
+RECIPE_SECTION = "Auditing a publication with no database credentials"
+
+
+def _recipe_commands(url: str, witness: str, folder: Path) -> tuple[list[str], str, str]:
+    """(the three assignments filled in, the first night's command, the nightly command) of the recipe."""
+    lines = commands(fenced("sh", RECIPE_SECTION, doc=OPERATIONS)[0])
+    assert [line.split("=", 1)[0] for line in lines[:3]] == ["LOG", "WRITER", "WITNESS"]
+    assigned = [f"LOG='{WITNESSED_ORIGIN}'", f"WRITER='{LOG.verifier().format()}'", f"WITNESS='{witness}'"]
+
+    def local(command: str) -> str:
+        return (command.replace("https://logs.example.org/budget/", url)
+                .replace("/var/lib/auditor/", f"{folder}/").replace("/var/log/auditor/", f"{folder}/"))
+
+    return assigned, local(lines[3]), local(lines[4])
+
+
+@pytest.mark.slow
+def test_the_recipe_for_an_auditor_in_another_organisation_runs_for_three_nights(
+    served: Served, run_cli: Run, log_key: Path, tmp_path: Path
+) -> None:
+    store = str(tmp_path / "store.db")
+    witness = f"http://127.0.0.1:{served.port}={WITNESS.verifier().format()}"
+    _record(run_cli, store, log_key, 300, "night1", "--origin", WITNESSED_ORIGIN, "--witness", witness)
+    folder = write_publication(store, tmp_path / "published")
+    with served_folder(folder) as url:
+        assigned, first, nightly = _recipe_commands(url, witness, tmp_path)
+        done = shell("\n".join([*assigned, first, nightly]), tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert (tmp_path / "published.note").read_text() == (folder / "checkpoint").read_text()
+        _record(run_cli, store, log_key, 50, "night2", "--witness", witness)
+        write_publication(store, folder)
+        done = shell("\n".join([*assigned, nightly]), tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert json.loads((tmp_path / "audit.json").read_text())["rows_checked"] == 50
+        kept = (tmp_path / "published.note").read_text()
+        _record(run_cli, store, log_key, 10, "night3", "--witness", witness)
+        write_publication(store, folder)
+        _edit_entry(folder, 200, b'"explanation":"', b'"explanation":"!')  # below the kept note: the look-back
+        done = shell("\n".join([*assigned, nightly.replace("--look-back 7", "--look-back 1")]), tmp_path)
+        assert done.returncode == 1, done.stderr
+        assert ("published_mismatch", 200) in _kinds(json.loads((tmp_path / "audit.json").read_text()))
+        assert (tmp_path / "published.note").read_text() == kept  # a red night keeps last night's note
