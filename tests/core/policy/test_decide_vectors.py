@@ -11,9 +11,10 @@ import pytest
 import rfc8785
 
 from compute_budget import ComputeBudgetDecision, compute_budget_id, decide, decide_json
+from tests.conftest import REPO_ROOT
 from tests.contract import HASHED_FIELDS
 
-VECTORS_FILE = Path(__file__).parent / "vectors" / "decide_v1.json"
+VECTORS_FILE = REPO_ROOT / "tests" / "vectors" / "decide_v1.json"
 DOCUMENT: dict[str, Any] = json.loads(VECTORS_FILE.read_text(encoding="utf-8"))
 VECTORS: list[dict[str, Any]] = DOCUMENT["vectors"]
 

@@ -15,8 +15,8 @@ from sqlalchemy.engine import make_url
 from compute_budget import BudgetStore
 from compute_budget.auditor.scan import audit
 from tests.backends import rows, tamper
-from tests.conftest import gate_lines
-from tests.test_store_processes import _writer
+from tests.conftest import REPO_ROOT, gate_lines
+from tests.store.test_writer_processes import _writer
 
 pytestmark = pytest.mark.postgres
 Run = Callable[..., tuple[int, str, str]]
@@ -357,7 +357,7 @@ def test_a_server_stopped_mid_audit_is_one_line_for_a_read(jobs: str, tmp_path: 
             store.record_many(gate_lines(12_000))
         done = subprocess.run(
             [sys.executable, "-c", _AUDIT_THEN_STOP, str(folder / "data"), "audit", "--db", url, "--jobs", jobs],
-            capture_output=True, text=True, timeout=120, check=False, cwd=Path(__file__).resolve().parent.parent,
+            capture_output=True, text=True, timeout=120, check=False, cwd=REPO_ROOT,
         )
     finally:
         pg_cluster.stop(folder)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,8 +30,9 @@ from compute_budget.core.log.note import (
     valid_origin,
     verify_note,
 )
+from tests.conftest import REPO_ROOT
 
-VECTOR: dict[str, str] = json.loads((Path(__file__).parent / "vectors" / "signed-note.json").read_text())
+VECTOR: dict[str, str] = json.loads((REPO_ROOT / "tests" / "vectors" / "signed-note.json").read_text())
 SIGNER = SignerKey.parse(VECTOR["signer_key"])
 VERIFIER = VerifierKey.parse(VECTOR["verifier_key"])
 SECOND_VERIFIER = VerifierKey.parse(VECTOR["second_verifier_key"])

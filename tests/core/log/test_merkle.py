@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,8 +26,9 @@ from compute_budget.core.log.merkle import (
     verify_consistency,
     verify_inclusion,
 )
+from tests.conftest import REPO_ROOT
 
-VECTORS: dict[str, Any] = json.loads((Path(__file__).parent / "vectors" / "rfc6962.json").read_text())
+VECTORS: dict[str, Any] = json.loads((REPO_ROOT / "tests" / "vectors" / "rfc6962.json").read_text())
 LEAVES = [bytes.fromhex(item) for item in VECTORS["leaves_hex"]]
 ROOTS = [bytes.fromhex(item) for item in VECTORS["roots_hex"]]
 

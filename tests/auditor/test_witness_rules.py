@@ -443,7 +443,7 @@ def test_the_readmes_witnessing_recipe_runs_for_three_nights(tmp_path: Path) -> 
     import socket
     import subprocess
 
-    from tests.test_readme import OPERATIONS, commands, fenced, shell
+    from tests.e2e.test_docs import OPERATIONS, commands, fenced, shell
 
     steps = commands(fenced("", "Witnessing", doc=OPERATIONS)[0])
     assert len(steps) == 7, steps
@@ -469,7 +469,7 @@ def test_the_readmes_witnessing_recipe_runs_for_three_nights(tmp_path: Path) -> 
 
     run("compute-budget keygen writer/prod > writer.pub")
     run(keygen)
-    from tests.test_readme import BIN
+    from tests.e2e.test_docs import BIN
 
     environment = {**os.environ, "PATH": BIN + os.pathsep + os.environ.get("PATH", "")}
     log = tmp_path / "witness.log"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -20,8 +19,9 @@ from compute_budget.core.log.cosignature import (
 )
 from compute_budget.core.log.note import SignerKey, VerifierKey, add_signature, parse_note, sign_note, verify_note
 from compute_budget.errors import NoteError
+from tests.conftest import REPO_ROOT
 
-VECTOR = json.loads((Path(__file__).parent / "vectors" / "cosignature.json").read_text(encoding="utf-8"))
+VECTOR = json.loads((REPO_ROOT / "tests" / "vectors" / "cosignature.json").read_text(encoding="utf-8"))
 SIGNER = WitnessSigner.from_seed(VECTOR["name"], bytes.fromhex(VECTOR["seed_hex"]))
 NOW = VECTOR["timestamp"] + 10
 

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import make_gate
-from tests.test_web import ROWS, XSS_GATE_ID, XSS_SPAN, fill, xss_gate
+from tests.web.test_pages import ROWS, XSS_GATE_ID, XSS_SPAN, fill, xss_gate
 
 DEBIAN_CHROMIUM = Path("/usr/bin/chromium")
 

@@ -171,8 +171,8 @@ def test_every_doc_names_the_kept_note_one_way() -> None:
     assert "witnessed.note" in DOCS[OPERATIONS]
 
 
-# The shell blocks the tests of this file (and the runbook tests of tests/test_repairs.py, the Witnessing test of
-# tests/test_audit_witness_age.py) run, by doc and section: a block added anywhere else has no test yet.
+# The shell blocks the tests of this file (and the runbook tests of tests/store/test_repairs.py, the Witnessing test of
+# tests/auditor/test_witness_rules.py) run, by doc and section: a block added anywhere else has no test yet.
 SHELL_BLOCKS_RUN = {
     ("README.md", "Quick start"): 1, ("README.md", "Nightly audit"): 1,
     ("docs/cli.md", "Common to every command"): 1,

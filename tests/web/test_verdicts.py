@@ -31,7 +31,7 @@ from compute_budget.web.app import create_app
 from tests import backends
 from tests.conftest import gate_lines
 from tests.sealing import rewrite_consistently
-from tests.test_web import fill, run_audit
+from tests.web.test_pages import fill, run_audit
 
 pytestmark = pytest.mark.usefixtures("writer_state_env")  # SignerKey objects keep their state there
 
@@ -115,7 +115,7 @@ def test_the_workbench_audit_counts_the_witnesses_serve_was_given(store_target: 
 def test_serve_passes_its_keys_to_the_audit(tmp_path: Path) -> None:
     """End to end: `compute-budget serve --trusted-key --witness-key --witness-quorum`, its audit started over
     HTTP, reports what `audit` with the same keys reports."""
-    from tests.test_web_browser import Served
+    from tests.e2e.test_workbench_browser import Served
 
     db = tmp_path / "served.db"
     writer = signed_then_unsigned(str(db))

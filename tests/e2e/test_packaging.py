@@ -53,7 +53,7 @@ def test_wheel_records_and_audits_outside_the_checkout(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_the_test_extra_alone_runs_a_test_that_needs_mypy(tmp_path: Path) -> None:
     """Issue 18: the package built into a fresh virtual environment with only `[test]` (nothing of `[dev]`, nothing
-    of this environment) runs tests/test_public_api.py, which type-checks a client with mypy. A tool a test needs
+    of this environment) runs tests/e2e/test_public_api.py, which type-checks a client with mypy. A tool a test needs
     but only `[dev]` installs fails here, as it would on a newcomer's machine."""
     import os
 
@@ -72,8 +72,9 @@ def test_the_test_extra_alone_runs_a_test_that_needs_mypy(tmp_path: Path) -> Non
     assert where.stdout.startswith(str(venv)), where.stdout  # the built package, not this checkout's src/
     environment = {key: value for key, value in os.environ.items()
                    if not key.startswith(("PYTEST_", "COMPUTE_BUDGET_", "COV_", "VIRTUAL_ENV"))}
+    public_api = REPO_ROOT / "tests" / "e2e" / "test_public_api.py"
     done = subprocess.run(
-        [python, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(REPO_ROOT / "tests" / "test_public_api.py")],
+        [python, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(public_api)],
         cwd=REPO_ROOT, env=environment, capture_output=True, text=True, check=False, timeout=900,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
