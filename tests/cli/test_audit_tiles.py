@@ -19,8 +19,8 @@ from compute_budget.keys.key_files import load_signer_key
 from compute_budget.store import BudgetStore
 from tests.backends import tamper
 from tests.conftest import gate_lines
+from tests.e2e.test_docs import OPERATIONS, commands, fenced, shell
 from tests.publications import served_folder, write_publication, write_tiles
-from tests.test_readme import OPERATIONS, commands, fenced, shell
 from tests.witnessing import LOG, WITNESS, Served
 from tests.witnessing import ORIGIN as WITNESSED_ORIGIN
 
@@ -95,7 +95,7 @@ def _entries(folder: Path) -> list[bytes]:
 def test_a_clean_publication_audits_as_its_store_does(published: Published, run_cli: Run) -> None:
     status, report, err = published.audit(run_cli)
     db_status, db_out, _ = run_cli("audit", "--db", published.store, "--format", "json", "--trusted-key",
-                                   published.key.verifier().format(), "--jobs", "1")
+                                   published.key.verifier().format())
     assert (status, report["clean"]) == (db_status, json.loads(db_out)["clean"]) == (0, True)
     assert report["rows_checked"] == json.loads(db_out)["rows_checked"] == ROWS
     assert "freshness not checked: a stale mirror would pass" in err
