@@ -302,3 +302,36 @@ def test_the_recipe_for_an_auditor_in_another_organisation_runs_for_three_nights
         assert done.returncode == 1, done.stderr
         assert ("published_mismatch", 200) in _kinds(json.loads((tmp_path / "audit.json").read_text()))
         assert (tmp_path / "published.note").read_text() == kept  # a red night keeps last night's note
+
+
+def test_a_publication_rewritten_below_the_since_checkpoint_is_checkpoint_mismatch(
+    published: Published, run_cli: Run
+) -> None:
+    kept = published.folder.parent / "kept.note"
+    assert published.audit(run_cli, "--save-checkpoint", str(kept))[0] == 0
+    entries = _edit_entry(published.folder, 42, b'"explanation":"', b'"explanation":"!')
+    write_tiles(published.folder, entries)  # entries and tiles rewritten together, the checkpoint kept
+    status, report, _ = published.audit(run_cli, "--since", str(kept))
+    assert status == 1
+    assert ("checkpoint_mismatch", ROWS) in _kinds(report)  # the tiles do not reproduce the --since root
+    assert report["escalated"] is True  # then every entry was checked from the genesis
+    assert ("chain_break", ROWS) in _kinds(report)  # an edited explanation re-derives, but breaks the chain
+
+
+def test_with_witness_keys_the_kept_checkpoint_is_the_witnessed_one_and_the_next_night_holds(
+    served: Served, run_cli: Run, store_target: str, log_key: Path, tmp_path: Path
+) -> None:
+    witness = f"http://127.0.0.1:{served.port}={WITNESS.verifier().format()}"
+    _record(run_cli, store_target, log_key, 5, "night1", "--origin", WITNESSED_ORIGIN, "--witness", witness)
+    folder = write_publication(store_target, tmp_path / "published")
+    kept = tmp_path / "witnessed.note"
+    keys = ("--witness-key", WITNESS.verifier().format())
+    status, _, err = _witnessed_audit(run_cli, str(folder), served, *keys, "--save-checkpoint", str(kept))
+    assert status == 0, err
+    assert kept.read_text().startswith(f"{WITNESSED_ORIGIN}\n5\n")
+    assert Path(f"{kept}.head").exists()
+    _record(run_cli, store_target, log_key, 4, "night2", "--witness", witness)
+    write_publication(store_target, folder)
+    status, report, err = _witnessed_audit(run_cli, str(folder), served, *keys, "--since", str(kept))
+    assert status == 0, err
+    assert (report["rows_checked"], report["witnessed_size"]) == (4, 9)

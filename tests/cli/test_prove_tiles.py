@@ -94,3 +94,17 @@ def test_a_checkpoint_by_another_key_or_an_altered_entry_proves_nothing(
     status, _, err = run_cli("prove", "--tiles", url, "--trusted-key", key, "--seq", "1")
     assert status == 2
     assert "do not prove row 1" in err
+
+
+def test_a_tile_that_does_not_hash_to_the_root_proves_nothing(
+    publication: tuple[str, str, Path], run_cli: Run
+) -> None:
+    url, key, folder = publication
+    tile = folder / "tile" / "1" / "000.p" / "1"
+    data = bytearray(tile.read_bytes())
+    data[0] ^= 1
+    tile.write_bytes(bytes(data))
+    status, out, err = run_cli("prove", "--tiles", url, "--trusted-key", key, "--seq", "3")
+    assert (status, out) == (2, "")
+    assert "cannot prove row 3" in err
+    assert "do not hash to the checkpoint's root" in err
