@@ -148,8 +148,19 @@ def entry_row(entry: bytes, seq: int) -> tuple[Any, ...]:
     return tuple(value[key] for key in LEAF_KEYS)
 
 
-def chained(prev_chain: str, values: tuple[Any, ...]) -> str | None:
-    """The chain hash of a row after `prev_chain`, or None when its values cannot be serialised."""
+# In a canonical (key-sorted) leaf input, "prev_chain_hash" sorts right before "reason_code", which occurs once as a
+# key (a quote inside a string is escaped): the chain's payload is the entry with the link spliced in there.
+_SPLICE_AT = b',"reason_code":'
+
+
+def chained(prev_chain: str, values: tuple[Any, ...], entry: bytes) -> str | None:
+    """The chain hash of a row after `prev_chain`, from its entry with the link spliced in, as
+    `core.leaf.leaf_and_chain` does with the canonical bytes (None when it cannot be computed). An entry that is not
+    canonical gives another chain hash than its values do, so the audit's `chain_break` names its row."""
+    cut = entry.rfind(_SPLICE_AT)
+    if cut > 0:
+        return hashlib.sha256(entry[:cut] + b',"prev_chain_hash":"' + prev_chain.encode("ascii") + b'"'
+                              + entry[cut:]).hexdigest()
     try:
         return leaf_and_chain(prev_chain, values)[1]
     except (TypeError, ValueError, orjson.JSONEncodeError):
@@ -185,7 +196,7 @@ class PublicationSnapshot:
             for offset in range(seq - (number << TILE_HEIGHT), min(len(entries), high - (number << TILE_HEIGHT))):
                 seq += 1
                 values = entry_row(entries[offset], seq)
-                chain = chained(prev, values) if prev is not None else None
+                chain = chained(prev, values, entries[offset]) if prev is not None else None
                 prev = chain if chain is not None else prev
                 batch.append((*values, self._publication.checkpoint.chain_hash if seq == self._size else chain))
                 if len(batch) >= batch_rows:
