@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -100,6 +101,9 @@ def test_a_clean_publication_audits_as_its_store_does(published: Published, run_
     assert report["rows_checked"] == json.loads(db_out)["rows_checked"] == ROWS
     assert "freshness not checked: a stale mirror would pass" in err
     assert any("freshness not checked" in item for item in report["warnings"])
+    text = run_cli("audit", "--tiles", published.url, "--origin", ORIGIN, "--trusted-key",
+                   published.key.verifier().format())[1]
+    assert "  freshness     not checked: a stale mirror would pass (give --witness-url URL=KEY)" in text.splitlines()
 
 
 def test_a_store_with_findings_gives_the_same_verdict_published(
@@ -335,3 +339,14 @@ def test_with_witness_keys_the_kept_checkpoint_is_the_witnessed_one_and_the_next
     status, report, err = _witnessed_audit(run_cli, str(folder), served, *keys, "--since", str(kept))
     assert status == 0, err
     assert (report["rows_checked"], report["witnessed_size"]) == (4, 9)
+
+
+def test_the_junit_report_skips_unpublished_rows_without_a_witness(published: Published, run_cli: Run) -> None:
+    status, out, _ = run_cli("audit", "--tiles", published.url, "--origin", ORIGIN, "--trusted-key",
+                             published.key.verifier().format(), "--format", "junit")
+    assert status == 0
+    cases = {case.get("name"): case for case in ElementTree.fromstring(out).iter("testcase")}
+    skipped = cases["unpublished_rows"].find("skipped")
+    assert skipped is not None
+    assert skipped.get("message", "").startswith("freshness not checked: a stale mirror would pass")
+    assert cases["published_mismatch"].find("skipped") is None
