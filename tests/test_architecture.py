@@ -30,7 +30,8 @@ def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_the_layers_and_the_pure_core_hold() -> None:
-    """cli > web > auditor > store > core > errors, the core's two rooms, and a core without I/O, clock or database."""
+    """cli > web > auditor > store > witness > serving > keys > core > errors, the core's two rooms, and a core
+    without I/O, clock or database."""
     done = _lint_imports(REPO_ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     contracts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
@@ -58,7 +59,9 @@ def test_the_layers_and_the_pure_core_hold() -> None:
         ("witness/protocol.py", "import compute_budget.store.seal_tables", "The witness keeps its own state"),
         ("witness/state.py", "import compute_budget.core.policy.rules", "The witness keeps its own state"),
         ("witness/app.py", "import compute_budget.web.app", "Layers"),
-        ("web/queries.py", "import compute_budget.witness.state", "Layers"),
+        ("witness/client.py", "import compute_budget.store.seal_tables", "The witness keeps its own state"),
+        ("keys/key_files.py", "import compute_budget.witness.client", "Layers"),
+        ("serving.py", "import compute_budget.witness.app", "Layers"),
     ],
 )
 def test_a_forbidden_import_breaks_a_contract(tmp_path: Path, module: str, line: str, contract: str) -> None:
@@ -85,6 +88,29 @@ def test_importing_the_package_loads_no_database_code() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+_HTTP_MODULES = ("urllib.request", "http")
+
+
+def _http_imports(path: Path) -> list[str]:
+    """The modules speaking HTTP (`_HTTP_MODULES`, or one inside them) that the module at `path` imports."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+            names = [node.module]
+        found += [name for name in names if any(name == http or name.startswith(http + ".") for http in _HTTP_MODULES)]
+    return found
+
+
+def test_the_store_speaks_no_http() -> None:
+    """Issue 29, item 4: the store keeps only what it plans from its tables and the cosignatures it stores; sending
+    to witnesses is `witness.client`'s (which does speak HTTP: the check is not vacuous)."""
+    store = REPO_ROOT / "src" / "compute_budget" / "store"
+    speaking = {path.name: _http_imports(path) for path in sorted(store.rglob("*.py")) if _http_imports(path)}
+    assert speaking == {}
+    assert _http_imports(REPO_ROOT / "src" / "compute_budget" / "witness" / "client.py") != []
 
 
 def test_every_module_of_the_core_sits_in_a_room_the_contracts_name() -> None:
@@ -166,13 +192,12 @@ def test_the_quick_commands_load_no_database_code(argv: list[str], lazy: bool) -
     assert done.stderr.strip().splitlines()[-1] == "[]"
 
 
-# Issue 29: the rooms held to the size limits. The issue wants every folder of src eventually: extend this tuple.
-SIZE_CHECKED_FOLDERS = ("auditor", "web")
-SIZE_CHECKED_FILES = ("cli/audit.py", "cli/audit_keep.py", "cli/audit_reports.py", "cli/render_audit.py",
-                      "store/facade.py", "store/browse.py", "store/reads.py", "store/scans.py", "store/writing.py",
-                      "core/receipts.py", "core/receipt_checks.py", "core/log/tlog_proof.py")
+# Issue 29: every module of src/compute_budget is held to the size limits (the Alembic revisions too: none is
+# long). A module named here is left out for now, with the reason; each must still need it (a test below).
+SIZE_EXEMPT: dict[str, str] = {}  # none left: issue 29 brought every module within the limits
 MAX_FUNCTION_LINES = 60
 MAX_MODULE_LINES = 500
+PACKAGE = REPO_ROOT / "src" / "compute_budget"
 
 
 def _oversized(path: Path) -> list[str]:
@@ -188,16 +213,23 @@ def _oversized(path: Path) -> list[str]:
 
 
 def _size_checked_modules() -> list[Path]:
-    package = REPO_ROOT / "src" / "compute_budget"
-    folders = [path for folder in SIZE_CHECKED_FOLDERS for path in sorted((package / folder).rglob("*.py"))]
-    return folders + [package / name for name in SIZE_CHECKED_FILES]
+    """Every module of the package but the exempt ones."""
+    return [path for path in sorted(PACKAGE.rglob("*.py")) if path.relative_to(PACKAGE).as_posix() not in SIZE_EXEMPT]
 
 
 def test_no_function_over_60_lines_and_no_module_over_500_lines() -> None:
-    """Issue 29: a room a maintainer reads in one sitting, in the folders `SIZE_CHECKED_FOLDERS` names."""
+    """Issue 29: a room a maintainer reads in one sitting, in every module of the package."""
     modules = _size_checked_modules()
-    assert len(modules) > len(SIZE_CHECKED_FILES)  # the folders hold modules: the check is not vacuous
-    assert [problem for path in modules for problem in _oversized(path)] == []
+    checked = {path.relative_to(PACKAGE).parts[0] for path in modules}
+    assert {"auditor", "cli", "core", "keys", "store", "web", "witness", "serving.py"} <= checked  # not vacuous
+    assert [f"{path.parent.relative_to(PACKAGE)}/{problem}" for path in modules for problem in _oversized(path)] == []
+
+
+def test_every_size_exemption_is_still_needed() -> None:
+    """An exempt module that now fits must leave `SIZE_EXEMPT`, so no exemption outlives its reason."""
+    for name in SIZE_EXEMPT:
+        assert (PACKAGE / name).is_file(), name
+        assert _oversized(PACKAGE / name) != [], f"{name} fits the limits now: remove it from SIZE_EXEMPT"
 
 
 def test_the_size_check_bites(tmp_path: Path) -> None:

@@ -4,8 +4,10 @@ notes and add-checkpoint bodies, and a witness served over real HTTP on 127.0.0.
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import http.server
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -87,6 +89,31 @@ def served(tmp_path: Path) -> Iterator[Served]:
             yield Served(port, state)
     finally:
         state.close()
+
+
+WitnessFactory = Callable[..., Served]
+
+
+@pytest.fixture
+def witness_servers(tmp_path: Path) -> Iterator[WitnessFactory]:
+    """Start witnesses of the two logs over real HTTP with a given signer key (an ML-DSA-44 one, say) and clock
+    (default: the real time); yields a factory of their `Served`, and stops them all after the test."""
+    numbers = itertools.count()
+    with contextlib.ExitStack() as stack:
+
+        def start(signer: WitnessSigner, clock: Callable[[], int] = lambda: int(time.time())) -> Served:
+            state = WitnessState(tmp_path / f"witness-{next(numbers)}.db")
+            stack.callback(state.close)
+            witness = Witness(signer, {ORIGIN: [LOG.verifier()], "example.org/other": [OTHER.verifier()]}, state,
+                              clock=clock)
+            config = uvicorn.Config(
+                create_witness_app(witness, allowed_hosts("127.0.0.1", ())), log_level="warning",
+                access_log=False, lifespan="off", http=header_timeout_protocol(1.0), timeout_keep_alive=1,
+                limit_concurrency=50,
+            )
+            return Served(stack.enter_context(serving_in_thread(config, "127.0.0.1")), state)
+
+        yield start
 
 
 @contextmanager

@@ -278,6 +278,51 @@ class EntryTooLarge(TileError):
         self.index = index
 
 
+# C2SP tlog-policy files (issue 31 item 3): one family, so the CLI turns every one into exit 2 and one line.
+class PolicyProblem(StrEnum):
+    """What is wrong with a witness policy (C2SP tlog-policy); `PolicyError.problem` names it."""
+
+    CHARACTER = "character"  # a byte the format does not allow (a control character other than tab and newline)
+    NO_FINAL_NEWLINE = "no_final_newline"
+    UNKNOWN_KEYWORD = "unknown_keyword"
+    FIELDS = "fields"  # too few or too many fields for the line's keyword
+    BAD_KEY = "bad_key"
+    BAD_URL = "bad_url"
+    BAD_THRESHOLD = "bad_threshold"  # not `all`, `any` or a decimal number
+    THRESHOLD_RANGE = "threshold_range"  # k outside 1..the number of members
+    DUPLICATE_NAME = "duplicate_name"  # a witness or group name defined twice, or `none` defined
+    UNDEFINED_NAME = "undefined_name"  # a member or quorum naming nothing defined on a line above
+    NONE_MEMBER = "none_member"
+    MEMBER_TWICE = "member_twice"  # a name listed as a group member more than once in the file
+    DUPLICATE_KEY = "duplicate_key"  # two log lines, or two witness lines, with one public key
+    QUORUM_MISSING = "quorum_missing"
+    QUORUM_TWICE = "quorum_twice"
+    ORIGIN_MISMATCH = "origin_mismatch"  # a log key whose name is not the store's origin
+    SHORTHAND = "shorthand"  # `--witness-key`/`--witness-quorum` that make no policy
+
+
+class PolicyError(InputError, ValueError):
+    """A witness policy that cannot be used; `problem` says why and `line` is the file's 1-based line number it is
+    about (None when no one line is: a missing quorum, the `--witness-key` shorthand). One line, starting
+    ``line N:``."""
+
+    def __init__(self, problem: PolicyProblem, message: str, *, line: int | None = None) -> None:
+        super().__init__(f"line {line}: {message}" if line is not None else message)
+        self.problem = problem
+        self.line = line
+        self.detail = message
+
+
+class MalformedPolicy(PolicyError):
+    """A policy file that does not follow C2SP tlog-policy, or `--witness-key`/`--witness-quorum` that make no
+    policy."""
+
+
+class PolicyOriginMismatch(PolicyError):
+    """A policy's `log` line whose key name is not the store's origin: C2SP requires a log key to be named after the
+    log's origin, so the store's writer key must be made with `compute-budget keygen ORIGIN`."""
+
+
 class PublicationUnavailable(StoreUnavailable):
     """A published log (spec section 10) cannot be read as one: a missing tile, bundle or checkpoint, a server that
     answers too slowly, too much or with HTML, or a file of the wrong size (`audit --tiles`, `prove --tiles`:

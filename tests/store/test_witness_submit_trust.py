@@ -313,7 +313,7 @@ def test_a_url_password_is_sent_as_basic_auth_and_never_shown(relay: Relay, tmp_
     """`http://user:s3cret@host` broke every request (the user information was taken for part of the port) and was
     printed whole. Now it is sent as HTTP Basic authentication and messages, results and reprs show `***@`."""
     from compute_budget.errors import InputError
-    from compute_budget.store.witness_submit import WitnessTarget
+    from compute_budget.witness.client import WitnessTarget
 
     host = relay.url.removeprefix("http://")
     store_path = str(tmp_path / "store.db")
@@ -372,7 +372,7 @@ def test_a_url_password_holding_a_delimiter_is_never_shown(password: str) -> Non
     user information: the typed URL, with the password in clear, was printed whole in the error line (and the
     parser's own message quoted its first part as a port). Anything up to the last `@` is hidden now."""
     from compute_budget.errors import InputError
-    from compute_budget.store.witness_submit import WitnessTarget
+    from compute_budget.witness.client import WitnessTarget
 
     with pytest.raises(InputError) as refused:
         WitnessTarget.parse(f"http://alice:{password}@127.0.0.1:7380={WITNESS_KEY}")

@@ -1,4 +1,5 @@
-"""Generate (or check) the golden vectors in decide_v1.json, tiles.json and tlog-proof.json (tlog_proof_vectors.py).
+"""Generate (or check) the golden vectors in decide_v1.json, tiles.json, tlog-proof.json (tlog_proof_vectors.py) and
+mldsa-cosignature.json (mldsa_cosignature_vectors.py).
 
     python tests/vectors/generate.py           # check: exit 1 and show a diff if a file is not what the code gives
     python tests/vectors/generate.py --write   # regenerate: only after a deliberate, reviewed change
@@ -393,7 +394,7 @@ def build_tiles() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Check the vectors files against the code (default) or rewrite them (--write)."""
-    from tests.vectors import tlog_proof_vectors
+    from tests.vectors import mldsa_cosignature_vectors, tlog_proof_vectors
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--write", action="store_true", help="rewrite the vectors files from the code")
@@ -402,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
         (VECTORS_FILE, render(build())),
         (TILES_FILE, render(build_tiles())),
         (tlog_proof_vectors.TLOG_PROOF_FILE, tlog_proof_vectors.render(tlog_proof_vectors.build())),
+        # ML-DSA signing is hedged: the committed signature lines are kept while they verify (see the module).
+        (mldsa_cosignature_vectors.MLDSA_FILE,
+         mldsa_cosignature_vectors.render(mldsa_cosignature_vectors.build(mldsa_cosignature_vectors.committed()))),
     ]
     return max(_write_or_check(path, fresh, write=args.write) for path, fresh in files)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from compute_budget.auditor.source import AuditSnapshot
 from compute_budget.core.log.checkpoint import Checkpoint
-from compute_budget.core.log.cosignature import WitnessKey
+from compute_budget.core.log.cosignature import WitnessKey, is_fresh
 from compute_budget.core.log.merkle import root_from_reader
 from compute_budget.core.log.note import (
     CheckpointBody,
@@ -173,7 +173,7 @@ def _age_findings(
     head: tuple[int, int] | None,
 ) -> list[Finding]:
     """The `unwitnessed_rows` finding (at most one: its first row, the range in detail) of spec 9.3 and 9.9.2."""
-    stale = kth is None or kth < policy.now - policy.max_age
+    stale = kth is None or not is_fresh(kth, now=policy.now, max_age=policy.max_age)  # 0: no claim, never fresh
     seen, started = (min(head[0], max_seq), head[1]) if head is not None else (0, 0)
     first: int | None = None
     last = 0
@@ -199,6 +199,9 @@ def _stale_why(policy: WitnessPolicy, size: int, kth: int | None) -> str:
     if kth is None:
         plural = "s" if policy.quorum != 1 else ""
         return f"no checkpoint carries {policy.quorum} cosignature{plural} by the witness keys"
+    if kth == 0:
+        return (f"the newest checkpoint {policy.quorum} witness(es) cosigned (size {size}) has timestamp 0 among "
+                "its newest cosignatures, which makes no freshness claim (counted as infinitely old)")
     age = policy.now - kth
     return (f"the newest checkpoint {policy.quorum} witness(es) cosigned (size {size}) is {age} s old, over the "
             f"maximum witness age of {policy.max_age} s")

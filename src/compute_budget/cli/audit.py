@@ -478,7 +478,7 @@ def _fetch_witnessed(
         return []
     from compute_budget.errors import StoreUnavailable
     from compute_budget.store import BudgetStore
-    from compute_budget.store.witness_submit import WitnessTarget, fetch_latest
+    from compute_budget.witness.client import WitnessTarget, fetch_latest
 
     targets = [WitnessTarget.parse(url) for url in urls]
     origin = expected_origin

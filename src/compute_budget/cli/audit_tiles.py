@@ -54,7 +54,7 @@ def tiles_target(tiles: str, fetch_timeout: float, report: AuditReport | None = 
 
 def url_keys(urls: tuple[str, ...]) -> tuple[WitnessKey, ...]:
     """The keys of the --witness-url witnesses, whose cosignatures date the published checkpoint."""
-    from compute_budget.store.witness_submit import WitnessTarget
+    from compute_budget.witness.client import WitnessTarget
 
     return tuple(WitnessTarget.parse(url).key for url in urls)
 

@@ -191,19 +191,19 @@ def witness_submit_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--witness", "witnesses", metavar="URL=KEY", multiple=True,
         help="After the append, send its signed checkpoint to this witness (URL prefix = its verifier key, type "
-        "0x04); repeatable. A witness that is down is a warning: the rows stay recorded.",
+        "0x04 or 0x06); repeatable. A witness that is down is a warning: the rows stay recorded.",
     )(command)
 
 
 def witness_role_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """`--witness-key KEY` (repeatable, type 0x04) and `--witness-quorum K` (spec 9.3)."""
+    """`--witness-key KEY` (repeatable, type 0x04 or 0x06) and `--witness-quorum K` (spec 9.3)."""
     command = click.option(
         "--witness-quorum", "witness_quorum", type=int, metavar="K",
         help="How many of the --witness-key witnesses must have cosigned [default: all of them].",
     )(command)
     return click.option(
         "--witness-key", "witness_keys", metavar="KEY", multiple=True,
-        help="A witness's verifier key (type 0x04, keygen --witness) or a file holding one; repeatable.",
+        help="A witness's verifier key (type 0x04 or 0x06, keygen --witness) or a file holding one; repeatable.",
     )(command)
 
 

@@ -32,19 +32,29 @@ PROOF_V1, TLOG_PROOF = "compute_budget.proof.v1", "tlog-proof"
 @click.option(
     "--witness", is_flag=True, help="Make a witness key (C2SP cosignature type 0x04) for `witness serve --key`."
 )
-def keygen_command(name: str, out_path: str | None, witness: bool) -> None:
+@click.option(
+    "--ml-dsa", "ml_dsa", is_flag=True,
+    help="With --witness: an ML-DSA-44 witness key (C2SP type 0x06, post-quantum, subtree/v1) instead of Ed25519.",
+)
+def keygen_command(name: str, out_path: str | None, witness: bool, ml_dsa: bool) -> None:
     """Make a new Ed25519 signer key named NAME: write it to a new file (mode 0600, never overwritten) and print
     its verifier key, the public half to hand to auditors and verifiers. With --witness, a witness's key
-    (spec 9.2): its verifier key is what `--witness-key` and `--witness URL=KEY` take."""
+    (spec 9.2): its verifier key is what `--witness-key` and `--witness URL=KEY` take; with --witness --ml-dsa,
+    an ML-DSA-44 witness key (C2SP tlog-cosignature type 0x06). Writers' keys are Ed25519 only."""
     from compute_budget.core.log.cosignature import generate_witness
     from compute_budget.core.log.note import generate_signer
     from compute_budget.keys.key_files import default_key_file, write_new_signer_key
 
-    key = generate_witness(name) if witness else generate_signer(name)
+    if ml_dsa and not witness:
+        raise click.BadParameter(
+            "an ML-DSA-44 key is a witness's key (C2SP tlog-cosignature): add --witness; a writer's key is Ed25519",
+            param_hint="--ml-dsa",
+        )
+    key = generate_witness(name, ml_dsa=ml_dsa) if witness else generate_signer(name)
     path = write_new_signer_key(out_path or default_key_file(name), key)
     click.echo(key.verifier().format())
-    say(f"wrote {'witness' if witness else 'signer'} key {path} (mode 0600: keep it secret; give out the verifier "
-        "key above)")
+    kind = ("ML-DSA-44 witness" if ml_dsa else "witness") if witness else "signer"
+    say(f"wrote {kind} key {path} (mode 0600: keep it secret; give out the verifier key above)")
 
 
 @cli.command("verifier-key")
@@ -229,7 +239,7 @@ def verify_proof_command(
 
 
 def witness_options(witness_keys: tuple[str, ...], quorum: int | None) -> tuple[list[WitnessKey], int | None]:
-    """The witness keys (type 0x04 only) and the quorum of spec 9.3, or a usage error (exit 2)."""
+    """The witness keys (type 0x04 or 0x06) and the quorum of spec 9.3, or a usage error (exit 2)."""
     from compute_budget.keys.key_files import witness_key
 
     witnesses = list(dict.fromkeys(witness_key(item) for item in witness_keys))

@@ -130,7 +130,7 @@ def _show_evidence(state: WitnessState, origin: str) -> None:
 @click.option("--db", "db", metavar="PATH|URL", default=None,
               help="Database file or SQLAlchemy URL [default: $COMPUTE_BUDGET_DB, else ./compute_budget.db].")
 @click.option("--witness", "witnesses", metavar="URL=KEY", multiple=True, required=True,
-              help="A witness (URL prefix = its verifier key, type 0x04); repeatable.")
+              help="A witness (URL prefix = its verifier key, type 0x04 or 0x06); repeatable.")
 @click.option("--witness-timeout", "witness_timeout", type=click.FloatRange(min=0, min_open=True), default=5.0,
               show_default=True, metavar="SECONDS", help="Wait at most this long for the witnesses.")
 @click.option("--trusted-key", "trusted_keys", metavar="KEY", multiple=True,
@@ -147,7 +147,7 @@ def witness_submit_command(
     from compute_budget.keys.key_files import verifier_key
     from compute_budget.store import BudgetStore
     from compute_budget.store.backend import locate
-    from compute_budget.store.witness_submit import witness_targets
+    from compute_budget.witness.client import witness_targets
 
     targets = witness_targets(witnesses)  # a malformed URL=KEY is said before the store is looked at
     keys = [verifier_key(item) for item in trusted_keys]

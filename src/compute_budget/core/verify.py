@@ -115,15 +115,7 @@ def check_row(raw: Sequence[Any], prev_seq: int, prev_chain: str, result: RangeR
 
     policy = POLICIES.get(policy_version)
     if policy is None:
-        findings.append(
-            Finding(
-                FindingKind.UNSUPPORTED_POLICY_VERSION,
-                budget_id,
-                seq,
-                f"policy_version {policy_version!r} has no registered policy "
-                f"(known: {', '.join(POLICIES)}); its decision cannot be re-derived",
-            )
-        )
+        findings.append(_unsupported_policy(budget_id, seq, policy_version))
         return seq, stored_chain
     try:
         parsed = parse_gate_json(row.gate_input)
@@ -134,17 +126,29 @@ def check_row(raw: Sequence[Any], prev_seq: int, prev_chain: str, result: RangeR
     if _same_fields(row, derived) and spans_json(derived.evidence_spans) == row.evidence_spans:
         # Every hashed field equals the re-derived decision's, so its budget_id is the recomputed one.
         if derived.budget_id != budget_id:
-            findings.append(
-                Finding(
-                    FindingKind.BUDGET_ID_MISMATCH,
-                    budget_id,
-                    seq,
-                    f"the stored fields hash to {derived.budget_id}, not to the stored budget_id",
-                )
-            )
+            findings.append(_budget_id_mismatch(budget_id, seq, derived.budget_id))
         return seq, stored_chain
     findings.extend(_rederive_findings(row, derived, parsed))
     return seq, stored_chain
+
+
+def _unsupported_policy(budget_id: str, seq: int, policy_version: str) -> Finding:
+    """The finding for a row whose policy version no registered policy has: nothing to re-derive it with."""
+    return Finding(
+        FindingKind.UNSUPPORTED_POLICY_VERSION,
+        budget_id,
+        seq,
+        f"policy_version {policy_version!r} has no registered policy (known: {', '.join(POLICIES)}); its decision "
+        "cannot be re-derived",
+    )
+
+
+def _budget_id_mismatch(budget_id: str, seq: int, recomputed: str) -> Finding:
+    """The finding for a row whose stored fields hash to `recomputed`, not to its stored budget_id."""
+    return Finding(
+        FindingKind.BUDGET_ID_MISMATCH, budget_id, seq,
+        f"the stored fields hash to {recomputed}, not to the stored budget_id",
+    )
 
 
 def _same_fields(row: StoredRow, derived: ComputeBudgetDecision) -> bool:
@@ -222,14 +226,7 @@ def _rederive_findings(row: StoredRow, derived: ComputeBudgetDecision, parsed: P
             Finding(FindingKind.MALFORMED_ROW, budget_id, seq, f"the stored decision cannot be read: {recomputed}")
         )
     elif recomputed != budget_id:
-        findings.append(
-            Finding(
-                FindingKind.BUDGET_ID_MISMATCH,
-                budget_id,
-                seq,
-                f"the stored fields hash to {recomputed}, not to the stored budget_id",
-            )
-        )
+        findings.append(_budget_id_mismatch(budget_id, seq, recomputed))
     return findings
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from compute_budget.core.log.cosignature import WitnessKey, WitnessSigner
+from compute_budget.core.log.cosignature import WitnessKey, WitnessSigner, is_witness_key_text
 from compute_budget.core.log.note import SIGNER_KEY_PREFIX, SignerKey, VerifierKey, valid_key_name
 from compute_budget.errors import InputError, NoteError
 from compute_budget.keys.small_files import read_small_file
@@ -51,7 +51,8 @@ def load_signer_key(path: str | os.PathLike[str]) -> SignerKey:
 
 
 def load_witness_signer(path: str | os.PathLike[str]) -> WitnessSigner:
-    """The witness signer key (type 0x04, spec 9.2) in file `path`, under the same rules as `load_signer_key`."""
+    """The witness signer key (type 0x04 or 0x06, spec 9.2) in file `path`, under the same rules as
+    `load_signer_key`."""
     return _load_secret(path, "witness key", WitnessSigner.parse)
 
 
@@ -61,12 +62,7 @@ def load_any_signer(path: str | os.PathLike[str]) -> SignerKey | WitnessSigner:
 
 
 def _parse_any_signer(text: str) -> SignerKey | WitnessSigner:
-    try:
-        return SignerKey.parse(text)
-    except NoteError as error:
-        if "witness key (type 0x04)" not in str(error):
-            raise
-    return WitnessSigner.parse(text)
+    return WitnessSigner.parse(text) if is_witness_key_text(text) else SignerKey.parse(text)
 
 
 def _load_secret(path: str | os.PathLike[str], what: str, parse: Callable[[str], _Secret]) -> _Secret:
@@ -113,7 +109,7 @@ def verifier_key(value: VerifierKey | str | os.PathLike[str], *, what: str = "tr
 
 
 def witness_key(value: WitnessKey | str | os.PathLike[str]) -> WitnessKey:
-    """A witness verifier key (type 0x04 only, spec 9.3) given as a `WitnessKey`, its text, or a file holding it;
+    """A witness verifier key (type 0x04 or 0x06, spec 9.3) given as a `WitnessKey`, its text, or a file holding it;
     read as `verifier_key` reads a writer's key."""
     if isinstance(value, WitnessKey):
         return value

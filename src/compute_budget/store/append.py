@@ -47,7 +47,8 @@ from compute_budget.store.repairs import Repair
 from compute_budget.store.schema_check import schema_problems
 from compute_budget.store.session import StoreSession, read_head, utc_now
 from compute_budget.store.statements import Statements
-from compute_budget.store.witness_submit import DEFAULT_TIMEOUT_SECONDS, Submitted, WitnessTarget, submit
+from compute_budget.store.witness_submit import submit
+from compute_budget.witness.client import DEFAULT_TIMEOUT_SECONDS, Submitted, WitnessTarget
 
 
 @dataclass(slots=True)
@@ -152,16 +153,25 @@ class Appender:
             ) from None
         finally:
             chunks.close()  # stops the decide-ahead thread whatever happened
+        self._remember(head, frontier, note, writer)
+        appended.head = head
+        if note is not None and self.witnesses:  # spec 9.5: after the commit and the state file, never before
+            self._submit(note, appended)
+        return appended
+
+    def _remember(self, head: ChainHead, frontier: CompactRange, note: str | None, writer: WriterKeys | None) -> None:
+        """Keep what the next append of this process may reuse: the tree's frontier at `head`, and the note it
+        signed (verified by its own key, naming `head`)."""
         if note is not None and writer is not None:
             self.verified_notes = {(note, writer.verifier)}
             self._last_signed = (note, head)
         self._frontier_cache = (head, frontier)
-        appended.head = head
-        if note is not None and self.witnesses:  # spec 9.5: after the commit and the state file, never before
-            submitted = submit(self._session, note, self.witnesses, timeout=self.witness_timeout)
-            appended.witness_warnings = tuple(item.warning for item in submitted if item.warning is not None)
-            appended.witnessed = (sum(item.cosigned for item in submitted), len(submitted))
-        return appended
+
+    def _submit(self, note: str, appended: Appended) -> None:
+        """Send the new checkpoint `note` to this writer's witnesses; `appended` gets their warnings and count."""
+        submitted = submit(self._session, note, self.witnesses, timeout=self.witness_timeout)
+        appended.witness_warnings = tuple(item.warning for item in submitted if item.warning is not None)
+        appended.witnessed = (sum(item.cosigned for item in submitted), len(submitted))
 
     def _begin(
         self, connection: Connection, appended: Appended, adopt_through: int | None, after_repair: int | None

@@ -37,8 +37,8 @@ from compute_budget.store.results import BatchResult, GateResult, RecordResult, 
 from compute_budget.store.scans import Scans
 from compute_budget.store.session import StoreSession
 from compute_budget.store.snapshot import Snapshot
-from compute_budget.store.witness_submit import DEFAULT_TIMEOUT_SECONDS, Submitted, WitnessTarget
 from compute_budget.store.writing import OpenOptions, Writing, open_session
+from compute_budget.witness.client import DEFAULT_TIMEOUT_SECONDS, Submitted, WitnessTarget
 
 __all__ = ["BatchResult", "BudgetStore", "GateResult", "RecordResult", "RowCheck", "SkippedConflict"]
 

@@ -20,7 +20,7 @@ from compute_budget.store.opening import open_engine
 from compute_budget.store.plan import collector_paused
 from compute_budget.store.results import BatchResult, GateResult, RecordResult, SkippedConflict
 from compute_budget.store.session import StoreSession
-from compute_budget.store.witness_submit import Submitted, WitnessTarget, witness_targets
+from compute_budget.witness.client import Submitted, WitnessTarget, witness_targets
 
 
 @dataclass(frozen=True, slots=True)

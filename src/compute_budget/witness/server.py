@@ -10,6 +10,7 @@ import uvicorn
 
 from compute_budget.core.log.cosignature import WitnessSigner
 from compute_budget.core.log.note import VerifierKey
+from compute_budget.errors import InputError
 from compute_budget.serving import (
     CONNECTION_LIMIT,
     HEADER_TIMEOUT_SECONDS,
@@ -34,6 +35,10 @@ def serve_witness(
 ) -> None:
     """Serve the witness until interrupted; a port in use or a state file that cannot be used fails first (the
     port is taken before the state file is opened, so a port in use leaves no new state file behind)."""
+    for origin in logs:
+        problem = signer.origin_problem(origin)
+        if problem is not None:
+            raise InputError(f"--log: this witness key cannot cosign that log: {problem}")
     sock = bind(host, port)
     try:
         state = WitnessState(state_path)
@@ -42,8 +47,8 @@ def serve_witness(
             app = create_witness_app(witness, allowed_hosts(host, allow_hosts))
             shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
             say(
-                f"witness {signer.name} serving {len(logs)} log(s) at http://{shown}:{sock.getsockname()[1]}/ "
-                f"(state {state_path}; Ctrl-C stops it)"
+                f"witness {signer.name} ({signer.type_name}) serving {len(logs)} log(s) at "
+                f"http://{shown}:{sock.getsockname()[1]}/ (state {state_path}; Ctrl-C stops it)"
             )
             config = uvicorn.Config(
                 app, log_level="warning", access_log=False, lifespan="off", server_header=False,

@@ -287,14 +287,37 @@ class CheckedGate(NamedTuple):
     span_payload: list[dict[str, Any]]
 
 
+def _wrong_keys(gate: Mapping[Any, Any]) -> MalformedGate:
+    """Rule 3.1.1 broken by a mapping without exactly the eight keys: which are missing, which unexpected."""
+    keys = set(gate.keys())
+    missing = sorted(GATE_KEYS - keys)
+    extra = sorted(repr(key) for key in keys - GATE_KEYS)
+    return MalformedGate("3.1.1", f"gate keys are wrong: missing {missing}, unexpected [{', '.join(extra)}]")
+
+
+def _decision_fields(gate: object) -> tuple[Any, ...]:
+    """The eight values of a gate given as a `SearchGateDecision`, in spec order, not yet checked; rule 3.1.1
+    broken by anything that is neither that nor a mapping."""
+    if not isinstance(gate, SearchGateDecision):
+        raise MalformedGate("3.1.1", f"a gate must be a JSON object, not {type(gate).__name__}")
+    return (
+        gate.decision_id,
+        gate.policy_version,
+        gate.input_digest,
+        gate.status,
+        gate.reason_code,
+        gate.residual_ids,
+        gate.candidate_organ,
+        gate.evidence_spans,
+    )
+
+
 def check_gate(gate: object) -> CheckedGate:
     """Check every rule of spec 3.1; raises `MalformedGate` naming the first rule broken."""
+    # A mapping is read inline: it is what `decide` is given on the hot path (parsed JSON).
     if type(gate) is dict or isinstance(gate, Mapping):
         if len(gate) != 8 or gate.keys() != GATE_KEYS:
-            keys = set(gate.keys())
-            missing = sorted(GATE_KEYS - keys)
-            extra = sorted(repr(key) for key in keys - GATE_KEYS)
-            raise MalformedGate("3.1.1", f"gate keys are wrong: missing {missing}, unexpected [{', '.join(extra)}]")
+            raise _wrong_keys(gate)
         decision_id, policy_version, input_digest, status, reason_code, residual_ids, organ, spans = (
             gate["decision_id"],
             gate["policy_version"],
@@ -305,19 +328,10 @@ def check_gate(gate: object) -> CheckedGate:
             gate["candidate_organ"],
             gate["evidence_spans"],
         )
-    elif isinstance(gate, SearchGateDecision):
-        decision_id, policy_version, input_digest, status, reason_code, residual_ids, organ, spans = (
-            gate.decision_id,
-            gate.policy_version,
-            gate.input_digest,
-            gate.status,
-            gate.reason_code,
-            gate.residual_ids,
-            gate.candidate_organ,
-            gate.evidence_spans,
-        )
     else:
-        raise MalformedGate("3.1.1", f"a gate must be a JSON object, not {type(gate).__name__}")
+        decision_id, policy_version, input_digest, status, reason_code, residual_ids, organ, spans = (
+            _decision_fields(gate)
+        )
     if not (type(decision_id) is str and decision_id.isascii()):
         decision_id = _text(decision_id, "decision_id")
     if not (type(policy_version) is str and policy_version.isascii()):

@@ -90,30 +90,33 @@ def read_gates(stream: Iterable[bytes]) -> Iterator[GateLine | BadLine]:
                 yield BadLine(number, str(error))
                 continue
             first_error = str(error)
-        # The line opens a value that breaks off: it closes on a later line, or never.
-        if index is None:  # a line of the stream: read ahead, tracking brackets
-            ahead = _read_ahead(text, source)
-            at = 0
-            index, closes, deepest = -1, ahead.closing, ahead.deepest
-        else:  # a line read again: where its value closes (or how deep it goes) is already known
-            closes, deepest = ahead.close[index], ahead.deepest_from(index)
-        outcome, last = _complete(number, text, ahead.lines, index, closes, deepest)
-        if isinstance(outcome, GateLine):
-            yield outcome
-            at = last + 1
-            continue
-        # The broken value's own inner lines (indented, or only closing brackets) are not gates of their own;
-        # from the first line that starts a new value at the margin on, lines are read again as usual. When
-        # such a line follows, the opening line itself was the broken one (a cut-off JSON Lines record);
-        # otherwise the value is one pretty-printed object, broken where the parser says.
-        margin = ahead.margin[index + 1] if index + 1 < len(ahead.lines) else len(ahead.lines)
-        if margin <= last:
-            yield BadLine(number, first_error)
-            at = margin
-        else:
-            skipping = True
-            yield outcome
-            at = last + 1
+        outcome, ahead, at, skipping = _broken_value(number, text, first_error, index, ahead, source)
+        yield outcome
+
+
+def _broken_value(
+    number: int, text: str, first_error: str, index: int | None, ahead: _ReadAhead, source: Iterator[tuple[int, bytes]]
+) -> tuple[GateLine | BadLine, _ReadAhead, int, bool]:
+    """What a line that opens a value that breaks off comes to (its value closes on a later line, or never): the
+    gate or bad line to yield, the lines read ahead, the next of them to read again, and whether the broken
+    value's inner lines are to be passed over. `index` is the line's place among the lines read ahead, None for
+    a line of the stream (then this reads ahead, tracking brackets)."""
+    if index is None:
+        ahead = _read_ahead(text, source)
+        index, closes, deepest = -1, ahead.closing, ahead.deepest
+    else:  # a line read again: where its value closes (or how deep it goes) is already known
+        closes, deepest = ahead.close[index], ahead.deepest_from(index)
+    outcome, last = _complete(number, text, ahead.lines, index, closes, deepest)
+    if isinstance(outcome, GateLine):
+        return outcome, ahead, last + 1, False
+    # The broken value's own inner lines (indented, or only closing brackets) are not gates of their own; from
+    # the first line that starts a new value at the margin on, lines are read again as usual. When such a line
+    # follows, the opening line itself was the broken one (a cut-off JSON Lines record); otherwise the value is
+    # one pretty-printed object, broken where the parser says.
+    margin = ahead.margin[index + 1] if index + 1 < len(ahead.lines) else len(ahead.lines)
+    if margin <= last:
+        return BadLine(number, first_error), ahead, margin, False
+    return outcome, ahead, last + 1, True
 
 
 def _continues_a_value(raw: bytes) -> bool:
