@@ -156,14 +156,15 @@ def run_audit(request: AuditRequest) -> AuditReport:
     if isinstance(request.target, PublicationTarget):  # spec 10.2: the same audit, over a published log
         pinned = pin(request)
         request, label = pinned.request, PUBLISHED_LABEL
-    report = _audit_published(request, pinned, label)
+    report = _audit_escalating(request, label)
     if pinned is not None:
         report = with_freshness(report, pinned, int(time.time()))
     return report
 
 
-def _audit_published(request: AuditRequest, pinned: Pinned | None, label: str) -> AuditReport:
-    """`run_audit` once its source is known (a publication pinned already)."""
+def _audit_escalating(request: AuditRequest, label: str) -> AuditReport:
+    """`run_audit` once its source is known (a publication pinned already): once, and again in full when the
+    --since checkpoint does not hold."""
     head = head_note_for(request.since, request.since_head, bool(request.witness_keys))
     report = _audit_once(request, head, label)
     if report.since is None or request.through is not None or not _since_broken(report):
