@@ -181,6 +181,7 @@ SHELL_BLOCKS_RUN = {
     ("docs/operations.md", "Nightly audit"): 1, ("docs/operations.md", "PostgreSQL"): 2,
     ("docs/operations.md", "Auditing a publication with no database credentials"): 1,  # tests/cli/test_audit_tiles.py
     ("docs/operations.md", "Keys and witnesses"): 2, ("docs/operations.md", "Witnessing"): 1,
+    ("docs/operations.md", "Publishing the log"): 1,  # tests/cli/test_publish.py
     ("docs/upgrading.md", "0003: the seal (spec section 8)"): 1,
 }
 

@@ -66,6 +66,7 @@ LAZY_COMMANDS = {
     "consistency": "compute_budget.cli.keys_and_proofs",
     "serve": "compute_budget.cli.serve",
     "witness": "compute_budget.cli.witness",
+    "publish": "compute_budget.cli.publish",
 }
 
 

@@ -1,0 +1,68 @@
+"""`compute-budget publish DIR`: the store's log as static C2SP tiles (spec 10.1; a lazy command)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from compute_budget.cli.app import say
+from compute_budget.cli.commands import cli, db_option, witness_role_options
+
+if TYPE_CHECKING:
+    from compute_budget.publisher.run import PublishOutcome
+
+
+@cli.command("publish")
+@click.argument("folder", metavar="DIR")
+@db_option
+@click.option(
+    "--trusted-key", "trusted_keys", metavar="KEY", multiple=True, required=True,
+    help="A writer's verifier key (name+hash+key) or a file holding one: the checkpoint published is the newest "
+    "stored one it signed, and DIR/checkpoint must verify under it; repeatable.",
+)
+@witness_role_options
+def publish_command(
+    folder: str, db: str | None, trusted_keys: tuple[str, ...], witness_keys: tuple[str, ...],
+    witness_quorum: int | None,
+) -> None:
+    """Publish the newest trusted checkpoint and every tile and entry bundle of its tree into DIR, for any
+    static web server: exit 0 published (or already current), 1 findings (nothing written), 2 cannot run.
+
+    Incremental (only the rows since DIR's checkpoint are read, audited as `audit --since` would, and written),
+    atomic (DIR/checkpoint is renamed into place last) and immutable (a full tile in DIR is never rewritten).
+    """
+    from compute_budget.publisher import PublishRequest, publish
+
+    if witness_quorum is not None and not witness_keys:
+        raise click.BadParameter("a witness quorum needs --witness-key", param_hint="--witness-quorum")
+    outcome = publish(PublishRequest(
+        folder, db, trusted_keys=trusted_keys, witness_keys=witness_keys, witness_quorum=witness_quorum,
+    ))
+    if not outcome.published:
+        _refused(outcome)
+        click.get_current_context().exit(1)
+    click.echo(_summary(outcome))
+
+
+def _refused(outcome: PublishOutcome) -> None:
+    """Exit 1's words: the audit's report as `audit` prints it, or the one refusal line."""
+    if outcome.report is not None:
+        from compute_budget.cli.render_audit import render
+
+        click.echo(render(outcome.report, "text"))
+        say(f"the rows to publish did not pass the audit: nothing was written to {outcome.folder}")
+        return
+    assert outcome.refusal is not None
+    click.echo(outcome.refusal.line())
+
+
+def _summary(outcome: PublishOutcome) -> str:
+    """The one line a publish prints."""
+    if not outcome.written:
+        return f"{outcome.folder} already publishes the newest trusted checkpoint ({outcome.size} rows)"
+    removed = f"; {len(outcome.removed)} partial tile(s) replaced by full ones removed" if outcome.removed else ""
+    return (
+        f"published {outcome.size} rows to {outcome.folder} (before: {outcome.previous}): {len(outcome.written)} "
+        f"file(s) written, {outcome.unchanged} already there{removed}"
+    )

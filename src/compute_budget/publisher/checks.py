@@ -1,0 +1,102 @@
+"""What a publish checks before it writes (spec 10.1): the published checkpoint verifies under a trusted key
+(rule 1), the rows not yet published pass the audit `audit --since` runs (rule 1, by the auditor itself), and a file
+already in DIR has exactly the bytes the store gives it (rule 2). Each result that needs a person is a `Refusal`
+(exit 1); rule 4's over-long entry is `errors.EntryTooLong` (exit 2), raised while the files are built."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from compute_budget.auditor.report import AuditReport
+from compute_budget.auditor.request import AuditRequest
+from compute_budget.auditor.scan import run_audit
+from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.note import VerifierKey
+from compute_budget.core.seal_checks import trusted_signers
+from compute_budget.core.verify import Finding, FindingKind
+from compute_budget.errors import CheckpointError, NoteError, clip
+from compute_budget.publisher.write import CHECKPOINT_NAME, PublicationFolder
+
+PUBLISHED_MISMATCH = "published_mismatch"  # spec 10.1 rule 2 and 10.2: a published file the store does not give
+MAX_CHECKPOINT_BYTES = 64 * 1024  # spec 10.2's limit for a checkpoint
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why nothing was written, for a person to look at (exit 1): a finding `kind` and what it is about."""
+
+    kind: str
+    detail: str
+
+    def line(self) -> str:
+        """The one line the command prints."""
+        return f"{self.kind}: {self.detail}; nothing was written"
+
+
+def published_checkpoint(folder: PublicationFolder, keys: Sequence[VerifierKey]) -> Checkpoint | Refusal | None:
+    """`DIR/checkpoint` when it verifies under one of `keys` (a signature by one that verifies, none that fails);
+    None when DIR holds none yet; a `bad_signature` refusal otherwise (rule 1)."""
+    data = folder.read(CHECKPOINT_NAME, MAX_CHECKPOINT_BYTES)
+    if data is None:
+        return None
+    where = f"{folder.path.rstrip('/')}/{CHECKPOINT_NAME}"
+    if len(data) > MAX_CHECKPOINT_BYTES:
+        return Refusal(FindingKind.BAD_SIGNATURE.value, f"{where} is over {MAX_CHECKPOINT_BYTES} bytes: no checkpoint")
+    try:
+        checkpoint = Checkpoint.from_note(data, source=where)
+        verified, failed = trusted_signers(checkpoint.note or "", keys)
+    except (CheckpointError, NoteError) as error:
+        return Refusal(
+            FindingKind.BAD_SIGNATURE.value, f"{where} is no signed checkpoint note: {clip(str(error), 200)}"
+        )
+    if failed:
+        names = ", ".join(f"{key.name}+{key.key_hash:08x}" for key in failed)
+        return Refusal(FindingKind.BAD_SIGNATURE.value, f"{where}: its signature by {names} does not verify (forged?)")
+    if not verified:
+        return Refusal(
+            FindingKind.BAD_SIGNATURE.value, f"{where} carries no signature by a --trusted-key: it was not published "
+            "with these keys (or was replaced)",
+        )
+    return checkpoint
+
+
+def rolled_back(published: Checkpoint, size: int, where: str) -> Refusal | None:
+    """A published checkpoint larger than the one to publish: publishing would roll DIR back (a `checkpoint_mismatch`:
+    the store lost rows or checkpoints, or DIR was published from another store signed by the same key)."""
+    if published.seq <= size:
+        return None
+    return Refusal(
+        FindingKind.CHECKPOINT_MISMATCH.value,
+        f"{where} publishes {published.seq} rows, more than the newest trusted checkpoint of the store ({size}): "
+        "the store was rolled back or DIR is another store's publication, and DIR is never rolled back",
+    )
+
+
+def audit_new_rows(request: AuditRequest, size: int) -> AuditReport | None:
+    """Rule 1: the audit of the rows after `request.since` through `size`, by the auditor itself; its report when a
+    finding is about rows 1..`size` or about the store as a whole (no seq), else None (findings only about rows
+    after `size`, which this publish does not publish, do not stop it)."""
+    report = run_audit(request)
+    return report if blocking(report.findings, size) else None
+
+
+def blocking(findings: Sequence[Finding], size: int) -> list[Finding]:
+    """The findings that stop a publish of `size` rows: those about a row at or below it, or about no one row."""
+    return [finding for finding in findings if finding.seq is None or finding.seq <= size]
+
+
+def same_as_published(folder: PublicationFolder, path: str, data: bytes) -> bool | Refusal:
+    """Rule 2: True when DIR already holds `path` with exactly `data` (it is left alone); False when it holds no
+    such file; a `published_mismatch` refusal naming it when its bytes differ (a rewrite, or another history)."""
+    existing = folder.read(path, len(data))
+    if existing is None:
+        return False
+    if existing == data:
+        return True
+    return Refusal(
+        PUBLISHED_MISMATCH,
+        f"{folder.path.rstrip('/')}/{path} is already published with other bytes than the store gives it "
+        f"({len(existing)}{'+' if len(existing) > len(data) else ''} bytes, the store's {len(data)}): a published "
+        "file is never rewritten; DIR was edited, or was published from another history",
+    )

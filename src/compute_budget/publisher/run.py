@@ -1,0 +1,144 @@
+"""`publish`: one publication of a store's log into DIR (spec 10.1), in the order the rules need.
+
+1. Lock DIR; read `DIR/checkpoint`, which must verify under a trusted key (rule 1).
+2. Choose the checkpoint to publish (`choose`); a smaller one than DIR's is refused (DIR is never rolled back).
+3. Audit the rows after DIR's checkpoint through the chosen one, with DIR's as `--since` (rule 1: the auditor's own
+   `run_audit`, so a publish checks new rows exactly as `audit --since` does).
+4. Build the new files from the store (`layout`), comparing each with DIR (rule 2), staging the new ones; the
+   partial tiles must give the chosen checkpoint's root.
+5. Rename the staged files into place, then `DIR/checkpoint` (rule 3), then remove the partial tiles the new full
+   ones replace. A crash before the checkpoint's rename leaves DIR the publication it was.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Literal
+
+from compute_budget.auditor.checkpoints import unique_keys, witness_policy
+from compute_budget.auditor.report import AuditReport
+from compute_budget.auditor.request import AuditRequest
+from compute_budget.auditor.witness_rules import DEFAULT_MAX_WITNESS_AGE
+from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.cosignature import WitnessKey
+from compute_budget.core.log.note import VerifierKey
+from compute_budget.errors import ArgumentTypeError, StoreDamaged
+from compute_budget.keys.key_files import verifier_key
+from compute_budget.publisher.checks import (
+    Refusal,
+    audit_new_rows,
+    published_checkpoint,
+    rolled_back,
+    same_as_published,
+)
+from compute_budget.publisher.choose import Chosen, choose
+from compute_budget.publisher.layout import TreeBuilder, superseded
+from compute_budget.publisher.write import CHECKPOINT_NAME, PublicationFolder
+from compute_budget.store import BudgetStore
+
+
+@dataclass(frozen=True, slots=True)
+class PublishRequest:
+    """What to publish where: DIR (`folder`), the store (`db`: a path or URL; None is the default store), the writer
+    keys whose signature makes a checkpoint publishable, and with `witness_keys` how many witnesses must have
+    cosigned it (`witness_quorum`, default all). `jobs`: the audit's processes, as `audit --jobs`."""
+
+    folder: str
+    db: str | os.PathLike[str] | None = None
+    trusted_keys: tuple[VerifierKey | str | os.PathLike[str], ...] = ()
+    witness_keys: tuple[WitnessKey | str | os.PathLike[str], ...] = ()
+    witness_quorum: int | None = None
+    jobs: int | Literal["auto"] = "auto"
+
+
+@dataclass(frozen=True, slots=True)
+class PublishOutcome:
+    """What a publish did: the size DIR publishes now (`size`) and before (`previous`), the files it wrote (the
+    checkpoint last) and left as they were, the superseded partial-tile folders it removed; or, with nothing
+    written, the `refusal` or the audit `report` that stopped it."""
+
+    folder: str
+    previous: int
+    size: int
+    written: tuple[str, ...] = ()
+    unchanged: int = 0
+    removed: tuple[str, ...] = ()
+    refusal: Refusal | None = None
+    report: AuditReport | None = field(default=None, repr=False)
+
+    @property
+    def published(self) -> bool:
+        """True when DIR now publishes `size` (nothing stopped the publish)."""
+        return self.refusal is None and self.report is None
+
+
+def publish(request: PublishRequest) -> PublishOutcome:
+    """Publish the store's newest trusted checkpoint and its tree into `request.folder` (see the module docstring).
+
+    Raises a `PublishError` (nothing to publish, an over-long entry, a busy or unusable DIR) or a store error when
+    the publish cannot run; findings come back in the outcome with nothing written.
+    """
+    keys = unique_keys(verifier_key(item) for item in request.trusted_keys)
+    if not keys:
+        raise ArgumentTypeError("publish needs the writer's verifier key (--trusted-key): only a checkpoint signed "
+                                "by a trusted key is published")
+    policy = witness_policy(request.witness_keys, request.witness_quorum, DEFAULT_MAX_WITNESS_AGE)
+    with PublicationFolder.locked(request.folder) as folder:
+        published = published_checkpoint(folder, keys)
+        if isinstance(published, Refusal):
+            return PublishOutcome(request.folder, 0, 0, refusal=published)
+        old = published.seq if published is not None else 0
+        with BudgetStore.open(request.db, readonly=True) as store, store.snapshot() as snapshot:
+            chosen = choose(snapshot, keys, policy)
+        stopped = _checked(request, folder, published, chosen, keys)
+        if stopped is not None:
+            return stopped
+        if published is not None and published.note == chosen.note:
+            return PublishOutcome(request.folder, old, old)
+        with BudgetStore.open(request.db, readonly=True) as store, store.snapshot() as snapshot:
+            refusal, unchanged = _stage(folder, TreeBuilder(snapshot, old, chosen.size), chosen)
+        if refusal is not None:
+            return PublishOutcome(request.folder, old, old, refusal=refusal)
+        folder.commit()
+        folder.stage(CHECKPOINT_NAME, chosen.note.encode("utf-8"))
+        folder.commit()
+        removed = tuple(path for path in superseded(old, chosen.size) if folder.remove_folder(path))
+        return PublishOutcome(request.folder, old, chosen.size, tuple(folder.written), unchanged, removed)
+
+
+def _checked(
+    request: PublishRequest, folder: PublicationFolder, published: Checkpoint | None, chosen: Chosen,
+    keys: list[VerifierKey],
+) -> PublishOutcome | None:
+    """Rules 1 and 2 before anything is built: no roll-back, and the audit of the new rows; None when they hold."""
+    old = published.seq if published is not None else 0
+    if published is not None:
+        refusal = rolled_back(published, chosen.size, f"{folder.path.rstrip('/')}/{CHECKPOINT_NAME}")
+        if refusal is not None:
+            return PublishOutcome(request.folder, old, old, refusal=refusal)
+    report = audit_new_rows(AuditRequest(
+        request.db, since=published, through=chosen.size, trusted_keys=tuple(keys), jobs=request.jobs,
+        witness_keys=request.witness_keys, witness_quorum=request.witness_quorum,
+    ), chosen.size)
+    return PublishOutcome(request.folder, old, old, report=report) if report is not None else None
+
+
+def _stage(folder: PublicationFolder, builder: TreeBuilder, chosen: Chosen) -> tuple[Refusal | None, int]:
+    """Stage every new file (rule 2: one DIR already holds must be byte for byte the same, and is left alone);
+    the refusal of the first that differs, and how many were already there."""
+    unchanged = 0
+    for item in builder.files():
+        same = same_as_published(folder, item.path, item.data)
+        if isinstance(same, Refusal):
+            return same, unchanged
+        if same:
+            unchanged += 1
+        else:
+            folder.stage(item.path, item.data)
+    if builder.root() != chosen.checkpoint.root:
+        raise StoreDamaged(
+            f"the tiles built from the store do not give the root of the checkpoint being published (size "
+            f"{chosen.size}): its stored tree nodes or rows changed; run `compute-budget audit`; nothing was written"
+        )
+    return None, unchanged
