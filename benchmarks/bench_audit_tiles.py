@@ -2,10 +2,10 @@
 from (spec 10.2, issue 30), with the peak RSS of each.
 
 In one run, on this machine: a signed store of N rows is built (``--count``, default 100,000), published into a
-folder with the core's tile functions (`tiles_for_size`, `tile_bytes`, `encode_bundle`: what `publish` writes),
-then each audit runs alone in a fresh interpreter with jobs=1, which reports its time and its peak resident set
-(VmHWM). Goals: the tiles audit within 2x of the database audit (it re-derives the same rows and also reads
-every tile and recomputes the chain), and its peak memory flat in the log's size (compare two ``--count``s).
+folder by `publish` (spec 10.1), then each audit runs alone in a fresh interpreter with jobs=1, which reports its
+time and its peak resident set (VmHWM). Goals: the tiles audit within 2x of the database audit (it re-derives the
+same rows and also reads every tile and recomputes the chain), and its peak memory flat in the log's size (compare
+two ``--count``s).
 
 Run: ``python benchmarks/bench_audit_tiles.py --count 100000``; ``--keep DIR`` keeps the store and publication.
 """
@@ -24,11 +24,8 @@ from pathlib import Path
 from bench_record import gates
 
 from compute_budget import BudgetStore
-from compute_budget.core.leaf import leaf_input
-from compute_budget.core.log.entry_bundle import encode_bundle
-from compute_budget.core.log.merkle import MemoryTree
 from compute_budget.core.log.note import generate_signer
-from compute_budget.core.log.tiles import tile_bytes, tiles_for_size
+from compute_budget.publisher import PublishRequest, publish
 
 ORIGIN = "bench.example/budget-log"
 GOAL_RATIO = 2.0
@@ -63,28 +60,10 @@ def build(folder: Path, count: int) -> str:
     with BudgetStore.open(folder / "store.db", origin=ORIGIN, signing_key=signer) as store:
         for start in range(0, count, 100_000):
             store.record_many(gates(start, min(100_000, count - start)))
-    publish(folder / "store.db", folder / "published")
+    outcome = publish(PublishRequest(str(folder / "published"), folder / "store.db",
+                                     trusted_keys=(signer.verifier(),)))
+    assert outcome.published, outcome.refusal or outcome.report
     return signer.verifier().format()
-
-
-def publish(store_path: Path, out: Path) -> None:
-    """Every tile and bundle of the store's tree, and its newest signed checkpoint (a stand-in for `publish`)."""
-    with BudgetStore.open(store_path, readonly=True) as store, store.snapshot() as snapshot:
-        size = snapshot.max_seq()
-        entries = [leaf_input(row[:17]) for batch in snapshot.rows_between(0, size) for row in batch]
-        stored = snapshot.newest_covering(size, size)
-    assert stored is not None
-    tree = MemoryTree.from_leaves(entries)
-    for tile in tiles_for_size(size):
-        _write(out / tile.path, tile_bytes(tree, tile))
-        if tile.level == 0:
-            _write(out / tile.bundle_path, encode_bundle(tile, entries[tile.first_node : tile.first_node + tile.width]))
-    (out / "checkpoint").write_text(stored.note)
-
-
-def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
 
 
 def measure(kind: str, location: Path, key: str) -> dict[str, float]:

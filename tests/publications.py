@@ -1,5 +1,7 @@
-"""A stand-in for `compute-budget publish` in the publication reader's tests: writes the C2SP tiles, entry bundles
-and checkpoint of a store's tree (the core's tile functions), and serves a folder over loopback HTTP."""
+"""Publications for the publication reader's tests: `publish_store` runs the real `publish` (spec 10.1);
+`write_publication` writes the tiles, bundles and checkpoint of any store with the core's tile functions alone,
+for what `publish` rightly refuses (a store with findings) and for rewriting a publication as an attacker would
+(`write_tiles`); `served_folder` serves a folder over loopback HTTP."""
 
 from __future__ import annotations
 
@@ -12,10 +14,23 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from compute_budget.core.leaf import leaf_input
+from compute_budget.core.log.cosignature import WitnessKey
 from compute_budget.core.log.entry_bundle import encode_bundle
 from compute_budget.core.log.merkle import MemoryTree
+from compute_budget.core.log.note import VerifierKey
 from compute_budget.core.log.tiles import tile_bytes, tiles_for_size
+from compute_budget.publisher import PublishRequest, publish
 from compute_budget.store import BudgetStore
+
+
+def publish_store(
+    target: str | os.PathLike[str], folder: Path, *keys: VerifierKey, witness_keys: tuple[WitnessKey, ...] = ()
+) -> Path:
+    """Publish the store at `target` into `folder` with `compute-budget publish` (its newest checkpoint signed by
+    `keys`; with `witness_keys`, the newest all of them cosigned); `folder`."""
+    outcome = publish(PublishRequest(str(folder), target, trusted_keys=keys, witness_keys=witness_keys, jobs=1))
+    assert outcome.published, outcome.refusal or outcome.report
+    return folder
 
 
 def write_publication(target: str | os.PathLike[str], folder: Path, note: str | None = None) -> Path:

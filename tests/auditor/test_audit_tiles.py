@@ -18,7 +18,7 @@ from compute_budget.errors import PublicationUnavailable
 from compute_budget.publication.snapshot import PublicationTarget
 from compute_budget.store import BudgetStore
 from tests.conftest import make_gate
-from tests.publications import served_folder, write_publication
+from tests.publications import publish_store, served_folder
 
 ORIGIN = "example.org/budget-log"
 ROWS = 600
@@ -34,7 +34,7 @@ def folder(store_target: str, tmp_path: Path, writer: SignerKey, writer_state_en
     """A signed store of `ROWS` rows on each backend, published."""
     with BudgetStore.open(store_target, origin=ORIGIN, signing_key=writer) as store:
         store.record_many([make_gate(decision_id=f"row-{index}") for index in range(ROWS)])
-    return write_publication(store_target, tmp_path / "published")
+    return publish_store(store_target, tmp_path / "published", writer.verifier())
 
 
 @pytest.fixture
@@ -126,7 +126,7 @@ def test_jobs_give_the_one_process_report(tmp_path: Path, writer: SignerKey, wri
     target = str(tmp_path / "store.db")
     with BudgetStore.open(target, origin=ORIGIN, signing_key=writer) as store:
         store.record_many([make_gate(decision_id=f"row-{index}") for index in range(25_000)])
-    folder = write_publication(target, tmp_path / "published")
+    folder = publish_store(target, tmp_path / "published", writer.verifier())
     entries = folder / "tile" / "entries" / "050"
     data = bytearray(entries.read_bytes())
     data[40] ^= 1  # an entry of row 12,801 edited

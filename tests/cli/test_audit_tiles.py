@@ -21,7 +21,7 @@ from compute_budget.store import BudgetStore
 from tests.backends import tamper
 from tests.conftest import gate_lines
 from tests.e2e.test_docs import OPERATIONS, commands, fenced, shell
-from tests.publications import served_folder, write_publication, write_tiles
+from tests.publications import publish_store, served_folder, write_publication, write_tiles
 from tests.witnessing import LOG, WITNESS, Served
 from tests.witnessing import ORIGIN as WITNESSED_ORIGIN
 
@@ -61,9 +61,10 @@ def published(run_cli: Run, store_target: str, tmp_path: Path) -> Iterator[Publi
     key_file = tmp_path / "writer.key"
     assert run_cli("keygen", "writer", "--out", str(key_file))[0] == 0
     _record(run_cli, store_target, key_file, ROWS, "night", "--origin", ORIGIN)
-    folder = write_publication(store_target, tmp_path / "published")
+    key = load_signer_key(str(key_file))
+    folder = publish_store(store_target, tmp_path / "published", key.verifier())
     with served_folder(folder) as url:
-        yield Published(store_target, key_file, load_signer_key(str(key_file)), folder, url)
+        yield Published(store_target, key_file, key, folder, url)
 
 
 def _kinds(report: dict) -> list[tuple[str, int | None]]:  # type: ignore[type-arg]
@@ -113,6 +114,7 @@ def test_a_store_with_findings_gives_the_same_verdict_published(
     run_cli("keygen", "writer", "--out", str(key_file))
     _record(run_cli, store_target, key_file, 300, "night", "--origin", ORIGIN)
     tamper(store_target, "UPDATE compute_budget_decisions SET max_candidates = 99 WHERE seq = 17")
+    # `publish` refuses a store with findings (spec 10.1 rule 1): the stand-in writes what it would have published
     folder = write_publication(store_target, tmp_path / "published")
     key = load_signer_key(str(key_file)).verifier().format()
     db_status, db_out, _ = run_cli("audit", "--db", store_target, "--format", "json", "--trusted-key", key)
@@ -161,7 +163,7 @@ def test_another_stores_publication_signed_by_the_same_key_is_refused_by_its_ori
     other_state = tmp_path / "other.state"
     _record(run_cli, other, published.key_file, 300, "other", "--origin", "example.org/other-log",
             "--writer-state", str(other_state))
-    folder = write_publication(other, tmp_path / "other-published")
+    folder = publish_store(other, tmp_path / "other-published", published.key.verifier())
     status, report, _ = published.audit(run_cli, location=str(folder))
     assert status == 1
     assert any(kind == "checkpoint_mismatch" and "example.org/other-log" in item["detail"]
@@ -188,11 +190,11 @@ def test_since_saved_from_a_publication_then_a_rolled_back_publication_is_checkp
     status, _, err = published.audit(run_cli, "--save-checkpoint", str(kept))
     assert status == 0, err
     _record(run_cli, published.store, published.key_file, 100, "next")
-    write_publication(published.store, published.folder)
+    publish_store(published.store, published.folder, published.key.verifier())
     status, report, err = published.audit(run_cli, "--since", str(kept), "--look-back", "7")
     assert status == 0, err
     assert report["rows_checked"] == 100
-    write_publication(published.store, published.folder)
+    publish_store(published.store, published.folder, published.key.verifier())
     kept_newer = tmp_path / "kept-newer.note"
     assert published.audit(run_cli, "--save-checkpoint", str(kept_newer))[0] == 0
     status, report, _ = published.audit(run_cli, "--since", str(kept_newer), location=str(old))  # rolled back
@@ -235,7 +237,7 @@ def test_a_frozen_publication_is_unpublished_rows_once_its_cosignature_is_too_ol
 ) -> None:
     witness = f"http://127.0.0.1:{served.port}={WITNESS.verifier().format()}"
     _record(run_cli, store_target, log_key, 5, "seen", "--origin", WITNESSED_ORIGIN, "--witness", witness)
-    folder = write_publication(store_target, tmp_path / "published")
+    folder = publish_store(store_target, tmp_path / "published", LOG.verifier(), witness_keys=(WITNESS.verifier(),))
     status, report, err = _witnessed_audit(run_cli, str(folder), served)
     assert status == 0, err
     assert "freshness not checked" not in err
@@ -255,7 +257,7 @@ def test_a_publication_beyond_what_the_witness_saw_is_checkpoint_mismatch(
     witness = f"http://127.0.0.1:{served.port}={WITNESS.verifier().format()}"
     _record(run_cli, store_target, log_key, 5, "seen", "--origin", WITNESSED_ORIGIN, "--witness", witness)
     _record(run_cli, store_target, log_key, 2, "unseen")  # never shown to the witness, yet published
-    folder = write_publication(store_target, tmp_path / "published")
+    folder = publish_store(store_target, tmp_path / "published", LOG.verifier())
     status, report, _ = _witnessed_audit(run_cli, str(folder), served)
     assert status == 1
     assert ("checkpoint_mismatch", 7) in _kinds(report)
@@ -287,20 +289,21 @@ def test_the_recipe_for_an_auditor_in_another_organisation_runs_for_three_nights
     store = str(tmp_path / "store.db")
     witness = f"http://127.0.0.1:{served.port}={WITNESS.verifier().format()}"
     _record(run_cli, store, log_key, 300, "night1", "--origin", WITNESSED_ORIGIN, "--witness", witness)
-    folder = write_publication(store, tmp_path / "published")
+    witnessed = (WITNESS.verifier(),)
+    folder = publish_store(store, tmp_path / "published", LOG.verifier(), witness_keys=witnessed)
     with served_folder(folder) as url:
         assigned, first, nightly = _recipe_commands(url, witness, tmp_path)
         done = shell("\n".join([*assigned, first, nightly]), tmp_path)
         assert done.returncode == 0, done.stderr
         assert (tmp_path / "published.note").read_text() == (folder / "checkpoint").read_text()
         _record(run_cli, store, log_key, 50, "night2", "--witness", witness)
-        write_publication(store, folder)
+        publish_store(store, folder, LOG.verifier(), witness_keys=witnessed)
         done = shell("\n".join([*assigned, nightly]), tmp_path)
         assert done.returncode == 0, done.stderr
         assert json.loads((tmp_path / "audit.json").read_text())["rows_checked"] == 50
         kept = (tmp_path / "published.note").read_text()
         _record(run_cli, store, log_key, 10, "night3", "--witness", witness)
-        write_publication(store, folder)
+        publish_store(store, folder, LOG.verifier(), witness_keys=witnessed)
         _edit_entry(folder, 200, b'"explanation":"', b'"explanation":"!')  # below the kept note: the look-back
         done = shell("\n".join([*assigned, nightly.replace("--look-back 7", "--look-back 1")]), tmp_path)
         assert done.returncode == 1, done.stderr
@@ -327,7 +330,8 @@ def test_with_witness_keys_the_kept_checkpoint_is_the_witnessed_one_and_the_next
 ) -> None:
     witness = f"http://127.0.0.1:{served.port}={WITNESS.verifier().format()}"
     _record(run_cli, store_target, log_key, 5, "night1", "--origin", WITNESSED_ORIGIN, "--witness", witness)
-    folder = write_publication(store_target, tmp_path / "published")
+    witnessed = (WITNESS.verifier(),)
+    folder = publish_store(store_target, tmp_path / "published", LOG.verifier(), witness_keys=witnessed)
     kept = tmp_path / "witnessed.note"
     keys = ("--witness-key", WITNESS.verifier().format())
     status, _, err = _witnessed_audit(run_cli, str(folder), served, *keys, "--save-checkpoint", str(kept))
@@ -335,7 +339,7 @@ def test_with_witness_keys_the_kept_checkpoint_is_the_witnessed_one_and_the_next
     assert kept.read_text().startswith(f"{WITNESSED_ORIGIN}\n5\n")
     assert Path(f"{kept}.head").exists()
     _record(run_cli, store_target, log_key, 4, "night2", "--witness", witness)
-    write_publication(store_target, folder)
+    publish_store(store_target, folder, LOG.verifier(), witness_keys=witnessed)
     status, report, err = _witnessed_audit(run_cli, str(folder), served, *keys, "--since", str(kept))
     assert status == 0, err
     assert (report["rows_checked"], report["witnessed_size"]) == (4, 9)

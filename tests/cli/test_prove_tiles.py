@@ -12,7 +12,7 @@ import pytest
 
 from compute_budget.keys.key_files import load_signer_key
 from tests.conftest import gate_lines
-from tests.publications import served_folder, write_publication
+from tests.publications import publish_store, served_folder
 
 Run = Callable[..., tuple[int, str, str]]
 ORIGIN = "example.org/budget-log"
@@ -27,9 +27,10 @@ def publication(run_cli: Run, store_target: str, tmp_path: Path) -> Iterator[tup
     gates.write_text("\n".join(gate_lines(300)) + "\n")
     recorded = run_cli("record", str(gates), "--db", store_target, "--signing-key", str(key_file), "--origin", ORIGIN)
     assert recorded[0] == 0
-    folder = write_publication(store_target, tmp_path / "published")
+    key = load_signer_key(str(key_file)).verifier()
+    folder = publish_store(store_target, tmp_path / "published", key)
     with served_folder(folder) as url:
-        yield url, load_signer_key(str(key_file)).verifier().format(), folder
+        yield url, key.format(), folder
 
 
 def test_a_receipt_by_seq_and_by_budget_id_verifies_in_both_formats(
