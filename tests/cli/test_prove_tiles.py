@@ -13,6 +13,8 @@ import pytest
 from compute_budget.keys.key_files import load_signer_key
 from tests.conftest import gate_lines
 from tests.publications import publish_store, served_folder
+from tests.witnessing import LOG, WITNESS, Served
+from tests.witnessing import ORIGIN as WITNESSED_ORIGIN
 
 Run = Callable[..., tuple[int, str, str]]
 ORIGIN = "example.org/budget-log"
@@ -109,3 +111,30 @@ def test_a_tile_that_does_not_hash_to_the_root_proves_nothing(
     assert (status, out) == (2, "")
     assert "cannot prove row 3" in err
     assert "do not hash to the checkpoint's root" in err
+
+
+def test_with_witness_keys_the_published_checkpoint_must_carry_their_cosignatures(
+    served: Served, run_cli: Run, store_target: str, tmp_path: Path
+) -> None:
+    key_file = tmp_path / "log.key"
+    key_file.write_text(LOG.format() + "\n")
+    key_file.chmod(0o600)
+    gates = tmp_path / "gates.jsonl"
+    gates.write_text("\n".join(gate_lines(5)) + "\n")
+    witness = f"http://127.0.0.1:{served.port}={WITNESS.verifier().format()}"
+    recorded = run_cli("record", str(gates), "--db", store_target, "--signing-key", str(key_file), "--origin",
+                       WITNESSED_ORIGIN, "--witness", witness)
+    assert recorded[0] == 0, recorded[2]
+    cosigned = publish_store(store_target, tmp_path / "cosigned", LOG.verifier(), witness_keys=(WITNESS.verifier(),))
+    bare = publish_store(store_target, tmp_path / "bare", LOG.verifier())  # the cosignature left out
+    options = ("--trusted-key", LOG.verifier().format(), "--witness-key", WITNESS.verifier().format(), "--seq", "2")
+    status, out, err = run_cli("prove", "--tiles", str(cosigned), *options)
+    assert status == 0, err
+    receipt = tmp_path / "receipt.json"
+    receipt.write_text(out)
+    verified = run_cli("verify-proof", str(receipt), "--trusted-key", LOG.verifier().format(), "--witness-key",
+                       WITNESS.verifier().format())
+    assert verified[0] == 0, verified[1] + verified[2]
+    status, out, err = run_cli("prove", "--tiles", str(bare), *options)
+    assert (status, out) == (2, "")
+    assert "carries 0 of 1 cosignatures by --witness-key keys" in err
