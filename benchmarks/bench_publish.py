@@ -12,8 +12,8 @@ interpreter, which also reports its peak resident set, VmHWM):
 3. an incremental publish of NEW (default 1,000) rows recorded after the first publish, on the SMALL and on the
    N-row store (best of five rounds, each NEW more rows): rule 5 says its cost follows the new rows, not the
    store, so the two should be about equal;
-4. (left for `bench_audit_tiles.py`'s helper) `audit --tiles` of the published folder as a ratio to `audit --db`:
-   see `audit_tiles_line` below.
+4. `audit --tiles` of the first publication (the N-row store's folder) as a ratio to the full audit of item 1, which
+   is `audit --db` of the same store with the same key (`bench_audit_tiles.py` measures the same alone, at any N).
 
 Run: ``python benchmarks/bench_publish.py`` (builds 100,000- and 1,000,000-row signed stores first: many minutes),
 ``--count 200000 --small 20000`` for a shorter run, ``--keep DIR`` to keep (and reuse) the stores there.
@@ -54,7 +54,10 @@ INCREMENTAL_ROUNDS = 5
 # Runs in a fresh interpreter: one audit or one publish alone, then its own peak resident set.
 _CHILD = """
 import json, sys, time
-from compute_budget.auditor.scan import audit
+from pathlib import Path
+from compute_budget.auditor.request import AuditRequest
+from compute_budget.auditor.scan import audit, run_audit
+from compute_budget.publication.snapshot import PublicationTarget
 from compute_budget.publisher import PublishRequest, publish
 
 def vmhwm_kb():
@@ -68,6 +71,10 @@ what, db, key, folder = sys.argv[1:5]
 began = time.perf_counter()
 if what == "audit":
     report = audit(db, trusted_keys=[key], jobs=1)
+    ok, detail = report.clean, report.rows_checked
+elif what == "tiles":
+    origin = Path(folder, "checkpoint").read_text(encoding="utf-8").split("\\n", 1)[0]
+    report = run_audit(AuditRequest(PublicationTarget(folder), trusted_keys=(key,), expected_origin=origin, jobs=1))
     ok, detail = report.clean, report.rows_checked
 else:
     outcome = publish(PublishRequest(folder, db, trusted_keys=(key,), jobs=1))
@@ -134,6 +141,7 @@ def measure(db: Path, rows: int, new: int, work: Path) -> dict[str, dict[str, fl
     folder = work / f"published-{rows}"
     shutil.rmtree(folder, ignore_errors=True)
     results = {"audit": child("audit", db, folder), "first": child("publish", db, folder)}
+    results["tiles"] = child("tiles", db, folder)
     floor_folder = work / f"floor-{rows}"
     shutil.rmtree(floor_folder, ignore_errors=True)
     results["floor"] = {"seconds": floor_publish(db, floor_folder)}
@@ -145,12 +153,6 @@ def measure(db: Path, rows: int, new: int, work: Path) -> dict[str, dict[str, fl
     results["incremental"] = min(rounds, key=lambda item: item["seconds"])
     shutil.rmtree(folder)
     return results
-
-
-def audit_tiles_line(folder: Path, db: Path) -> str | None:
-    """`audit --tiles` of the publication as a ratio to `audit --db` of the store (spec 10.2; another helper's
-    `bench_audit_tiles.py` measures it and fills this in). None until then."""
-    return None
 
 
 Results = dict[str, dict[str, float]]
@@ -172,7 +174,9 @@ def report(count: int, small: int, new: int, big: Results, little: Results) -> N
     memory = big["incremental"]["peak_kb"] / little["incremental"]["peak_kb"]
     print(f"ratio    incremental on {count:,} / on {small:,} rows  {flat:6.2f} time, {memory:6.2f} peak memory  "
           f"(goal <= {GOAL_FLAT}: flat in the store's size)")
-    print("audit --tiles / audit --db              (not measured here yet: see bench_audit_tiles.py)")
+    tiles = big["tiles"]
+    print(f"audit --tiles of the first publication  {tiles['seconds']:8.2f} s   peak {tiles['peak_kb'] / 1024:6.1f} MB")
+    print(f"ratio    audit --tiles / audit --db  {tiles['seconds'] / audit:6.2f}")
 
 
 def main() -> None:

@@ -36,7 +36,8 @@ HASHED_FIELDS: tuple[str, ...] = (
     "evidence_spans",
 )
 
-# Finding kinds (spec section 6, then the seal's of section 8, then the witnesses' of section 9.3).
+# Finding kinds (spec section 6, then the seal's of section 8, the witnesses' of section 9.3, the publication's
+# of section 10).
 FINDING_KINDS: tuple[str, ...] = (
     "budget_id_mismatch",
     "rederive_mismatch",
@@ -48,4 +49,6 @@ FINDING_KINDS: tuple[str, ...] = (
     "unattested_rows",
     "schema_tampered",
     "unwitnessed_rows",
+    "published_mismatch",  # spec section 10: a publication's entry differs from its tile (10.1, 10.2)
+    "unpublished_rows",  # spec 10.2: rows a witness saw that a publication does not hold
 )

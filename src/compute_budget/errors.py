@@ -330,3 +330,9 @@ class MalformedPolicy(PolicyError):
 class PolicyOriginMismatch(PolicyError):
     """A policy's `log` line whose key name is not the store's origin: C2SP requires a log key to be named after the
     log's origin, so the store's writer key must be made with `compute-budget keygen ORIGIN`."""
+
+
+class PublicationUnavailable(StoreUnavailable):
+    """A published log (spec section 10) cannot be read as one: a missing tile, bundle or checkpoint, a server that
+    answers too slowly, too much or with HTML, or a file of the wrong size (`audit --tiles`, `prove --tiles`:
+    exit 2)."""

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from compute_budget.auditor.head_note import HeadNote, head_signature_findings, load_head_note, parse_head_note
+from compute_budget.auditor.source import AuditSnapshot
 from compute_budget.auditor.witness_rules import (
     WitnessPolicy,
 )
@@ -31,7 +32,6 @@ from compute_budget.errors import (
 )
 from compute_budget.keys.key_files import witness_key
 from compute_budget.keys.small_files import read_small_file
-from compute_budget.store.snapshot import Snapshot
 
 MAX_BAD_SIGNATURES_PER_KEY = 20  # a forged checkpoint table is reported, not verified to the end
 
@@ -66,7 +66,7 @@ def witness_answer(index: int, item: WitnessAnswer) -> tuple[str, Checkpoint | s
 
 
 def hold_given(
-    snapshot: Snapshot,
+    snapshot: AuditSnapshot,
     sources: list[tuple[str, Checkpoint | None]],
     head: HeadNote | None,
     origin: str | None,
@@ -126,7 +126,7 @@ def witness_policy(
     return WitnessPolicy(keys, wanted, max_age, int(time.time()))
 
 
-def check_provenance(snapshot: Snapshot) -> tuple[dict[str, Any] | None, list[Finding]]:
+def check_provenance(snapshot: AuditSnapshot) -> tuple[dict[str, Any] | None, list[Finding]]:
     """The salvaged store's provenance (spec 9.8) for the report, and a finding when its row no longer names the
     chain hash stored at its size (the copied history changed after it was salvaged)."""
     try:
@@ -168,7 +168,7 @@ def check_provenance(snapshot: Snapshot) -> tuple[dict[str, Any] | None, list[Fi
     return document, []
 
 
-def _check_checkpoint(snapshot: Snapshot, proof: Checkpoint, max_seq: int) -> list[Finding]:
+def _check_checkpoint(snapshot: AuditSnapshot, proof: Checkpoint, max_seq: int) -> list[Finding]:
     """A checkpoint holds iff the stored row at its `seq` carries its chain hash (seq 0: the genesis)."""
     if proof.seq == 0:
         if proof.chain_hash == GENESIS_CHAIN_HASH:
@@ -241,7 +241,7 @@ def _check_given_signature(proof: Checkpoint, keys: list[VerifierKey]) -> list[F
 
 
 def attestation(
-    snapshot: Snapshot, keys: list[VerifierKey], origin: str | None, max_seq: int
+    snapshot: AuditSnapshot, keys: list[VerifierKey], origin: str | None, max_seq: int
 ) -> tuple[dict[str, tuple[int, int]], list[Finding]]:
     """For each trusted key, the newest stored checkpoint of this origin whose signature by it verifies: label ->
     (tree size, checkpoint id). Newer ones claiming the key whose signature fails are `bad_signature`."""
@@ -287,7 +287,7 @@ def bad_stored(stored: StoredCheckpoint, problem: str) -> Finding:
 
 
 def unattested_findings(
-    snapshot: Snapshot, keys: list[VerifierKey], attested: dict[str, tuple[int, int]], max_seq: int
+    snapshot: AuditSnapshot, keys: list[VerifierKey], attested: dict[str, tuple[int, int]], max_seq: int
 ) -> list[Finding]:
     """The rows after the newest stored checkpoint a trusted key signed, as one finding naming the first."""
     if not keys:

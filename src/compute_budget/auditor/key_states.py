@@ -17,6 +17,7 @@ import base64
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from compute_budget.auditor.source import AuditSnapshot as Snapshot
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.key_states import (
     KeyState,
@@ -33,7 +34,6 @@ from compute_budget.core.seal_checks import signature_problem as note_signature_
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import CheckpointError, MerkleError, NoteError, StoreDamaged
 from compute_budget.keys.key_files import verifier_key
-from compute_budget.store.snapshot import Snapshot
 
 _SIGNATURE_LINE = "\n\u2014 "  # how every signature line of a note starts (the first follows the empty line)
 MAX_FINDINGS_PER_KEY = 20  # a forger's table of checkpoints is reported, not listed to the end
@@ -74,10 +74,21 @@ class KeyStateSurvey:
 
 
 def survey_key_states(
-    snapshot: Snapshot, keys: list[VerifierKey], states: KeyStates, origin: str | None, max_seq: int
+    snapshot: Snapshot, keys: list[VerifierKey], states: KeyStates, origin: str | None, max_seq: int,
+    attested: dict[str, tuple[int, int]] | None = None,
 ) -> KeyStateSurvey:
     """Judge every stored signature of a limited key (whatever key the entry is filed under: anyone can file a
-    note), and the stored handovers against the retirements, in one pass over the stored checkpoints."""
+    note), and the stored handovers against the retirements, in one pass over the stored checkpoints. `attested`
+    (the audit's label -> (size, id)) then holds each limited trusted key's newest stored checkpoint that counts."""
+    survey = _survey(snapshot, keys, states, origin, max_seq)
+    if attested is not None:
+        apply_attestation(attested, keys, states, survey)
+    return survey
+
+
+def _survey(
+    snapshot: Snapshot, keys: list[VerifierKey], states: KeyStates, origin: str | None, max_seq: int
+) -> KeyStateSurvey:
     survey = KeyStateSurvey()
     limited = states.limited()
     if not keys and not limited:

@@ -18,14 +18,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from compute_budget.auditor.report import LookBack
+from compute_budget.auditor.source import AuditSnapshot, AuditSource
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.head import GENESIS_CHAIN_HASH
 from compute_budget.core.log.merkle import CompactRange
 from compute_budget.core.log.tree import TILE_LEVEL, TILE_SIZE, due_tiles, root_of_tiles
 from compute_budget.core.verify import Finding, FindingKind, RangeResult, check_row
 from compute_budget.errors import ArgumentTypeError
-from compute_budget.store import BudgetStore
-from compute_budget.store.snapshot import Snapshot
 
 SECONDS_PER_DAY = 86_400
 
@@ -50,7 +49,7 @@ LookedBack = tuple[LookBack, list[Finding], list[str]]  # what `look_below` foun
 
 
 def look_below(
-    snapshot: Snapshot, since: Checkpoint, n: int, day: int, max_seq: int
+    snapshot: AuditSnapshot, since: Checkpoint, n: int, day: int, max_seq: int
 ) -> LookedBack:
     """Re-check today's slice of the tiles below `since` (see the module docstring): the summary, the findings
     (row findings first, then the tree's) and warnings for the report."""
@@ -89,7 +88,7 @@ def look_below(
     return summary, findings, walk.warnings
 
 
-def _walk_full_tiles(snapshot: Snapshot, walk: _Walk, size: int, due: range, n: int) -> None:
+def _walk_full_tiles(snapshot: AuditSnapshot, walk: _Walk, size: int, due: range, n: int) -> None:
     """Every full tile below `size`, in order: the due ones re-checked from their rows, the others' hashes from the
     stored tree (a tile whose stored hash is missing or unreadable is re-checked too, and is a finding)."""
     full = size >> TILE_LEVEL
@@ -117,7 +116,7 @@ def _walk_full_tiles(snapshot: Snapshot, walk: _Walk, size: int, due: range, n: 
             walk.tiles.extend([_check_tile(snapshot, walk, tile, size).root()])
 
 
-def _stored_tiles(snapshot: Snapshot, count: int) -> Iterator[bytes | None]:
+def _stored_tiles(snapshot: AuditSnapshot, count: int) -> Iterator[bytes | None]:
     """The stored hash of each tile 0..count-1 in order (None where none is stored or it is not a hash)."""
     expected = 0
     if count:
@@ -138,7 +137,7 @@ def _hash(value: str) -> bytes | None:
         return None
 
 
-def _check_tile(snapshot: Snapshot, walk: _Walk, tile: int, size: int) -> CompactRange:
+def _check_tile(snapshot: AuditSnapshot, walk: _Walk, tile: int, size: int) -> CompactRange:
     """Re-derive and re-link the rows of `tile` (up to `size`), each against the stored row before it; returns the
     tree of their leaves (the tile's hash is its root when the tile is full)."""
     low = tile << TILE_LEVEL
@@ -185,7 +184,7 @@ def check_look_back(n: object, day: object, since: object) -> None:
         raise ArgumentTypeError("look_back looks back below a since checkpoint: give since too")
 
 
-def look_back_in(store: BudgetStore, since: Checkpoint, n: int, day: int, max_seq: int) -> LookedBack:
+def look_back_in(store: AuditSource, since: Checkpoint, n: int, day: int, max_seq: int) -> LookedBack:
     """The look-back, on a snapshot of its own: in the auditing process, while any workers
     check the new rows."""
     with store.snapshot() as snapshot:

@@ -8,10 +8,10 @@ import sys
 from dataclasses import dataclass
 from typing import Literal
 
+from compute_budget.auditor.source import AuditSnapshot
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.verify import Finding, FindingKind
-from compute_budget.store.snapshot import Snapshot
 
 BATCH_ROWS = 2000
 
@@ -37,7 +37,7 @@ class AuditPlan:
 
 
 def plan_ranges(
-    snapshot: Snapshot, since: Checkpoint | None, jobs: int | Literal["auto"], through: int | None = None
+    snapshot: AuditSnapshot, since: Checkpoint | None, jobs: int | Literal["auto"], through: int | None = None
 ) -> AuditPlan:
     """Split the rows after `since` (through `through`) into ranges: `jobs` of them at most, fewer when a range
     would not pay for its process (`MIN_ROWS_PER_JOB`; with "auto", `AUTO_ROWS_PER_JOB` per CPU)."""
@@ -53,7 +53,7 @@ def plan_ranges(
     return AuditPlan(start, max_seq, end, [(bounds[index], bounds[index + 1]) for index in range(parts)])
 
 
-def stored_row_head(snapshot: Snapshot, max_seq: int) -> ChainHead | None:
+def stored_row_head(snapshot: AuditSnapshot, max_seq: int) -> ChainHead | None:
     """The stored row at the highest seq, when it is readable (the report's head when no row is scanned)."""
     if max_seq == 0:
         return None
@@ -63,14 +63,14 @@ def stored_row_head(snapshot: Snapshot, max_seq: int) -> ChainHead | None:
     return ChainHead(row[0], row[1], row[2])
 
 
-def range_anchor(snapshot: Snapshot, low: int, since: Checkpoint | None) -> tuple[int, str]:
+def range_anchor(snapshot: AuditSnapshot, low: int, since: Checkpoint | None) -> tuple[int, str]:
     """The (seq, chain_hash) a range starts from: the stored row just before it, or genesis."""
     if since is not None and low == since.seq:
         return since.seq, since.chain_hash
     return snapshot.link_at_or_before(low) or (0, GENESIS_CHAIN_HASH)
 
 
-def misplaced_row_findings(snapshot: Snapshot, plan: AuditPlan) -> list[Finding]:
+def misplaced_row_findings(snapshot: AuditSnapshot, plan: AuditPlan) -> list[Finding]:
     """Rows no `seq` range covers: a seq that is missing, not a positive integer, or beyond the head."""
     rows = snapshot.misplaced_rows(plan.max_seq)
     return [

@@ -61,6 +61,10 @@ ACTIONS: dict[FindingKind, str] = {
     "against your last kept checkpoint; a repair waits for record --after-repair ID (docs/incident.md)",
     FindingKind.UNWITNESSED_ROWS: "rows no witness cosigned in time: compute-budget witness submit, and find out why "
     "the witnesses were not reached",
+    FindingKind.PUBLISHED_MISMATCH: "the publication differs from what was published (an edited entry or a rewritten "
+    "file): publish again from the store, and audit the store itself (docs/operations.md)",
+    FindingKind.UNPUBLISHED_ROWS: "the witnesses saw rows the publication does not hold: the mirror is stale or "
+    "frozen; ask its operator, and audit another copy (docs/operations.md)",
 }
 
 

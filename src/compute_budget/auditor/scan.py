@@ -43,8 +43,9 @@ from compute_budget.auditor.checkpoints import (
     witness_policy,
 )
 from compute_budget.auditor.head_note import HeadNote
-from compute_budget.auditor.key_states import KeyStateLike, apply_attestation, configured_states, survey_key_states
+from compute_budget.auditor.key_states import KeyStateLike, configured_states, survey_key_states
 from compute_budget.auditor.look_back import LookedBack, check_look_back, day_number, look_back_in
+from compute_budget.auditor.published import PUBLISHED_LABEL, Pinned, pin, unpinned, with_freshness
 from compute_budget.auditor.ranges import (
     AuditPlan,
     count_mismatch,
@@ -55,6 +56,7 @@ from compute_budget.auditor.ranges import (
 )
 from compute_budget.auditor.report import AuditReport, utc_now
 from compute_budget.auditor.request import AuditRequest
+from compute_budget.auditor.source import AuditSnapshot, AuditSource, open_source
 from compute_budget.auditor.tree import Seal, plan_seal, prove_tree
 from compute_budget.auditor.witness_rules import (
     DEFAULT_MAX_WITNESS_AGE,
@@ -71,14 +73,10 @@ from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.log.note import VerifierKey, valid_origin
 from compute_budget.core.seal_checks import TreeOutcome
 from compute_budget.core.verify import Finding, FindingKind, RangeResult
-from compute_budget.errors import (
-    ArgumentTypeError,
-    ComputeBudgetError,
-    NoHistory,
-)
+from compute_budget.errors import ArgumentTypeError, ComputeBudgetError, NoHistory
 from compute_budget.keys.key_files import verifier_key
+from compute_budget.publication.snapshot import PublicationTarget
 from compute_budget.store import BudgetStore
-from compute_budget.store.snapshot import Snapshot
 
 
 def audit(
@@ -99,8 +97,7 @@ def audit(
     since_head: HeadLike | None = None,
     look_back: int = 0,
     look_back_day: int | None = None,
-    retired: Iterable[KeyStateLike] = (),
-    revoked: Iterable[KeyStateLike] = (),
+    retired: Iterable[KeyStateLike] = (), revoked: Iterable[KeyStateLike] = (),
 ) -> AuditReport:
     """Audit the store at `target` read-only; the report says what was found (`run_audit` tells each option).
 
@@ -153,8 +150,22 @@ def run_audit(request: AuditRequest) -> AuditReport:
     `on_progress(rows_done, rows_total)` is called after every batch this process checks (with `jobs`, it checks
     the first range itself) and as each worker's range completes.
     """
+    pinned: Pinned | None = None
+    label = "--checkpoint"
+    if isinstance(request.target, PublicationTarget):  # spec 10.2: the same audit, over a published log
+        pinned = pin(request)
+        request, label = pinned.request, PUBLISHED_LABEL
+    report = _audit_escalating(request, label)
+    if pinned is not None:
+        report = with_freshness(report, pinned, int(time.time()))
+    return report
+
+
+def _audit_escalating(request: AuditRequest, label: str) -> AuditReport:
+    """`run_audit` once its source is known (a publication pinned already): once, and again in full when the
+    --since checkpoint does not hold."""
     head = head_note_for(request.since, request.since_head, bool(request.witness_keys))
-    report = _audit_once(request, head)
+    report = _audit_once(request, head, label)
     if report.since is None or request.through is not None or not _since_broken(report):
         return _with_rewritten_range(request.target, report)
     # The rows before --since were trusted, and the checkpoint says they changed: check every row, so the report
@@ -162,7 +173,7 @@ def run_audit(request: AuditRequest) -> AuditReport:
     given: list[WitnessAnswer] = [("--checkpoint", report.checkpoint)] if report.checkpoint is not None else []
     full = _audit_once(
         dataclasses.replace(
-            request, checkpoint=report.since, since=None, look_back=0, look_back_day=None,
+            unpinned(request), checkpoint=report.since, since=None, look_back=0, look_back_day=None,
             witnessed_checkpoints=(*given, *request.witnessed_checkpoints),
         ),
         head,
@@ -174,11 +185,13 @@ def run_audit(request: AuditRequest) -> AuditReport:
     ))
 
 
-def _with_rewritten_range(target: str | os.PathLike[str] | None, report: AuditReport) -> AuditReport:
+def _with_rewritten_range(
+    target: str | os.PathLike[str] | PublicationTarget | None, report: AuditReport
+) -> AuditReport:
     """A history rewritten consistently (every row re-derives and links) cannot be named by rows; the checkpoints
     it no longer matches can bound it: the first rewritten row lies after the newest stored checkpoint below the
     smallest mismatched size, and at or before that size."""
-    if report.affected_rows:
+    if report.affected_rows or isinstance(target, PublicationTarget):
         return report
     # A checkpoint past the store's end is truncation, not a rewrite: it bounds nothing among the rows there are.
     mismatched = [
@@ -267,7 +280,7 @@ def _audit_once(request: AuditRequest, head: HeadNote | None, checkpoint_label: 
     started_at = utc_now()
     inputs = _parse_inputs(request, head, checkpoint_label)
     try:
-        opened = BudgetStore.open(request.target, readonly=True)
+        opened = open_source(request.target)
     except NoHistory as gone:
         proofs = [proof for proof in (inputs.checkpoint, inputs.since) if proof is not None and proof.seq > 0]
         if not proofs:
@@ -286,7 +299,7 @@ def _audit_once(request: AuditRequest, head: HeadNote | None, checkpoint_label: 
     )
 
 
-def _survey(snapshot: Snapshot, request: AuditRequest, inputs: _Inputs) -> _Survey:
+def _survey(snapshot: AuditSnapshot, request: AuditRequest, inputs: _Inputs) -> _Survey:
     """Plan the ranges and make every finding that needs no row checked, in the order the report gives them."""
     since, keys = inputs.since, inputs.keys
     plan = plan_ranges(snapshot, since, request.jobs, request.through)
@@ -307,8 +320,7 @@ def _survey(snapshot: Snapshot, request: AuditRequest, inputs: _Inputs) -> _Surv
     seal = plan_seal(snapshot, plan, since, distinct_given(held), origin, keys, request.all_signatures)
     findings += seal.findings
     attested, attestation_findings = attestation(snapshot, keys, origin, plan.max_seq)
-    states = survey_key_states(snapshot, keys, request.key_states, origin, plan.max_seq)
-    apply_attestation(attested, keys, request.key_states, states)
+    states = survey_key_states(snapshot, keys, request.key_states, origin, plan.max_seq, attested)
     attestation_findings += states.findings
     unattested = unattested_findings(snapshot, keys, attested, plan.max_seq)
     survey = _Survey(plan, anchors, origin, findings, provenance, outliers, stored_head, privileges, seal, attested,
@@ -330,7 +342,7 @@ def _another_store(origin: str | None, expected_origin: str) -> Finding:
 
 
 def _given(
-    snapshot: Snapshot, inputs: _Inputs, origin: str | None, max_seq: int
+    snapshot: AuditSnapshot, inputs: _Inputs, origin: str | None, max_seq: int
 ) -> tuple[list[Checkpoint], list[Finding]]:
     """The given checkpoints and witness answers the store holds, and the findings of the rest."""
     findings: list[Finding] = []
@@ -343,7 +355,7 @@ def _given(
     return held, findings + given_findings
 
 
-def _outliers(snapshot: Snapshot, plan: AuditPlan, since: Checkpoint | None) -> list[Finding]:
+def _outliers(snapshot: AuditSnapshot, plan: AuditPlan, since: Checkpoint | None) -> list[Finding]:
     """The rows no range covers (a full audit), or the row count against the head (an incremental one)."""
     if plan.end_seq != plan.max_seq:
         return []  # a range audit (the Workbench's) judges only the rows of its range
@@ -359,7 +371,7 @@ def _outliers(snapshot: Snapshot, plan: AuditPlan, since: Checkpoint | None) -> 
 
 
 def _witness_survey(
-    snapshot: Snapshot, request: AuditRequest, inputs: _Inputs, held: list[Checkpoint], survey: _Survey
+    snapshot: AuditSnapshot, request: AuditRequest, inputs: _Inputs, held: list[Checkpoint], survey: _Survey
 ) -> None:
     """With witness keys: the given notes' cosignatures, and the rows no quorum of witnesses cosigned in time."""
     assert inputs.policy is not None
@@ -378,7 +390,7 @@ _RangeResults = list[tuple[RangeResult, TreeOutcome | None]]
 
 
 def _check_rows(
-    store: BudgetStore, request: AuditRequest, inputs: _Inputs, survey: _Survey
+    store: AuditSource, request: AuditRequest, inputs: _Inputs, survey: _Survey
 ) -> tuple[_RangeResults, LookedBack | None]:
     """Check every range's rows (the first here, the others in workers) and run the look-back, if any."""
     plan, seal, since = survey.plan, survey.seal, inputs.since

@@ -14,6 +14,7 @@ from compute_budget.auditor.ranges import (
     BATCH_ROWS,
     AuditPlan,
 )
+from compute_budget.auditor.source import AuditSnapshot, AuditSource
 from compute_budget.core.leaf import unreadable_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.merkle import CompactRange, root_from_reader
@@ -25,8 +26,6 @@ from compute_budget.errors import (
     NoteError,
     StoreDamaged,
 )
-from compute_budget.store import BudgetStore
-from compute_budget.store.snapshot import Snapshot
 
 # -- the seal ----------------------------------------------------------------------------------------------------
 
@@ -63,7 +62,7 @@ class Seal:
 
 
 def plan_seal(
-    snapshot: Snapshot,
+    snapshot: AuditSnapshot,
     plan: AuditPlan,
     since: Checkpoint | None,
     held: list[Checkpoint],
@@ -92,7 +91,7 @@ def plan_seal(
     return seal
 
 
-def _claimed_start(snapshot: Snapshot, low: int) -> tuple[int, list[str]] | None:
+def _claimed_start(snapshot: AuditSnapshot, low: int) -> tuple[int, list[str]] | None:
     """The frontier the stored tree claims at a range's first row (proven later), or None when it cannot say."""
     try:
         frontier = snapshot.frontier(low)
@@ -101,7 +100,7 @@ def _claimed_start(snapshot: Snapshot, low: int) -> tuple[int, list[str]] | None
     return frontier.size, frontier.to_hex()
 
 
-def _unmet_entries(snapshot: Snapshot, max_seq: int, nodes: bool) -> list[Finding]:
+def _unmet_entries(snapshot: AuditSnapshot, max_seq: int, nodes: bool) -> list[Finding]:
     """The stored tree entries no range will meet: unreadable checkpoints, checkpoints beyond the rows, misplaced
     nodes."""
     findings: list[Finding] = []
@@ -139,7 +138,7 @@ def _unmet_entries(snapshot: Snapshot, max_seq: int, nodes: bool) -> list[Findin
 
 
 def _since_frontier(
-    snapshot: Snapshot, since: Checkpoint, max_seq: int
+    snapshot: AuditSnapshot, since: Checkpoint, max_seq: int
 ) -> tuple[CompactRange, Finding | None]:
     """The tree's frontier at an incremental audit's checkpoint: from the stored tree, proven by the checkpoint's
     root when it has one; recomputed from the rows when the stored tree cannot give it or does not prove out."""
@@ -163,7 +162,7 @@ def _since_frontier(
     return recomputed, None
 
 
-def _prefix_frontier(snapshot: Snapshot, size: int) -> CompactRange:
+def _prefix_frontier(snapshot: AuditSnapshot, size: int) -> CompactRange:
     """The frontier of the first `size` rows, recomputed from them (a stored tree that cannot be used)."""
     frontier = CompactRange()
     for batch in snapshot.rows_between(0, size):
@@ -171,7 +170,7 @@ def _prefix_frontier(snapshot: Snapshot, size: int) -> CompactRange:
     return frontier
 
 
-def _claimed_root_check(snapshot: Snapshot, proof: Checkpoint, max_seq: int) -> list[Finding]:
+def _claimed_root_check(snapshot: AuditSnapshot, proof: Checkpoint, max_seq: int) -> list[Finding]:
     """A given checkpoint before an incremental audit's rows: its root against the stored tree's."""
     try:
         root = root_from_reader(snapshot.tree(max_seq), proof.seq)
@@ -189,7 +188,7 @@ def _claimed_root_check(snapshot: Snapshot, proof: Checkpoint, max_seq: int) -> 
     ]
 
 
-def tree_check(snapshot: Snapshot, low: int, high: int, task: SealTask, frontier: CompactRange) -> TreeCheck:
+def tree_check(snapshot: AuditSnapshot, low: int, high: int, task: SealTask, frontier: CompactRange) -> TreeCheck:
     """The core's tree check over rows low < seq <= high, from `frontier`, with what `task` asks of it."""
     keys = [VerifierKey.parse(text) for text in task.keys]
 
@@ -212,7 +211,7 @@ def tree_check(snapshot: Snapshot, low: int, high: int, task: SealTask, frontier
 
 
 def prove_tree(
-    store: BudgetStore, plan: AuditPlan, seal: Seal, outcomes: list[TreeOutcome | None]
+    store: AuditSource, plan: AuditPlan, seal: Seal, outcomes: list[TreeOutcome | None]
 ) -> tuple[list[Finding], CompactRange | None]:
     """Chain the ranges' tree outcomes from the trusted start; recompute any range whose claimed start fails."""
     findings: list[Finding] = []
@@ -226,7 +225,7 @@ def prove_tree(
     return findings, expected
 
 
-def _tree_range(store: BudgetStore, low: int, high: int, task: SealTask, frontier: CompactRange) -> TreeOutcome:
+def _tree_range(store: AuditSource, low: int, high: int, task: SealTask, frontier: CompactRange) -> TreeOutcome:
     """The tree's checks alone over rows low < seq <= high, from a proven frontier."""
     with store.snapshot() as snapshot:
         tree = tree_check(snapshot, low, high, task, frontier.copy())

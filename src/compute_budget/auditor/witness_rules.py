@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from compute_budget.auditor.source import AuditSnapshot
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey, is_fresh
 from compute_budget.core.log.merkle import root_from_reader
@@ -29,7 +30,6 @@ from compute_budget.core.log.note import (
 from compute_budget.core.seal_checks import trusted_signers
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import CheckpointError, MerkleError, NoteError, StoreDamaged, StoreUnavailable, clip
-from compute_budget.store.snapshot import Snapshot
 
 DEFAULT_MAX_WITNESS_AGE = 86400
 
@@ -100,7 +100,7 @@ class WitnessPolicy:
         return len(ordered), (ordered[self.quorum - 1] if len(ordered) >= self.quorum else None)
 
 
-def given_note_findings(proof: Checkpoint, snapshot: Snapshot, policy: WitnessPolicy) -> list[Finding]:
+def given_note_findings(proof: Checkpoint, snapshot: AuditSnapshot, policy: WitnessPolicy) -> list[Finding]:
     """A given `--since`/`--checkpoint` must carry K valid cosignatures (its own lines and the store's)."""
     count, _ = _given_count(proof, snapshot, policy)
     if count >= policy.quorum:
@@ -112,7 +112,7 @@ def given_note_findings(proof: Checkpoint, snapshot: Snapshot, policy: WitnessPo
     )]
 
 
-def _given_count(proof: Checkpoint, snapshot: Snapshot, policy: WitnessPolicy) -> tuple[int, int | None]:
+def _given_count(proof: Checkpoint, snapshot: AuditSnapshot, policy: WitnessPolicy) -> tuple[int, int | None]:
     if proof.note is None:
         return 0, None
     try:
@@ -124,7 +124,7 @@ def _given_count(proof: Checkpoint, snapshot: Snapshot, policy: WitnessPolicy) -
 
 
 def witnessed(
-    snapshot: Snapshot,
+    snapshot: AuditSnapshot,
     policy: WitnessPolicy,
     origin: str | None,
     given: Iterable[Checkpoint],
@@ -169,7 +169,8 @@ def witnessed(
 
 
 def _age_findings(
-    snapshot: Snapshot, policy: WitnessPolicy, size: int, kth: int | None, max_seq: int, head: tuple[int, int] | None
+    snapshot: AuditSnapshot, policy: WitnessPolicy, size: int, kth: int | None, max_seq: int,
+    head: tuple[int, int] | None,
 ) -> list[Finding]:
     """The `unwitnessed_rows` finding (at most one: its first row, the range in detail) of spec 9.3 and 9.9.2."""
     stale = kth is None or not is_fresh(kth, now=policy.now, max_age=policy.max_age)  # 0: no claim, never fresh
@@ -213,7 +214,7 @@ class _CosignatureScan:
     """The stored cosignatures read so far: valid ones by the size they cosign, and the findings of the rest."""
 
     def __init__(
-        self, snapshot: Snapshot, policy: WitnessPolicy, origin: str | None, max_seq: int, findings: list[Finding]
+        self, snapshot: AuditSnapshot, policy: WitnessPolicy, origin: str | None, max_seq: int, findings: list[Finding]
     ) -> None:
         self._snapshot, self._policy, self._origin, self._max_seq = snapshot, policy, origin, max_seq
         self._findings = findings
@@ -275,7 +276,7 @@ class _CosignatureScan:
 
 
 def _placement(
-    snapshot: Snapshot, origin: str | None, filed: int, text: str, max_seq: int
+    snapshot: AuditSnapshot, origin: str | None, filed: int, text: str, max_seq: int
 ) -> tuple[int | None, Finding | None]:
     """Where a validly cosigned checkpoint `text`, stored under size `filed`, counts: its own size when it is this
     store's checkpoint there; a finding when it is another log's or no checkpoint (`bad_signature`: it cosigns
@@ -308,7 +309,7 @@ def _placement(
     return body.size, None
 
 
-def _unwitnessed(snapshot: Snapshot, first: int, last: int, why: str) -> Finding:
+def _unwitnessed(snapshot: AuditSnapshot, first: int, last: int, why: str) -> Finding:
     link = snapshot.link_at(first)
     budget_id = link[2] if link is not None and isinstance(link[2], str) else None
     count = last - first + 1
@@ -319,7 +320,7 @@ def _unwitnessed(snapshot: Snapshot, first: int, last: int, why: str) -> Finding
 
 
 def witnessed_note(
-    snapshot: Snapshot,
+    snapshot: AuditSnapshot,
     policy: WitnessPolicy,
     size: int,
     given: Iterable[Checkpoint],
@@ -372,7 +373,7 @@ def _checked_line(text: str, line: str, policy: WitnessPolicy, writers: Sequence
 MAX_SIZE_WARNINGS = 20  # stored witness sizes named one by one; the rest are counted
 
 
-def witness_size_warnings(snapshot: Snapshot, policy: WitnessPolicy | None) -> list[str]:
+def witness_size_warnings(snapshot: AuditSnapshot, policy: WitnessPolicy | None) -> list[str]:
     """Spec 9.9.1: a warning for each stored witness size that no valid stored cosignature of that witness at exactly
     that size backs (a planted row, or a 409's word stored by an earlier release). With the witness's key among the
     policy's, the cosignature must verify under it; without it, one claiming that witness (name and key ID) must be
@@ -394,7 +395,7 @@ def witness_size_warnings(snapshot: Snapshot, policy: WitnessPolicy | None) -> l
     return warnings
 
 
-def _size_backed(snapshot: Snapshot, policy: WitnessPolicy | None, name: str, key_id: str, size: int) -> bool:
+def _size_backed(snapshot: AuditSnapshot, policy: WitnessPolicy | None, name: str, key_id: str, size: int) -> bool:
     keys = policy.keys if policy is not None else ()
     key = next((item for item in keys if (item.name, f"{item.key_id:08x}") == (name, key_id)), None)
     for text, line in snapshot.cosignatures_filed_at(size):
@@ -413,7 +414,7 @@ def _size_backed(snapshot: Snapshot, policy: WitnessPolicy | None, name: str, ke
 
 
 def judge_witness_answer(
-    snapshot: Snapshot,
+    snapshot: AuditSnapshot,
     source: str,
     answer: Checkpoint | str,
     origin: str | None,

@@ -17,16 +17,17 @@ from compute_budget.auditor.ranges import (
     BATCH_ROWS,
     FORKED_WORKERS,
 )
+from compute_budget.auditor.source import AuditSource, open_source, own_findings
 from compute_budget.auditor.tree import Seal, SealTask, tree_check
 from compute_budget.core.seal_checks import TreeOutcome
 from compute_budget.core.verify import RangeResult, check_row
-from compute_budget.store import BudgetStore
+from compute_budget.publication.snapshot import PublicationTarget
 
 ORPHAN_POLL_SECONDS = 0.2
 
 
 def run_parallel(
-    store: BudgetStore,
+    store: AuditSource,
     tasks: list[tuple[int, int, tuple[int, str]]],
     seal: Seal,
     on_progress: Callable[[int, int], None] | None,
@@ -87,14 +88,14 @@ def _quiet_worker() -> None:
 
 
 def _audit_range_in_worker(
-    url: str, low: int, high: int, anchor: tuple[int, str], task: SealTask
+    url: str | PublicationTarget, low: int, high: int, anchor: tuple[int, str], task: SealTask
 ) -> tuple[RangeResult, TreeOutcome | None]:
-    with BudgetStore.open(url, readonly=True) as store:
+    with open_source(url) as store:
         return audit_range(store, low, high, anchor, None, 0, task)
 
 
 def audit_range(
-    store: BudgetStore,
+    store: AuditSource,
     low: int,
     high: int,
     anchor: tuple[int, str],
@@ -111,6 +112,7 @@ def audit_range(
         tree = tree_check(snapshot, low, high, task, frontier) if frontier is not None else None
         leaves = result.leaves
         for batch in store.scan(low, high, batch_rows=BATCH_ROWS):
+            result.findings += own_findings(store)  # a publication's entries that differ from their tiles
             for row in batch:
                 prev_seq, prev_chain = check_row(row, prev_seq, prev_chain, result)
             if tree is not None:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from compute_budget.core.log.checkpoint import Checkpoint
     from compute_budget.core.log.cosignature import WitnessKey
     from compute_budget.core.log.note import SignerKey, VerifierKey
+    from compute_budget.publication.snapshot import PublicationTarget
 
 
 def _report_spec(value: str) -> tuple[str, str]:
@@ -77,6 +78,15 @@ class AuditCommand(click.Command):
 
 @cli.command("audit", cls=AuditCommand)
 @db_option
+@click.option(
+    "--tiles", "tiles", metavar="LOCATION",
+    help="Audit a published log (a folder, or an http(s):// prefix) instead of a database: no --db; needs --origin "
+    "and --trusted-key.",
+)
+@click.option(
+    "--fetch-timeout", "fetch_timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+    metavar="SECONDS", help="With --tiles over HTTP: the time one request may take (retried at most 3 times).",
+)
 @click.option(
     "--checkpoint", "checkpoint_path", metavar="FILE", help="Prove the stored chain still extends this checkpoint."
 )
@@ -173,7 +183,7 @@ def audit_command(**given: Any) -> None:
         # killer) must not leave last night's CLEAN in place. A report that cannot be replaced (a full disk) was
         # removed instead: it is said once and not tried again.
         unwritten = write_error_reports(
-            writable, None, line.db, started_at,
+            writable, None, line.tiles or line.db, started_at,
             reason=f"the audit started at {started_at} and has not finished: if this stays, it was killed",
         )
         writable[:] = [target for target in writable if target[1] not in unwritten]
@@ -181,10 +191,10 @@ def audit_command(**given: Any) -> None:
     except (click.exceptions.Exit, ReportsNotWritten):
         raise  # a result (exit 0 or 1), its reports written; or reports removed, the others holding the result
     except KeyboardInterrupt as error:  # Ctrl-C, or SIGTERM (a cron timeout): no verdict, so none may survive
-        write_error_reports(writable, error, line.db, started_at)
+        write_error_reports(writable, error, line.tiles or line.db, started_at)
         raise
     except Exception as error:  # the audit cannot run (exit 2): every report file says why
-        write_error_reports(writable, error, line.db, started_at)
+        write_error_reports(writable, error, line.tiles or line.db, started_at)
         raise
 
 
@@ -193,6 +203,8 @@ class _CommandLine:
     """`audit`'s options as Click parsed them (its parameter names), read once."""
 
     db: str | None
+    tiles: str | None
+    fetch_timeout: float
     checkpoint_path: str | None
     since_path: str | None
     save_path: str | None
@@ -277,6 +289,11 @@ def _load(line: _CommandLine) -> _Loaded:
     from compute_budget.keys.key_files import verifier_key
 
     db, since_path, save_path = line.db, line.since_path, line.save_path
+    if line.tiles is not None:
+        from compute_budget.cli.audit_tiles import check_tiles_line
+
+        check_tiles_line(line.tiles, db=db, origin=line.expected_origin, trusted_keys=line.trusted_keys,
+                         checkpoint=line.checkpoint_path, cosign=line.cosign_path)
     if line.look_back and not since_path:  # a usage error: the look-back is below a --since checkpoint
         raise click.BadParameter("--look-back re-checks rows below a --since checkpoint: give --since FILE too",
                                  param_hint="--look-back")
@@ -307,9 +324,13 @@ def _request(
     """The one `AuditRequest` of this command line."""
     from compute_budget.auditor.key_states import configured_states
     from compute_budget.auditor.request import AuditRequest
+    from compute_budget.cli.audit_tiles import tiles_target, url_keys
 
+    tiles = line.tiles is not None
     return AuditRequest(
-        line.db, checkpoint=loaded.checkpoint, since=loaded.since, jobs=line.jobs, on_progress=on_progress,
+        tiles_target(line.tiles, line.fetch_timeout) if line.tiles is not None else line.db,
+        freshness_keys=url_keys(line.witness_urls) if tiles else (), checkpoint=loaded.checkpoint,
+        since=loaded.since, jobs=line.jobs, on_progress=on_progress,
         trusted_keys=tuple(loaded.keys), all_signatures=line.all_signatures, expected_origin=line.expected_origin,
         witness_keys=tuple(loaded.witnesses), witness_quorum=line.witness_quorum,
         max_witness_age=line.max_witness_age, witnessed_checkpoints=tuple(loaded.fetched), look_back=line.look_back,
@@ -418,14 +439,27 @@ def _checkpoint_to_keep(
         return None
     if loaded.witnesses:
         return witnessed_to_keep(
-            line.db, report, save_path, cosigner, loaded.given(), loaded.witnesses, line.witness_quorum
+            _source(line, report), report, save_path, cosigner, loaded.given(), loaded.witnesses, line.witness_quorum
         )
     if cosigner is not None:
         from compute_budget.auditor.proving import cosign
 
         note = cosign(line.db, report, attested(report, report.head.seq, cosigner), loaded.given(), loaded.keys)
         return note, report.head.seq, None
+    if line.tiles is not None:
+        from compute_budget.cli.audit_tiles import published_to_keep
+
+        return published_to_keep(report)
     return report.head_checkpoint().to_json() + "\n", report.head.seq, None
+
+
+def _source(line: _CommandLine, report: AuditReport) -> str | PublicationTarget | None:
+    """What the audit read: the database, or the publication pinned to the checkpoint it audited."""
+    if line.tiles is None:
+        return line.db
+    from compute_budget.cli.audit_tiles import tiles_target
+
+    return tiles_target(line.tiles, line.fetch_timeout, report)
 
 
 def _witness_keys(witness_keys: tuple[str, ...], quorum: int | None) -> list[WitnessKey]:

@@ -13,10 +13,11 @@ if TYPE_CHECKING:
     from compute_budget.core.log.checkpoint import Checkpoint
     from compute_budget.core.log.cosignature import WitnessKey
     from compute_budget.core.log.note import SignerKey, VerifierKey
+    from compute_budget.publication.snapshot import PublicationTarget
 
 
 def witnessed_to_keep(
-    db: str | None,
+    db: str | PublicationTarget | None,
     report: AuditReport,
     save_path: str,
     cosigner: SignerKey | None,
@@ -29,16 +30,16 @@ def witnessed_to_keep(
     import time
 
     from compute_budget.auditor.head_note import format_head_note, head_path, writer_signed_head
+    from compute_budget.auditor.source import open_source
     from compute_budget.auditor.witness_rules import WitnessPolicy, witnessed_note
     from compute_budget.core.log.note import VerifierKey, add_signature
     from compute_budget.errors import StoreDamaged
-    from compute_budget.store import BudgetStore
 
     policy = WitnessPolicy(tuple(witnesses), quorum or len(witnesses), 0, int(time.time()))
     note = head = None
     writers = [VerifierKey.parse(text) for text in report.trusted_keys]
     if report.witnessed_size:
-        with BudgetStore.open(db, readonly=True) as store, store.snapshot() as snapshot:
+        with open_source(db) as store, store.snapshot() as snapshot:
             note = witnessed_note(snapshot, policy, report.witnessed_size, given, writers)
             head = writer_signed_head(snapshot, report.head_checkpoint().note_text(), report.head.seq, writers)
     if note is None or not report.witnessed_size:

@@ -69,8 +69,10 @@ def verifier_key_command(key_path: str) -> None:
 
 
 @cli.command("prove")
-@click.argument("budget_id")
+@click.argument("budget_id", required=False)
 @db_option
+@click.option("--tiles", metavar="LOCATION", help="Prove from a publication (a folder or http(s):// prefix); no --db.")
+@click.option("--seq", type=click.IntRange(min=1), metavar="N", help="With --tiles: the row N (1-based).")
 @click.option(
     "--checkpoint",
     "checkpoint_path",
@@ -96,8 +98,10 @@ def verifier_key_command(key_path: str) -> None:
     help="compute_budget.proof.v1 (JSON), or a C2SP tlog-proof whose extra data is the row's leaf input.",
 )
 def prove_command(
-    budget_id: str,
+    budget_id: str | None,
     db: str | None,
+    tiles: str | None,
+    seq: int | None,
     checkpoint_path: str | None,
     trusted_keys: tuple[str, ...],
     witness_keys: tuple[str, ...],
@@ -121,6 +125,16 @@ def prove_command(
     from compute_budget.keys.key_files import verifier_key
     from compute_budget.store import BudgetStore
 
+    if tiles is not None or seq is not None:  # spec 10.3: from a publication
+        from compute_budget.cli.audit_tiles import prove_from_tiles
+
+        bundle_from_tiles = prove_from_tiles(tiles, budget_id, seq, db=db, checkpoint=checkpoint_path,
+                                             trusted_keys=trusted_keys, witnesses=witness_options(witness_keys,
+                                                                                                  witness_quorum))
+        _print_receipt(bundle_from_tiles, output_format, verified=True)
+        return
+    if budget_id is None:
+        raise click.BadParameter("give the decision's budget_id", param_hint="BUDGET_ID")
     wanted = budget_id.strip().lower()
     keys = [verifier_key(item) for item in trusted_keys]
     if not re.fullmatch(r"[0-9a-f]{8,64}", wanted):
@@ -137,10 +151,8 @@ def prove_command(
         wanted = found[0].decision.budget_id if found else wanted
     try:
         witnesses, quorum = witness_options(witness_keys, witness_quorum)
-        bundle = prove(
-            wanted, db, checkpoint=checkpoint, trusted_keys=keys, witness_keys=witnesses, witness_quorum=quorum,
-            key_states=configured_states(retired, revoked),
-        )
+        bundle = prove(wanted, db, checkpoint=checkpoint, trusted_keys=keys, witness_keys=witnesses,
+                       witness_quorum=quorum, key_states=configured_states(retired, revoked))
     except UnknownBudgetId as unknown:
         say(str(unknown))
         click.get_current_context().exit(1)

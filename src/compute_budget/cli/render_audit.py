@@ -7,6 +7,7 @@ import base64
 import json
 from xml.etree import ElementTree
 
+from compute_budget.auditor.freshness import NOT_CHECKED
 from compute_budget.auditor.report import ACTIONS, ROW_KINDS, TOOL_NAME, tool_version
 from compute_budget.auditor.scan import AuditReport, Finding, FindingKind
 from compute_budget.cli.render import escaped, shown
@@ -58,6 +59,8 @@ def render_text(report: AuditReport) -> str:
         lines.append(f"  witnessed     through seq {report.witnessed_size or 0} by witness keys ({names})")
         if report.witness_age is not None:
             lines.append(f"  freshness     {escaped(report.witness_age)}")
+    if NOT_CHECKED in report.warnings:  # a publication's audit without --witness-url (spec 10.2)
+        lines.append(f"  freshness     {NOT_CHECKED.removeprefix('freshness ')}")
     held = not any(finding.kind is FindingKind.CHECKPOINT_MISMATCH for finding in report.findings)
     for label, proof in (("checkpoint", report.checkpoint), ("since", report.since)):
         if proof is not None:
@@ -162,6 +165,8 @@ def _not_run(report: AuditReport) -> dict[FindingKind, str]:
     """The checks this audit did not carry out, and why (JUnit marks them skipped)."""
     if report.checkpoint is None and report.since is None:
         return {FindingKind.CHECKPOINT_MISMATCH: "no checkpoint was given (--checkpoint or --since)"}
+    if NOT_CHECKED in report.warnings:
+        return {FindingKind.UNPUBLISHED_ROWS: NOT_CHECKED}
     return {}
 
 

@@ -36,6 +36,8 @@ class FindingKind(StrEnum):
     UNATTESTED_ROWS = "unattested_rows"
     SCHEMA_TAMPERED = "schema_tampered"
     UNWITNESSED_ROWS = "unwitnessed_rows"  # spec revision 3, section 9.3
+    PUBLISHED_MISMATCH = "published_mismatch"  # spec revision 4, section 10
+    UNPUBLISHED_ROWS = "unpublished_rows"  # spec revision 4, section 10.2
 
 
 @dataclass(frozen=True, slots=True)

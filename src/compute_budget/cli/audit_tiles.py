@@ -1,0 +1,101 @@
+"""`audit --tiles LOCATION` (spec 10.2) and `prove --tiles` (10.3): a published log checked with no database. What
+the command line adds: the usage rules, the publication's target, what --save-checkpoint keeps, and the receipt."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from compute_budget.auditor.report import AuditReport
+    from compute_budget.core.log.cosignature import WitnessKey
+    from compute_budget.core.receipts import ProofBundle
+    from compute_budget.publication.snapshot import PublicationTarget
+
+
+def check_tiles_line(
+    tiles: str, *, db: str | None, origin: str | None, trusted_keys: tuple[str, ...], checkpoint: str | None,
+    cosign: str | None,
+) -> None:
+    """The usage rules of --tiles (exit 2, one line): no --db; --origin and --trusted-key required."""
+    if db is not None:
+        raise click.BadParameter("--tiles audits a publication, --db a database: give one of them", param_hint="--db")
+    if not origin:
+        raise click.BadParameter(
+            "--tiles needs the log's name: give --origin NAME (a publication's checkpoint must be of that log)",
+            param_hint="--origin",
+        )
+    if not trusted_keys:
+        raise click.BadParameter(
+            "--tiles needs the writer's verifier key: give --trusted-key KEY (the published checkpoint must carry "
+            "its signature)",
+            param_hint="--trusted-key",
+        )
+    if checkpoint:
+        raise click.BadParameter(
+            "--tiles holds the publication's own checkpoint: use --since FILE for the one kept last night",
+            param_hint="--checkpoint",
+        )
+    if cosign:
+        raise click.BadParameter("--cosign needs the store's checkpoints: audit with --db to cosign",
+                                 param_hint="--cosign")
+    if not tiles.strip():
+        raise click.BadParameter("--tiles needs a folder or an http(s):// prefix", param_hint="--tiles")
+
+
+def tiles_target(tiles: str, fetch_timeout: float, report: AuditReport | None = None) -> PublicationTarget:
+    """The publication to audit; after the audit, pinned to the checkpoint it audited (`report`)."""
+    from compute_budget.publication.snapshot import PublicationTarget
+
+    note = report.checkpoint.note if report is not None and report.checkpoint is not None else None
+    return PublicationTarget(tiles, timeout=fetch_timeout, checkpoint=note)
+
+
+def url_keys(urls: tuple[str, ...]) -> tuple[WitnessKey, ...]:
+    """The keys of the --witness-url witnesses, whose cosignatures date the published checkpoint."""
+    from compute_budget.witness.client import WitnessTarget
+
+    return tuple(WitnessTarget.parse(url).key for url in urls)
+
+
+def published_to_keep(report: AuditReport) -> tuple[str, int, str | None] | None:
+    """Without witness keys, --save-checkpoint keeps the published checkpoint as signed (the next night's --since
+    is then accepted on the writer's signature)."""
+    published = report.checkpoint
+    if published is None or published.note is None:
+        return None
+    return published.note, published.seq, None
+
+
+def prove_from_tiles(
+    tiles: str | None, budget_id: str | None, seq: int | None, *, db: str | None, checkpoint: str | None,
+    trusted_keys: tuple[str, ...], witnesses: tuple[list[WitnessKey], int | None],
+) -> ProofBundle:
+    """`prove --tiles LOCATION --trusted-key KEY ... (BUDGET_ID | --seq N)` (spec 10.3); its usage rules exit 2,
+    an unknown budget_id or seq exits 1."""
+    from compute_budget.errors import UnknownBudgetId
+    from compute_budget.keys.key_files import verifier_key
+    from compute_budget.publication.receipt import prove_published
+    from compute_budget.publication.snapshot import PublicationTarget
+
+    if tiles is None:
+        raise click.BadParameter("--seq names a row of a publication: give --tiles LOCATION", param_hint="--seq")
+    if db is not None or checkpoint is not None:
+        raise click.BadParameter("--tiles proves against the publication's own checkpoint: no --db or --checkpoint",
+                                 param_hint="--tiles")
+    if (budget_id is None) == (seq is None):
+        raise click.BadParameter("give a BUDGET_ID or --seq N, not both", param_hint="--seq")
+    if not trusted_keys:
+        raise click.BadParameter("--tiles verifies the publication's checkpoint: give --trusted-key KEY",
+                                 param_hint="--trusted-key")
+    keys = [verifier_key(item) for item in trusted_keys]
+    try:
+        return prove_published(PublicationTarget(tiles), trusted_keys=keys, budget_id=budget_id, seq=seq,
+                               witness_keys=witnesses[0], witness_quorum=witnesses[1])
+    except UnknownBudgetId as unknown:
+        from compute_budget.cli.app import say
+
+        say(str(unknown))
+        click.get_current_context().exit(1)
+        raise  # unreachable: exit raises

@@ -1,0 +1,396 @@
+"""`Publication` and `PublicationSnapshot`: a published log (spec section 10) as a source the auditor reads through
+the same interface as a database snapshot (`auditor.source.AuditSnapshot`).
+
+Rows come from the entry bundles: each entry is a row's leaf input (section 8, the 17 keys), so the row is its
+values; its chain hash is recomputed from the row before it, and the last row's is the checkpoint's ``chain``
+line, so a chain that does not reach that line is a `chain_break` at the last row. Tree nodes come from the hash
+tiles; the published checkpoint is the one stored checkpoint. An entry whose leaf hash differs from its level-0
+tile is a `published_mismatch`, collected as the rows are read (`take_findings`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import operator
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from compute_budget.core.leaf import LEAF_KEYS, leaf_and_chain
+from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.entry_bundle import decode_bundle
+from compute_budget.core.log.head import GENESIS_CHAIN_HASH
+from compute_budget.core.log.merkle import CompactRange
+from compute_budget.core.log.note import VerifierKey, parse_note
+from compute_budget.core.log.tiles import TILE_HEIGHT, TILE_WIDTH, Tile, check_tile
+from compute_budget.core.seal_checks import StoredCheckpoint
+from compute_budget.core.verify import Finding, FindingKind
+from compute_budget.errors import CheckpointError, NoteError, PublicationUnavailable, TileError, clip
+from compute_budget.publication.fetch import (
+    BUNDLE_LIMIT,
+    CHECKPOINT_LIMIT,
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT,
+    TILE_LIMIT,
+    Fetcher,
+)
+from compute_budget.publication.hash_tiles import PublishedTree
+
+_SEQ = LEAF_KEYS.index("seq")
+_BUDGET_ID = LEAF_KEYS.index("budget_id")
+_KEYS = frozenset(LEAF_KEYS)
+_VALUES = operator.itemgetter(*LEAF_KEYS)  # a row's 17 values from its entry, in `LEAF_KEYS` order
+
+
+@dataclass(frozen=True, slots=True)
+class PublicationTarget:
+    """What opens a publication: its `location` (a folder or an http(s) prefix), the fetch bounds, and once opened
+    the `checkpoint` text read (so every process of one audit reads the same tree) and chain hashes known at
+    some sizes (`chains`: a verified --since, or computed by the parent for its workers)."""
+
+    location: str
+    timeout: float = DEFAULT_TIMEOUT
+    retries: int = DEFAULT_RETRIES
+    checkpoint: str | None = None
+    chains: tuple[tuple[int, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PublicationLocation:
+    """Where the publication is, as reports name it, and the target a worker process reopens."""
+
+    display: str
+    target: PublicationTarget
+
+
+class Publication:
+    """An opened publication: the checkpoint read once; `snapshot()` and `scan()` as a store's (see the module)."""
+
+    def __init__(self, target: PublicationTarget) -> None:
+        self._fetcher = Fetcher(target.location, target.timeout, target.retries)
+        text = target.checkpoint
+        if text is None:
+            text = self._fetcher.read("checkpoint", CHECKPOINT_LIMIT).decode("utf-8", "replace")
+        try:
+            self.checkpoint = Checkpoint.from_note(text, source=self._fetcher.display("checkpoint"))
+        except (CheckpointError, NoteError) as error:
+            raise PublicationUnavailable(f"{clip(str(error), 200)}: not a signed checkpoint") from None
+        self.note = text
+        self.size = self.checkpoint.seq
+        self._snapshot = PublicationSnapshot(self, dict(target.chains))
+        self._target = dataclasses.replace(target, checkpoint=text)
+        self._findings: list[Finding] = []
+
+    @classmethod
+    def open(cls, target: PublicationTarget) -> Publication:
+        """Read the publication's checkpoint (`PublicationUnavailable` when it cannot be read)."""
+        return cls(target)
+
+    def __enter__(self) -> Publication:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+    @property
+    def location(self) -> PublicationLocation:
+        """Where it is; its target carries the checkpoint read and every chain hash known so far."""
+        chains = tuple(sorted(self._snapshot.known_chains().items()))
+        return PublicationLocation(self._fetcher.display(""), dataclasses.replace(self._target, chains=chains))
+
+    @contextmanager
+    def snapshot(self) -> Iterator[PublicationSnapshot]:
+        """The one snapshot of this publication (its files are immutable but for the checkpoint, read once)."""
+        yield self._snapshot
+
+    def scan(self, low: int, high: int, *, batch_rows: int = 2000) -> Iterator[list[tuple[Any, ...]]]:
+        """The rows low < seq <= high, in batches; entries that differ from their tile are kept for
+        `take_findings`."""
+        return self._snapshot.rows(low, high, batch_rows, self._findings)
+
+    def tree(self) -> PublishedTree:
+        """A `NodeReader` over the whole published tree, from its tiles."""
+        return self._snapshot.tree(self.size)
+
+    def take_findings(self) -> list[Finding]:
+        """The `published_mismatch` findings of the rows scanned since the last call."""
+        found = list(self._findings)
+        self._findings.clear()  # the same list: a scan still running appends to it
+        return found
+
+    def tile(self, tile: Tile) -> bytes:
+        """The bytes of one hash tile (level 0: leaf hashes), checked to be 32 per hash of its width."""
+        try:
+            return check_tile(tile, self._fetcher.read(tile.path, TILE_LIMIT))
+        except TileError as error:
+            raise PublicationUnavailable(f"{self._fetcher.display('')}{error}: a damaged tile") from None
+
+    def bundle(self, number: int) -> list[bytes]:
+        """The entries of entry bundle `number`, as many as the published tree has there."""
+        tile = Tile(0, number, min(TILE_WIDTH, self.size - number * TILE_WIDTH))
+        try:
+            return decode_bundle(tile, self._fetcher.read(tile.bundle_path, BUNDLE_LIMIT))
+        except TileError as error:
+            raise PublicationUnavailable(f"{self._fetcher.display('')}{error}: a damaged bundle") from None
+
+
+def entry_row(entry: bytes, seq: int) -> tuple[Any, ...]:
+    """A row's 17 values from its entry (its leaf input), or the seq and 16 Nones when it is not such an object
+    (the audit's `malformed_row`)."""
+    try:
+        value = orjson.loads(entry)
+    except orjson.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict) or value.keys() != _KEYS:
+        return (seq, *([None] * (len(LEAF_KEYS) - 1)))
+    return _VALUES(value)  # type: ignore[no-any-return]
+
+
+# In a canonical (key-sorted) leaf input, "prev_chain_hash" sorts right before "reason_code", which occurs once as a
+# key (a quote inside a string is escaped): the chain's payload is the entry with the link spliced in there.
+_SPLICE_AT = b',"reason_code":'
+
+
+def chained(prev_chain: str, values: tuple[Any, ...], entry: bytes) -> str | None:
+    """The chain hash of a row after `prev_chain`, from its entry with the link spliced in, as
+    `core.leaf.leaf_and_chain` does with the canonical bytes (None when it cannot be computed). An entry that is not
+    canonical gives another chain hash than its values do, so the audit's `chain_break` names its row."""
+    cut = entry.rfind(_SPLICE_AT)
+    if cut > 0:
+        return hashlib.sha256(entry[:cut] + b',"prev_chain_hash":"' + prev_chain.encode("ascii") + b'"'
+                              + entry[cut:]).hexdigest()
+    try:
+        return leaf_and_chain(prev_chain, values)[1]
+    except (TypeError, ValueError, orjson.JSONEncodeError):
+        return None
+
+
+class PublicationSnapshot:
+    """The reads the audit makes (`auditor.source.AuditSnapshot`), answered from the publication's files."""
+
+    def __init__(self, publication: Publication, chains: dict[int, str]) -> None:
+        self._publication = publication
+        self._size = publication.size
+        self._chains = {0: GENESIS_CHAIN_HASH, **chains}
+        self._last_bundle: tuple[int, list[bytes]] | None = None
+
+    def known_chains(self) -> dict[int, str]:
+        """The chain hashes known at some sizes (the genesis and the checkpoint's line left out)."""
+        return {seq: chain for seq, chain in self._chains.items() if 0 < seq < self._size}
+
+    # -- rows ---------------------------------------------------------------------------------------------------
+
+    def rows(
+        self, low: int, high: int, batch_rows: int, findings: list[Finding] | None = None
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        """Rows low < seq <= high as (17 values, chain hash), the chain linked from the row at `low`."""
+        high = min(high, self._size)
+        prev = self.chain_at(low) if low < high else None
+        batch: list[tuple[Any, ...]] = []
+        seq = low
+        while seq < high:
+            number = seq >> TILE_HEIGHT
+            entries = self._entries(number, findings)
+            for offset in range(seq - (number << TILE_HEIGHT), min(len(entries), high - (number << TILE_HEIGHT))):
+                seq += 1
+                values = entry_row(entries[offset], seq)
+                chain = chained(prev, values, entries[offset]) if prev is not None else None
+                prev = chain if chain is not None else prev
+                batch.append((*values, self._publication.checkpoint.chain_hash if seq == self._size else chain))
+                if len(batch) >= batch_rows:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch
+
+    def _entries(self, number: int, findings: list[Finding] | None) -> list[bytes]:
+        """Bundle `number`'s entries, each checked against its leaf hash in the level-0 tile when `findings`."""
+        if self._last_bundle is not None and self._last_bundle[0] == number and findings is None:
+            return self._last_bundle[1]
+        entries = self._publication.bundle(number)
+        if findings is not None:
+            leaves = self._publication.tile(Tile(0, number, len(entries)))
+            for offset, entry in enumerate(entries):
+                if hashlib.sha256(b"\x00" + entry).digest() != leaves[32 * offset : 32 * offset + 32]:
+                    findings.append(_published_mismatch(entry, (number << TILE_HEIGHT) + offset + 1))
+        self._last_bundle = (number, entries)
+        return entries
+
+    def rows_between(self, low: int, high: int, *, batch_rows: int = 2000) -> Iterator[list[tuple[Any, ...]]]:
+        """Rows with low < seq <= high in seq order, a batch at a time."""
+        return self.rows(low, high, batch_rows)
+
+    def chain_at(self, seq: int) -> str | None:
+        """The chain hash of row `seq`: the checkpoint's line at its size, else recomputed from the nearest known
+        one before it (a verified --since, or one computed already)."""
+        if seq == self._size:
+            return self._publication.checkpoint.chain_hash
+        if not 0 <= seq <= self._size:
+            return None
+        known = self._chains.get(seq)
+        if known is not None:
+            return known
+        start = max(item for item in self._chains if item < seq)
+        chain = self._chains[start]
+        for batch in self.rows(start, seq, 2000):
+            chain = batch[-1][-1] if batch[-1][-1] is not None else chain
+        self._chains[seq] = chain
+        return chain
+
+    def max_seq(self) -> int:
+        """The published size."""
+        return self._size
+
+    def count(self) -> int:
+        """How many entries the publication holds (its size: a bundle short of entries cannot be read)."""
+        return self._size
+
+    def link_at(self, seq: int) -> tuple[Any, Any, Any] | None:
+        """(seq, chain hash, budget_id) of row `seq`, or None beyond the publication."""
+        if not 1 <= seq <= self._size:
+            return None
+        number = (seq - 1) >> TILE_HEIGHT
+        values = entry_row(self._entries(number, None)[(seq - 1) & 0xFF], seq)
+        return seq, self.chain_at(seq), values[_BUDGET_ID]
+
+    def link_at_or_before(self, seq: int) -> tuple[int, str] | None:
+        """(seq, chain hash) of the last row at or before `seq`."""
+        seq = min(seq, self._size)
+        chain = self.chain_at(seq) if seq > 0 else None
+        return None if chain is None else (seq, chain)
+
+    def misplaced_rows(self, max_seq: int) -> list[tuple[Any, Any]]:
+        """None: an entry's place is its seq."""
+        return []
+
+    # -- the tree -----------------------------------------------------------------------------------------------
+
+    def tree(self, size: int) -> PublishedTree:
+        """A `NodeReader` over the first `size` leaves, from the hash tiles."""
+        return PublishedTree(min(size, self._size), self._size, self._publication.tile)
+
+    def tree_is_built(self, size: int) -> bool:
+        """Always: the tiles are the tree."""
+        return size <= self._size
+
+    def has_tree_nodes(self) -> bool:
+        """Always: every node is in a tile."""
+        return True
+
+    def frontier(self, size: int) -> CompactRange:
+        """The compact range of the published tree at `size`."""
+        return CompactRange.from_reader(self.tree(size), size)
+
+    def nodes_at(self, level: int, first: int, last: int) -> Iterator[tuple[int, str]]:
+        """The published nodes (idx, hex hash) of `level` with first <= idx <= last."""
+        tree = self.tree(self._size)
+        for index in range(first, last + 1):
+            if (index + 1) << level > self._size:
+                return
+            yield index, tree.node(level, index).hex()
+
+    def misplaced_nodes(self, size: int) -> list[tuple[Any, Any]]:
+        """None: a tile holds only the nodes of its place."""
+        return []
+
+    # -- the checkpoint -----------------------------------------------------------------------------------------
+
+    def origin(self) -> str | None:
+        """The checkpoint's origin."""
+        return self._publication.checkpoint.origin
+
+    def provenance(self) -> None:
+        """None: a publication says nothing of salvage."""
+        return
+
+    def _stored(self, name: str, key_hash: int) -> StoredCheckpoint:
+        return StoredCheckpoint(1, self._size, name, f"{key_hash:08x}", self._publication.note)
+
+    def newest_by_key(self, key: VerifierKey, *, at_most: int | None = None) -> Iterator[StoredCheckpoint]:
+        """The published checkpoint, when it carries a line claiming `key`."""
+        if at_most is not None and self._size > at_most:
+            return
+        for signature in self._signatures():
+            if signature.name == key.name and signature.key_hash == key.key_hash:
+                yield self._stored(key.name, key.key_hash)
+                return
+
+    def newest_covering(self, seq: int, at_most: int) -> StoredCheckpoint | None:
+        """The published checkpoint, when it covers row `seq` (size seq..at_most)."""
+        signatures = self._signatures()
+        if not seq <= self._size <= at_most or not signatures:
+            return None
+        return self._stored(signatures[0].name, signatures[0].key_hash)
+
+    def checkpoints_at(self, size: int) -> list[StoredCheckpoint]:
+        """The published checkpoint at its size (as filed under its first signer)."""
+        stored = self.newest_covering(size, size)
+        return [stored] if stored is not None and size == self._size else []
+
+    def checkpoints_between(self, low: int, high: int) -> Iterator[StoredCheckpoint]:
+        """None: the published checkpoint is held against the tree once, as the audit's given checkpoint."""
+        return iter(())
+
+    def checkpoints_beyond(self, size: int) -> list[StoredCheckpoint]:
+        """None: the checkpoint's size is the publication's."""
+        return []
+
+    def unreadable_checkpoints(self) -> list[tuple[int, str]]:
+        """None: an unreadable checkpoint stops the audit (exit 2)."""
+        return []
+
+    def cosignatures_newest_first(self, at_most: int) -> Iterator[tuple[int, str, str]]:
+        """The signature lines of the published checkpoint, (size, text, line); the witness rules keep those
+        that verify under a witness key."""
+        if self._size <= at_most:
+            text = self._publication.checkpoint.note_text()
+            yield from ((self._size, text, signature.line()) for signature in self._signatures())
+
+    def cosignatures_filed_at(self, size: int) -> list[tuple[str, str]]:
+        """The published checkpoint's lines at its size."""
+        return [(text, line) for _, text, line in self.cosignatures_newest_first(size)] if size == self._size else []
+
+    def cosignatures_of(self, checkpoint_text: str, size: int) -> list[str]:
+        """The published checkpoint's lines, when it is this text."""
+        return [line for text, line in self.cosignatures_filed_at(size) if text == checkpoint_text]
+
+    def witness_sizes(self) -> list[tuple[str, str, int]]:
+        """None: a publication keeps no witness sizes."""
+        return []
+
+    def _signatures(self) -> list[Any]:
+        try:
+            return list(parse_note(self._publication.note).signatures)
+        except NoteError:
+            return []
+
+    # -- what only a database has --------------------------------------------------------------------------------
+
+    def schema_problems(self) -> list[str]:
+        """None: a publication has no schema."""
+        return []
+
+    def repair_problems(self) -> list[str]:
+        """None: a publication has no repairs table."""
+        return []
+
+    def write_privileges(self) -> list[str]:
+        """None: the audit only reads files."""
+        return []
+
+
+def _published_mismatch(entry: bytes, seq: int) -> Finding:
+    values = entry_row(entry, seq)
+    budget_id = values[_BUDGET_ID] if isinstance(values[_BUDGET_ID], str) else None
+    digest = hashlib.sha256(b"\x00" + entry).hexdigest()
+    return Finding(
+        FindingKind.PUBLISHED_MISMATCH,
+        budget_id,
+        seq,
+        f"entry {seq} hashes to {digest}, its level-0 tile says otherwise: the "
+        "entry bundle was edited after publishing",
+    )

@@ -1,0 +1,356 @@
+"""`compute-budget audit --tiles LOCATION` (spec 10.2) over real HTTP on loopback: the same verdict and exit status
+as `audit --db` of the store a publication was made from, and what a publication altered after publishing gives.
+Each test names the first affected seq."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+
+from compute_budget.core.leaf import leaf_input
+from compute_budget.core.log.note import SignerKey
+from compute_budget.keys.key_files import load_signer_key
+from compute_budget.store import BudgetStore
+from tests.backends import tamper
+from tests.conftest import gate_lines
+from tests.e2e.test_docs import OPERATIONS, commands, fenced, shell
+from tests.publications import publish_store, served_folder, write_publication, write_tiles
+from tests.witnessing import LOG, WITNESS, Served
+from tests.witnessing import ORIGIN as WITNESSED_ORIGIN
+
+Run = Callable[..., tuple[int, str, str]]
+ORIGIN = "example.org/budget-log"
+ROWS = 600  # two full level-0 tiles and a partial one
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """A store, its writer key and its publication, served over HTTP."""
+
+    store: str
+    key_file: Path
+    key: SignerKey
+    folder: Path
+    url: str
+
+    def audit(self, run_cli: Run, *extra: str, location: str | None = None) -> tuple[int, dict, str]:  # type: ignore[type-arg]
+        status, out, err = run_cli(
+            "audit", "--tiles", location or self.url, "--origin", ORIGIN, "--trusted-key",
+            self.key.verifier().format(), "--format", "json", "--jobs", "1", *extra,
+        )
+        return status, json.loads(out) if out.strip() else {}, err
+
+
+def _record(run_cli: Run, store: str, key_file: Path, count: int, prefix: str, *extra: str) -> None:
+    gates = key_file.with_name(f"{prefix}.jsonl")
+    gates.write_text("\n".join(gate_lines(count, prefix=prefix)) + "\n")
+    status, _, err = run_cli("record", str(gates), "--db", store, "--signing-key", str(key_file), *extra)
+    assert status == 0, err
+
+
+@pytest.fixture
+def published(run_cli: Run, store_target: str, tmp_path: Path) -> Iterator[Published]:
+    """A signed store of `ROWS` rows on each backend, published into a folder served on loopback."""
+    key_file = tmp_path / "writer.key"
+    assert run_cli("keygen", "writer", "--out", str(key_file))[0] == 0
+    _record(run_cli, store_target, key_file, ROWS, "night", "--origin", ORIGIN)
+    key = load_signer_key(str(key_file))
+    folder = publish_store(store_target, tmp_path / "published", key.verifier())
+    with served_folder(folder) as url:
+        yield Published(store_target, key_file, key, folder, url)
+
+
+def _kinds(report: dict) -> list[tuple[str, int | None]]:  # type: ignore[type-arg]
+    return [(item["kind"], item["seq"]) for item in report["findings"]]
+
+
+def _edit_entry(folder: Path, seq: int, old: bytes, new: bytes) -> list[bytes]:
+    """Edit the entry of row `seq` in its bundle (lengths kept right); returns every entry, edited."""
+    entries = _entries(folder)
+    assert old in entries[seq - 1]
+    entries[seq - 1] = entries[seq - 1].replace(old, new, 1)
+    bundle = folder / "tile" / "entries" / f"{(seq - 1) // 256:03d}"
+    chunk = entries[(seq - 1) // 256 * 256 : (seq - 1) // 256 * 256 + 256]
+    bundle.write_bytes(b"".join(len(item).to_bytes(2, "big") + item for item in chunk))
+    return entries
+
+
+def _entries(folder: Path) -> list[bytes]:
+    found: list[bytes] = []
+    for path in sorted((folder / "tile" / "entries").rglob("*")):
+        if path.is_file():
+            data, offset = path.read_bytes(), 0
+            while offset < len(data):
+                length = int.from_bytes(data[offset : offset + 2], "big")
+                found.append(data[offset + 2 : offset + 2 + length])
+                offset += 2 + length
+    return found
+
+
+def test_a_clean_publication_audits_as_its_store_does(published: Published, run_cli: Run) -> None:
+    status, report, err = published.audit(run_cli)
+    db_status, db_out, _ = run_cli("audit", "--db", published.store, "--format", "json", "--trusted-key",
+                                   published.key.verifier().format())
+    assert (status, report["clean"]) == (db_status, json.loads(db_out)["clean"]) == (0, True)
+    assert report["rows_checked"] == json.loads(db_out)["rows_checked"] == ROWS
+    assert "freshness not checked: a stale mirror would pass" in err
+    assert any("freshness not checked" in item for item in report["warnings"])
+    text = run_cli("audit", "--tiles", published.url, "--origin", ORIGIN, "--trusted-key",
+                   published.key.verifier().format())[1]
+    assert "  freshness     not checked: a stale mirror would pass (give --witness-url URL=KEY)" in text.splitlines()
+
+
+def test_a_store_with_findings_gives_the_same_verdict_published(
+    run_cli: Run, store_target: str, tmp_path: Path
+) -> None:
+    key_file = tmp_path / "writer.key"
+    run_cli("keygen", "writer", "--out", str(key_file))
+    _record(run_cli, store_target, key_file, 300, "night", "--origin", ORIGIN)
+    tamper(store_target, "UPDATE compute_budget_decisions SET max_candidates = 99 WHERE seq = 17")
+    # `publish` refuses a store with findings (spec 10.1 rule 1): the stand-in writes what it would have published
+    folder = write_publication(store_target, tmp_path / "published")
+    key = load_signer_key(str(key_file)).verifier().format()
+    db_status, db_out, _ = run_cli("audit", "--db", store_target, "--format", "json", "--trusted-key", key)
+    with served_folder(folder) as url:
+        status, out, _ = run_cli("audit", "--tiles", url, "--origin", ORIGIN, "--trusted-key", key, "--format", "json")
+    assert status == db_status == 1
+    tiles, database = json.loads(out), json.loads(db_out)
+    assert tiles["clean"] is database["clean"] is False
+    assert ("rederive_mismatch", 17) in _kinds(tiles)
+    assert ("rederive_mismatch", 17) in _kinds(database)
+    assert ("checkpoint_mismatch", 300) in _kinds(tiles)  # the signed root no longer matches the rows
+
+
+def test_an_edited_entry_is_published_mismatch_at_its_seq(published: Published, run_cli: Run) -> None:
+    _edit_entry(published.folder, 300, b'"explanation":"', b'"explanation":"!')
+    status, report, err = published.audit(run_cli)
+    assert status == 1, err
+    assert _kinds(report)[0] == ("published_mismatch", 300)
+    assert ("chain_break", ROWS) in _kinds(report)  # the chain no longer reaches the checkpoint's `chain` line
+
+
+def test_an_entry_edited_with_its_tiles_rewritten_is_checkpoint_mismatch(published: Published, run_cli: Run) -> None:
+    entries = _edit_entry(published.folder, 42, b'"explanation":"', b'"explanation":"!')
+    write_tiles(published.folder, entries)  # every hash tile made to match the edited entry
+    status, report, _ = published.audit(run_cli)
+    assert status == 1
+    kinds = _kinds(report)
+    assert "published_mismatch" not in [kind for kind, _ in kinds]
+    assert ("checkpoint_mismatch", ROWS) in kinds
+    assert ("chain_break", ROWS) in kinds
+
+
+def test_a_removed_bundle_is_exit_2_in_one_line(published: Published, run_cli: Run) -> None:
+    (published.folder / "tile" / "entries" / "001").unlink()
+    status, _, err = published.audit(run_cli)
+    assert status == 2
+    assert "tile/entries/001 is missing from the publication (404)" in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) <= 2
+
+
+def test_another_stores_publication_signed_by_the_same_key_is_refused_by_its_origin(
+    published: Published, run_cli: Run, tmp_path: Path
+) -> None:
+    other = str(tmp_path / "other.db")
+    other_state = tmp_path / "other.state"
+    _record(run_cli, other, published.key_file, 300, "other", "--origin", "example.org/other-log",
+            "--writer-state", str(other_state))
+    folder = publish_store(other, tmp_path / "other-published", published.key.verifier())
+    status, report, _ = published.audit(run_cli, location=str(folder))
+    assert status == 1
+    assert any(kind == "checkpoint_mismatch" and "example.org/other-log" in item["detail"]
+               for (kind, _), item in zip(_kinds(report), report["findings"], strict=True))
+
+
+def test_the_usage_rules_of_tiles_are_exit_2(published: Published, run_cli: Run) -> None:
+    key = published.key.verifier().format()
+    with_db = run_cli("audit", "--tiles", published.url, "--db", published.store, "--origin", ORIGIN,
+                      "--trusted-key", key)
+    no_origin = run_cli("audit", "--tiles", published.url, "--trusted-key", key)
+    no_key = run_cli("audit", "--tiles", published.url, "--origin", ORIGIN)
+    assert [item[0] for item in (with_db, no_origin, no_key)] == [2, 2, 2]
+    assert "--db" in with_db[2]
+    assert "--origin" in no_origin[2]
+    assert "--trusted-key" in no_key[2]
+
+
+def test_since_saved_from_a_publication_then_a_rolled_back_publication_is_checkpoint_mismatch(
+    published: Published, run_cli: Run, tmp_path: Path
+) -> None:
+    kept = tmp_path / "kept.note"
+    old = shutil.copytree(published.folder, tmp_path / "old-publication")
+    status, _, err = published.audit(run_cli, "--save-checkpoint", str(kept))
+    assert status == 0, err
+    _record(run_cli, published.store, published.key_file, 100, "next")
+    publish_store(published.store, published.folder, published.key.verifier())
+    status, report, err = published.audit(run_cli, "--since", str(kept), "--look-back", "7")
+    assert status == 0, err
+    assert report["rows_checked"] == 100
+    publish_store(published.store, published.folder, published.key.verifier())
+    kept_newer = tmp_path / "kept-newer.note"
+    assert published.audit(run_cli, "--save-checkpoint", str(kept_newer))[0] == 0
+    status, report, _ = published.audit(run_cli, "--since", str(kept_newer), location=str(old))  # rolled back
+    assert status == 1
+    assert ("checkpoint_mismatch", ROWS + 100) in _kinds(report)
+
+
+def test_a_frozen_publication_is_checked_against_the_since_root(published: Published, run_cli: Run) -> None:
+    with BudgetStore.open(published.store, readonly=True) as store, store.snapshot() as snapshot:
+        first = leaf_input(next(iter(snapshot.rows_between(0, 1)))[0][:17])
+    assert first.startswith(b"{")
+    kept = published.folder.parent / "kept.note"
+    assert published.audit(run_cli, "--save-checkpoint", str(kept))[0] == 0
+    status, report, _ = published.audit(run_cli, "--since", str(kept))
+    assert (status, report["rows_checked"]) == (0, 0)  # frozen, and nothing said: only a witness can tell
+
+
+# -- freshness: --witness-url (spec 10.2) -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def log_key(tmp_path: Path) -> Path:
+    """The key file of the log the `served` witness knows (tests.witnessing.LOG, origin ORIGIN there)."""
+    key = tmp_path / "log.key"
+    key.write_text(LOG.format() + "\n")
+    key.chmod(0o600)
+    return key
+
+
+def _witnessed_audit(run_cli: Run, location: str, served: Served, *extra: str) -> tuple[int, dict, str]:  # type: ignore[type-arg]
+    status, out, err = run_cli(
+        "audit", "--tiles", location, "--origin", WITNESSED_ORIGIN, "--trusted-key", LOG.verifier().format(),
+        "--witness-url", f"http://127.0.0.1:{served.port}={WITNESS.verifier().format()}", "--format", "json", *extra,
+    )
+    return status, json.loads(out) if out.strip() else {}, err
+
+
+def test_a_frozen_publication_is_unpublished_rows_once_its_cosignature_is_too_old(
+    served: Served, run_cli: Run, store_target: str, log_key: Path, tmp_path: Path
+) -> None:
+    witness = f"http://127.0.0.1:{served.port}={WITNESS.verifier().format()}"
+    _record(run_cli, store_target, log_key, 5, "seen", "--origin", WITNESSED_ORIGIN, "--witness", witness)
+    folder = publish_store(store_target, tmp_path / "published", LOG.verifier(), witness_keys=(WITNESS.verifier(),))
+    status, report, err = _witnessed_audit(run_cli, str(folder), served)
+    assert status == 0, err
+    assert "freshness not checked" not in err
+    _record(run_cli, store_target, log_key, 3, "unpublished", "--witness", witness)  # the mirror stays at 5
+    status, report, err = _witnessed_audit(run_cli, str(folder), served)
+    assert status == 0, err  # the published checkpoint's cosignature is fresh: the mirror may lag that long
+    time.sleep(1.1)
+    status, report, _ = _witnessed_audit(run_cli, str(folder), served, "--max-witness-age", "0")
+    assert status == 1
+    assert _kinds(report) == [("unpublished_rows", 6)]
+    assert "rows 6..8 (3 rows)" in report["findings"][0]["detail"]
+
+
+def test_a_publication_beyond_what_the_witness_saw_is_checkpoint_mismatch(
+    served: Served, run_cli: Run, store_target: str, log_key: Path, tmp_path: Path
+) -> None:
+    witness = f"http://127.0.0.1:{served.port}={WITNESS.verifier().format()}"
+    _record(run_cli, store_target, log_key, 5, "seen", "--origin", WITNESSED_ORIGIN, "--witness", witness)
+    _record(run_cli, store_target, log_key, 2, "unseen")  # never shown to the witness, yet published
+    folder = publish_store(store_target, tmp_path / "published", LOG.verifier())
+    status, report, _ = _witnessed_audit(run_cli, str(folder), served)
+    assert status == 1
+    assert ("checkpoint_mismatch", 7) in _kinds(report)
+    assert "cosigned at most 5 rows, the publication names 7" in json.dumps(report)
+
+
+# -- the recipe of docs/operations.md, "Auditing a publication with no database credentials" ----------------------
+
+RECIPE_SECTION = "Auditing a publication with no database credentials"
+
+
+def _recipe_commands(url: str, witness: str, folder: Path) -> tuple[list[str], str, str]:
+    """(the three assignments filled in, the first night's command, the nightly command) of the recipe."""
+    lines = commands(fenced("sh", RECIPE_SECTION, doc=OPERATIONS)[0])
+    assert [line.split("=", 1)[0] for line in lines[:3]] == ["LOG", "WRITER", "WITNESS"]
+    assigned = [f"LOG='{WITNESSED_ORIGIN}'", f"WRITER='{LOG.verifier().format()}'", f"WITNESS='{witness}'"]
+
+    def local(command: str) -> str:
+        return (command.replace("https://logs.example.org/budget/", url)
+                .replace("/var/lib/auditor/", f"{folder}/").replace("/var/log/auditor/", f"{folder}/"))
+
+    return assigned, local(lines[3]), local(lines[4])
+
+
+@pytest.mark.slow
+def test_the_recipe_for_an_auditor_in_another_organisation_runs_for_three_nights(
+    served: Served, run_cli: Run, log_key: Path, tmp_path: Path
+) -> None:
+    store = str(tmp_path / "store.db")
+    witness = f"http://127.0.0.1:{served.port}={WITNESS.verifier().format()}"
+    _record(run_cli, store, log_key, 300, "night1", "--origin", WITNESSED_ORIGIN, "--witness", witness)
+    witnessed = (WITNESS.verifier(),)
+    folder = publish_store(store, tmp_path / "published", LOG.verifier(), witness_keys=witnessed)
+    with served_folder(folder) as url:
+        assigned, first, nightly = _recipe_commands(url, witness, tmp_path)
+        done = shell("\n".join([*assigned, first, nightly]), tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert (tmp_path / "published.note").read_text() == (folder / "checkpoint").read_text()
+        _record(run_cli, store, log_key, 50, "night2", "--witness", witness)
+        publish_store(store, folder, LOG.verifier(), witness_keys=witnessed)
+        done = shell("\n".join([*assigned, nightly]), tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert json.loads((tmp_path / "audit.json").read_text())["rows_checked"] == 50
+        kept = (tmp_path / "published.note").read_text()
+        _record(run_cli, store, log_key, 10, "night3", "--witness", witness)
+        publish_store(store, folder, LOG.verifier(), witness_keys=witnessed)
+        _edit_entry(folder, 200, b'"explanation":"', b'"explanation":"!')  # below the kept note: the look-back
+        done = shell("\n".join([*assigned, nightly.replace("--look-back 7", "--look-back 1")]), tmp_path)
+        assert done.returncode == 1, done.stderr
+        assert ("published_mismatch", 200) in _kinds(json.loads((tmp_path / "audit.json").read_text()))
+        assert (tmp_path / "published.note").read_text() == kept  # a red night keeps last night's note
+
+
+def test_a_publication_rewritten_below_the_since_checkpoint_is_checkpoint_mismatch(
+    published: Published, run_cli: Run
+) -> None:
+    kept = published.folder.parent / "kept.note"
+    assert published.audit(run_cli, "--save-checkpoint", str(kept))[0] == 0
+    entries = _edit_entry(published.folder, 42, b'"explanation":"', b'"explanation":"!')
+    write_tiles(published.folder, entries)  # entries and tiles rewritten together, the checkpoint kept
+    status, report, _ = published.audit(run_cli, "--since", str(kept))
+    assert status == 1
+    assert ("checkpoint_mismatch", ROWS) in _kinds(report)  # the tiles do not reproduce the --since root
+    assert report["escalated"] is True  # then every entry was checked from the genesis
+    assert ("chain_break", ROWS) in _kinds(report)  # an edited explanation re-derives, but breaks the chain
+
+
+def test_with_witness_keys_the_kept_checkpoint_is_the_witnessed_one_and_the_next_night_holds(
+    served: Served, run_cli: Run, store_target: str, log_key: Path, tmp_path: Path
+) -> None:
+    witness = f"http://127.0.0.1:{served.port}={WITNESS.verifier().format()}"
+    _record(run_cli, store_target, log_key, 5, "night1", "--origin", WITNESSED_ORIGIN, "--witness", witness)
+    witnessed = (WITNESS.verifier(),)
+    folder = publish_store(store_target, tmp_path / "published", LOG.verifier(), witness_keys=witnessed)
+    kept = tmp_path / "witnessed.note"
+    keys = ("--witness-key", WITNESS.verifier().format())
+    status, _, err = _witnessed_audit(run_cli, str(folder), served, *keys, "--save-checkpoint", str(kept))
+    assert status == 0, err
+    assert kept.read_text().startswith(f"{WITNESSED_ORIGIN}\n5\n")
+    assert Path(f"{kept}.head").exists()
+    _record(run_cli, store_target, log_key, 4, "night2", "--witness", witness)
+    publish_store(store_target, folder, LOG.verifier(), witness_keys=witnessed)
+    status, report, err = _witnessed_audit(run_cli, str(folder), served, *keys, "--since", str(kept))
+    assert status == 0, err
+    assert (report["rows_checked"], report["witnessed_size"]) == (4, 9)
+
+
+def test_the_junit_report_skips_unpublished_rows_without_a_witness(published: Published, run_cli: Run) -> None:
+    status, out, _ = run_cli("audit", "--tiles", published.url, "--origin", ORIGIN, "--trusted-key",
+                             published.key.verifier().format(), "--format", "junit")
+    assert status == 0
+    cases = {case.get("name"): case for case in ElementTree.fromstring(out).iter("testcase")}
+    skipped = cases["unpublished_rows"].find("skipped")
+    assert skipped is not None
+    assert skipped.get("message", "").startswith("freshness not checked: a stale mirror would pass")
+    assert cases["published_mismatch"].find("skipped") is None
