@@ -158,6 +158,10 @@ def test_a_writer_with_the_old_key_refuses_to_sign(log: Log) -> None:
                                 "--init-writer-state")
     assert status == 2
     assert "handover" in err
+    # `checkpoint --signing-key` signs inside the append lock under the same rules: it refuses too.
+    status, _, err = log.run("checkpoint", "--db", log.target, "--signing-key", str(log.old_path))
+    assert status == 2
+    assert "handover" in err
     with BudgetStore.open(log.target, readonly=True) as store:
         assert store.head().seq == 5
 
