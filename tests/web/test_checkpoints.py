@@ -28,8 +28,8 @@ def test_a_trusted_key_whose_hash_is_not_its_own_is_refused_as_the_audit_refuses
         keys = client.get("/api/checkpoints").json()["trusted_keys"]
         page = client.get("/checkpoints").text
     assert keys[0] == {"given": VERIFIER_KEY, "key": VERIFIER_KEY, "name": "PeterNeumann", "key_hash": "c74f20a3",
-                       "problem": None}
-    assert (keys[1]["key"], keys[1]["name"], keys[1]["key_hash"]) == (None, None, None)
+                       "problem": None, "state": "active"}
+    assert (keys[1]["key"], keys[1]["name"], keys[1]["key_hash"], keys[1]["state"]) == (None, None, None, None)
     assert "not a verifier key" in keys[1]["problem"]
     assert "key hash" in keys[1]["problem"]
     assert "not a verifier key" in page

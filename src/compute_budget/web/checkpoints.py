@@ -34,7 +34,9 @@ class TrustedKey:
     key_hash: str | None
     problem: str | None
     verifier: VerifierKey | None = None
-    state: str = "active"  # issue 31: active, retired at N, revoked at N (`serve --retired/--revoked`)
+    # active, retired at N, revoked at N (`serve --retired/--revoked`); None for a key that cannot be used, which is
+    # in no state at all (calling it "active" would dress a forgery up as a signer).
+    state: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (the key as given, as read, why it cannot be used, and its state)."""
@@ -48,7 +50,7 @@ def trusted_key(given: str, states: KeyStates | None = None) -> TrustedKey:
     try:
         key = verifier_key(given)
     except ComputeBudgetError as error:
-        return TrustedKey(given, None, None, None, f"not a verifier key (name+keyhash+base64): {error}")
+        return TrustedKey(given, None, None, None, f"not a verifier key (name+keyhash+base64): {error}", None, None)
     state = (states or KeyStates()).of_key(key).words()
     return TrustedKey(given, key.format(), key.name, f"{key.key_hash:08x}", None, key, state)
 
