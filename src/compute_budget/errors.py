@@ -308,6 +308,7 @@ class PolicyProblem(StrEnum):
     QUORUM_TWICE = "quorum_twice"
     ORIGIN_MISMATCH = "origin_mismatch"  # a log key whose name is not the store's origin
     SHORTHAND = "shorthand"  # `--witness-key`/`--witness-quorum` that make no policy
+    UNREADABLE = "unreadable"  # a policy file that cannot be read (missing, a folder, a pipe, too large)
 
 
 class PolicyError(InputError, ValueError):

@@ -360,7 +360,7 @@ def test_another_logs_cosignature_and_a_fork_filed_in_the_store_are_reported(
 def test_the_stored_cosignature_scan_is_linear_in_its_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     """With no size ever reaching the quorum (two witness keys required, one witness cosigning every size), each
     size change re-ranked every size seen so far: quadratic, minutes at 100,000 sizes. The K-th timestamp is now
-    worked out for one size per check. Counted in calls, not timed."""
+    worked out for one size per check (the policy's tally of that size). Counted in calls, not timed."""
     from compute_budget.auditor import witness_rules as module
     from compute_budget.core.log.cosignature import generate_witness
     from compute_budget.core.log.note import format_checkpoint
@@ -377,17 +377,20 @@ def test_the_stored_cosignature_scan_is_linear_in_its_rows(monkeypatch: pytest.M
         def link_at(self, seq: int) -> None:
             return None
 
-    calls = {"kth_of": 0}
-    real_kth_of = module.WitnessPolicy.kth_of
+    from compute_budget.core.log.witness_policy import QuorumTally, TlogPolicy
 
-    def counted(self: module.WitnessPolicy, newest: dict[object, int]) -> tuple[int, int | None]:
-        calls["kth_of"] += 1
-        return real_kth_of(self, newest)  # type: ignore[arg-type]
+    calls = {"tally": 0}
+    real_tally = TlogPolicy.tally
 
-    monkeypatch.setattr(module.WitnessPolicy, "kth_of", counted)
+    def counted(self: TlogPolicy, newest: dict[object, int]) -> QuorumTally:
+        calls["tally"] += 1
+        return real_tally(self, newest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(TlogPolicy, "tally", counted)
     monkeypatch.setattr(module, "_placement", lambda snapshot, origin, filed, text, max_seq: (filed, None))
-    policy = module.WitnessPolicy((WITNESS.verifier(), generate_witness("w2").verifier()), 2, 86400, now)
+    keys = (WITNESS.verifier(), generate_witness("w2").verifier())
+    policy = module.WitnessPolicy(TlogPolicy.from_witness_keys(keys, 2), 86400, now)
     size, findings = module.witnessed(Rows(), policy, ORIGIN, (), sizes)  # type: ignore[arg-type]
     assert size == 0
     assert [finding.kind.value for finding in findings] == ["unwitnessed_rows"]
-    assert calls["kth_of"] <= 2 * sizes
+    assert calls["tally"] <= 2 * sizes

@@ -114,11 +114,15 @@ def test_the_python_blocks_print_what_their_comments_say(tmp_path: Path) -> None
                             check=True)
     assert second.stdout.splitlines()[:5] == ["0 2 True", "1 1 False", "3 3 True", "2 ('residual_ids',)", "1 True"]
     assert "was closed" in second.stdout
-    (seal_block,) = fenced("python", "Signing, proving, verifying", doc="docs/python.md")
+    seal_block, policy_block = fenced("python", "Signing, proving, verifying", doc="docs/python.md")
     (tmp_path / "seal").mkdir()
     seal = subprocess.run([sys.executable, "-c", seal_block], cwd=tmp_path / "seal", capture_output=True, text=True,
                           check=False)
     assert seal.stdout.splitlines() == ["True True True"], seal.stderr
+    (tmp_path / "policy").mkdir()
+    policy = subprocess.run([sys.executable, "-c", policy_block], cwd=tmp_path / "policy", capture_output=True,
+                            text=True, check=False)
+    assert policy.stdout.splitlines() == ["3 ['unwitnessed_rows'] 1 of a, b"], policy.stderr
 
 
 # -- shell ----------------------------------------------------------------------------------------------------
@@ -184,6 +188,7 @@ SHELL_BLOCKS_RUN = {
     ("docs/operations.md", "Keys and witnesses"): 2, ("docs/operations.md", "Witnessing"): 1,
     ("docs/operations.md", "Publishing the log"): 1,  # tests/cli/test_publish.py
     ("docs/operations.md", "Rotating a writer key"): 1,  # tests/e2e/test_key_runbooks.py
+    ("docs/operations.md", "Witness policies"): 2,  # tests/e2e/test_witness_policy_recipe.py
     ("docs/upgrading.md", "0003: the seal (spec section 8)"): 1,
 }
 

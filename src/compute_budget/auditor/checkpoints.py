@@ -20,6 +20,7 @@ from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey
 from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.log.note import VerifierKey
+from compute_budget.core.log.witness_policy import TlogPolicy
 from compute_budget.core.seal_checks import StoredCheckpoint, signature_problem, trusted_signers
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import (
@@ -110,20 +111,41 @@ def distinct_given(held: list[Checkpoint]) -> list[Checkpoint]:
 
 
 def witness_policy(
-    witness_keys: Iterable[WitnessKey | str | os.PathLike[str]], quorum: int | None, max_age: int
+    witness_keys: Iterable[WitnessKey | str | os.PathLike[str]],
+    quorum: int | None,
+    max_age: int,
+    rule: TlogPolicy | None = None,
 ) -> WitnessPolicy | None:
-    """The audit's witness requirement, or None without witness keys; a quorum outside 1..N is an error."""
+    """The audit's witness requirement: the C2SP tlog-policy `rule`, or `witness_keys` with `quorum` of them
+    (default: all) as its one-group shorthand; None when neither requires a cosignature (`quorum none`). Both at
+    once, a quorum without keys or outside 1..N, or a negative age is an error."""
     keys = tuple(dict.fromkeys(witness_key(item) for item in witness_keys))
-    if not keys:
+    if rule is not None and (keys or quorum is not None):
+        raise ArgumentTypeError("give a witness policy or --witness-key/--witness-quorum, not both")
+    if rule is None and not keys:
         if quorum is not None:
             raise ArgumentTypeError("a witness quorum needs witness keys")
         return None
-    wanted = len(keys) if quorum is None else quorum
-    if isinstance(wanted, bool) or not isinstance(wanted, int) or not 1 <= wanted <= len(keys):
-        raise ArgumentTypeError(f"the witness quorum must be 1..{len(keys)} (distinct witness keys), not {wanted!r}")
+    if rule is None:
+        wanted = len(keys) if quorum is None else quorum
+        if isinstance(wanted, bool) or not isinstance(wanted, int) or not 1 <= wanted <= len(keys):
+            raise ArgumentTypeError(
+                f"the witness quorum must be 1..{len(keys)} (distinct witness keys), not {wanted!r}"
+            )
+        rule = TlogPolicy.from_witness_keys(keys, wanted)
     if isinstance(max_age, bool) or not isinstance(max_age, int) or max_age < 0:
         raise ArgumentTypeError(f"the maximum witness age is a number of seconds, not {max_age!r}")
-    return WitnessPolicy(keys, wanted, max_age, int(time.time()))
+    if not rule.requires_witnesses:
+        return None
+    return WitnessPolicy(rule, max_age, int(time.time()))
+
+
+def policy_log_keys(keys: list[VerifierKey], rule: TlogPolicy | None, origin: str | None) -> list[VerifierKey]:
+    """The writer `keys` and the `log` keys of the policy `rule` for a log named `origin`: C2SP names a log key by
+    the log's origin, so a `log` line whose key is named otherwise is refused (`PolicyOriginMismatch`, naming it)."""
+    if rule is None or not rule.logs:
+        return keys
+    return list(dict.fromkeys([*keys, *rule.store_log_keys(origin or "")]))
 
 
 def check_provenance(snapshot: AuditSnapshot) -> tuple[dict[str, Any] | None, list[Finding]]:

@@ -9,6 +9,7 @@ import base64
 
 from compute_budget.auditor.witness_rules import WitnessPolicy
 from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.cosignature import is_fresh
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import CheckpointError, NoteError, StoreUnavailable, clip
 
@@ -41,12 +42,15 @@ def _judge(published: Checkpoint, source: str, served: Checkpoint, policy: Witne
         return []
     parsed = published.parsed_note()
     lines = [signature.line() for signature in parsed.signatures] if parsed is not None else []
-    count, kth = policy.kth_newest(lines, parsed.text if parsed is not None else published.note_text())
-    if kth is not None and kth >= policy.now - policy.max_age:
+    tally = policy.tally(lines, parsed.text if parsed is not None else published.note_text())
+    kth = tally.time
+    # A timestamp of 0 makes no freshness claim: never fresh, however large --max-witness-age is (issue 31, 4).
+    if kth is not None and is_fresh(kth, now=policy.now, max_age=policy.max_age):
         return []  # the mirror lags, within the age allowed
-    age = "no" if kth is None else f"its {policy.quorum}-th newest"
-    why = (f"{age} cosignature{'' if kth is None else f' is {policy.now - kth} s old'} "
-           f"({count} of {policy.quorum} witnesses), over --max-witness-age {policy.max_age} s")
+    age = "no" if kth is None else "the quorum's newest"
+    old = f" is {policy.now - kth} s old" if kth else " has timestamp 0 (no freshness claim)" if kth == 0 else ""
+    counted = policy.rule.count_words(tally.counted)
+    why = f"{age} cosignature{old} ({counted}), over --max-witness-age {policy.max_age} s"
     missing = witnessed - size
     return [Finding(
         FindingKind.UNPUBLISHED_ROWS, None, size + 1,

@@ -8,10 +8,9 @@ consistency of the store with an older checkpoint, and the auditor's cosignature
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterable
 
-from compute_budget.auditor.checkpoints import CheckpointLike, as_checkpoint
+from compute_budget.auditor.checkpoints import CheckpointLike, as_checkpoint, policy_log_keys, witness_policy
 from compute_budget.auditor.key_states import note_problem
 from compute_budget.auditor.report import AuditReport
 from compute_budget.auditor.witness_rules import WitnessPolicy
@@ -29,10 +28,12 @@ from compute_budget.core.log.note import (
     parse_note,
     sign_note,
 )
+from compute_budget.core.log.witness_policy import QuorumTally, TlogPolicy
 from compute_budget.core.receipts import ConsistencyProof, ProofBundle, row_from_values
 from compute_budget.core.row import named
 from compute_budget.core.seal_checks import extends, signature_problem, trusted_signers
 from compute_budget.errors import (
+    ArgumentTypeError,
     AuditError,
     CheckpointError,
     MerkleError,
@@ -43,7 +44,7 @@ from compute_budget.errors import (
     StoreUnavailable,
     UnknownBudgetId,
 )
-from compute_budget.keys.key_files import verifier_key, witness_key
+from compute_budget.keys.key_files import verifier_key
 from compute_budget.store import BudgetStore
 from compute_budget.store.snapshot import Snapshot
 
@@ -57,13 +58,15 @@ def prove(
     witness_keys: Iterable[WitnessKey | str | os.PathLike[str]] = (),
     witness_quorum: int | None = None,
     key_states: KeyStates | None = None,
+    witness_policy: TlogPolicy | None = None,
 ) -> ProofBundle:
     """The proof bundle of the decision `budget_id` in the store at `target` (spec section 8).
 
     Its checkpoint is `checkpoint` when given (a signed note, or a checkpoint with origin and root), else the
     newest stored signed checkpoint covering the row, else the head's note without a signature; with
     `witness_keys` (spec 9.3), the newest covering checkpoint that `witness_quorum` (default: all) of them
-    cosigned (`ProofError` when none did). With `trusted_keys` (the writers' verifier keys), only a note whose
+    cosigned (`ProofError` when none did); `witness_policy` (C2SP tlog-policy) instead: its witnesses and quorum,
+    and its `log` keys as trusted keys. With `trusted_keys` (the writers' verifier keys), only a note whose
     signature by one of them verifies is used: the newest stored one covering the row (`ProofError` when there
     is none), and a given `checkpoint` must verify too. Without them the stored note is used unverified, so a
     newer note planted in the store fails at `verify_proof`. The note carries every stored cosignature of its
@@ -72,9 +75,10 @@ def prove(
     `key_states` (issue 31): a note whose signature by a retired or revoked key does not count is passed over when
     chosen from the store, and refused (`ProofError`) when given.
     """
-    given, keys = _given_and_keys(checkpoint, trusted_keys)
-    policy = _policy(witness_keys, witness_quorum)
-    with BudgetStore.open(target, readonly=True) as store, store.snapshot() as snapshot:
+    writers = [verifier_key(item) for item in trusted_keys]  # read (a bad key is one error) before the store opens
+    policy = _policy(witness_keys, witness_quorum, witness_policy)
+    with BudgetStore.open(target, readonly=True) as store, store.snapshot() as snapshot:  # origin: the log keys' name
+        given, keys = _given_and_keys(checkpoint, policy_log_keys(writers, witness_policy, snapshot.origin()))
         raw = snapshot.raw_row(budget_id)
         if raw is None:
             raise UnknownBudgetId(f"no decision with budget_id {budget_id} in {store.location.display}")
@@ -87,7 +91,7 @@ def prove(
         note = _chosen_note(snapshot, given, keys, policy, key_states or KeyStates(), seq, head, origin,
                             store.location.display)
         note = _with_stored_cosignatures(snapshot, note, policy)
-        if policy is not None and policy.kth_newest(_lines(note), parse_note(note)[0])[0] < policy.quorum:
+        if policy is not None and not policy.tally(_lines(note), parse_note(note)[0]).met:
             raise ProofError(f"the given checkpoint carries fewer than {policy.quorum} cosignatures by witness keys")
         found = Checkpoint.from_note(note)
         size = found.seq
@@ -152,14 +156,13 @@ def _note_for(
     return Checkpoint(head, chain, None, origin, root).note_text()
 
 
-def _policy(witness_keys: Iterable[WitnessKey | str | os.PathLike[str]], quorum: int | None) -> WitnessPolicy | None:
-    keys = tuple(dict.fromkeys(witness_key(item) for item in witness_keys))
-    if not keys:
-        return None
-    wanted = len(keys) if quorum is None else quorum
-    if not 1 <= wanted <= len(keys):
-        raise ProofError(f"the witness quorum must be 1..{len(keys)} (the distinct witness keys), not {wanted}")
-    return WitnessPolicy(keys, wanted, 0, int(time.time()))
+def _policy(
+    witness_keys: Iterable[WitnessKey | str | os.PathLike[str]], quorum: int | None, rule: TlogPolicy | None
+) -> WitnessPolicy | None:
+    try:
+        return witness_policy(witness_keys, quorum, 0, rule)
+    except ArgumentTypeError as error:
+        raise ProofError(str(error)) from None
 
 
 def _lines(note: str) -> list[str]:
@@ -175,7 +178,7 @@ def _with_stored_cosignatures(snapshot: Snapshot, note: str, policy: WitnessPoli
         return note
     stored = snapshot.cosignatures_of(text, size)
     if policy is not None:
-        stored = [line for line in stored if policy.kth_newest([line], text)[0] == 1]
+        stored = [line for line in stored if policy.tally([line], text).valid == 1]
     lines: list[Signature] = []
     for line in stored:
         try:
@@ -194,7 +197,7 @@ def _witnessed_note_for(
         if size < seq:
             break
         lines = snapshot.cosignatures_of(text, size)
-        if policy.kth_newest(lines, text)[0] < policy.quorum:
+        if not policy.tally(lines, text).met:
             continue
         notes = (stored.note for stored in snapshot.checkpoints_at(size) if stored.note.startswith(text + "\n"))
         base = next((note for note in notes if not keys or _verifies(note, keys)), None)
@@ -270,12 +273,14 @@ def prove_consistency(
     witness_quorum: int | None = None,
     auditor_key: VerifierKey | str | os.PathLike[str] | None = None,
     key_states: KeyStates | None = None,
+    witness_policy: TlogPolicy | None = None,
 ) -> ConsistencyProof:
     """Prove that the store at `target` extends the older checkpoint `old` (a signed note, or a JSON checkpoint
     with origin and root), in O(log n) hashes, and check the proof before returning it.
 
     With `trusted_keys`, `old` must carry a valid signature by one of them; with `witness_keys` (spec 9.3), valid
-    cosignatures by `witness_quorum` of them (default: all), counted from `old` and the store; with `auditor_key`
+    cosignatures by `witness_quorum` of them (default: all), counted from `old` and the store (`witness_policy`, a
+    C2SP tlog-policy, instead: its witnesses and quorum, its `log` keys as trusted keys); with `auditor_key`
     (spec 9.9.5), a valid signature by the auditor who cosigned it after a clean audit. Raises
     `NotConsistent` (its `reason`: ``origin``, ``untrusted``, ``truncated`` or ``rewritten``) when the store does
     not extend it, and `CheckpointError` when `old` cannot be used. `key_states` (issue 31): `old`'s signature by
@@ -284,21 +289,20 @@ def prove_consistency(
     checkpoint = as_checkpoint(old)
     if not checkpoint.has_root:
         raise CheckpointError("the old checkpoint names no origin and tree root: a consistency proof needs both")
-    keys = [verifier_key(item) for item in trusted_keys]
+    keys = policy_log_keys([verifier_key(item) for item in trusted_keys], witness_policy, checkpoint.origin)
     parsed = checkpoint.parsed_note()  # parsed once (when it was read), for every check below
     if keys:
         _check_old_signature(checkpoint, parsed, keys)
     if auditor_key is not None:
         _check_auditor_line(checkpoint, parsed, verifier_key(auditor_key))
     body = checkpoint.body()
-    policy = _policy(witness_keys, witness_quorum)
+    policy = _policy(witness_keys, witness_quorum, witness_policy)
     with BudgetStore.open(target, readonly=True) as store, store.snapshot() as snapshot:
         if policy is not None:
-            count = _old_cosignatures(snapshot, checkpoint, parsed, policy)
-            if count < policy.quorum:
-                raise NotConsistent(
-                    "untrusted", f"the old checkpoint carries {count} of {policy.quorum} cosignatures by witness keys"
-                )
+            tally = _old_cosignatures(snapshot, checkpoint, parsed, policy)
+            if not tally.met:
+                why = f"the old checkpoint carries {policy.rule.count_words(tally.counted)} by witness keys"
+                raise NotConsistent("untrusted", why)
         origin = snapshot.origin()
         if origin != body.origin:
             raise NotConsistent("origin", f"the old checkpoint is of log {body.origin}, this store is {origin}")
@@ -347,14 +351,14 @@ def _check_auditor_line(checkpoint: Checkpoint, parsed: ParsedNote | None, audit
 
 def _old_cosignatures(
     snapshot: Snapshot, checkpoint: Checkpoint, parsed: ParsedNote | None, policy: WitnessPolicy
-) -> int:
+) -> QuorumTally:
     if checkpoint.note is None:
-        return 0  # a JSON checkpoint carries none
+        return policy.rule.tally({})  # a JSON checkpoint carries none
     if parsed is None:  # an unsigned note: `parse_note` refuses it (NoteError), as it always did here
         parsed = parse_note(checkpoint.note)
     text = parsed.text
     own = [signature.line() for signature in parsed.signatures]
-    return policy.kth_newest([*own, *snapshot.cosignatures_of(text, checkpoint.seq)], text)[0]
+    return policy.tally([*own, *snapshot.cosignatures_of(text, checkpoint.seq)], text)
 
 
 def cosign(

@@ -14,6 +14,7 @@ from compute_budget.auditor.report import AuditReport
 from compute_budget.auditor.request import AuditRequest
 from compute_budget.auditor.witness_rules import WitnessPolicy
 from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.witness_policy import TlogPolicy
 from compute_budget.errors import ArgumentTypeError, StoreUnavailable
 from compute_budget.keys.key_files import witness_key
 from compute_budget.publication.snapshot import Publication, PublicationTarget
@@ -73,8 +74,10 @@ def with_freshness(report: AuditReport, pinned: Pinned, now: int) -> AuditReport
     request = pinned.request
     if not pinned.answers:
         return dataclasses.replace(report, warnings=(*report.warnings, NOT_CHECKED))
-    keys = tuple(dict.fromkeys(witness_key(item) for item in (*request.witness_keys, *request.freshness_keys)))
-    quorum = request.witness_quorum or len(keys)
-    policy = WitnessPolicy(keys, quorum, request.max_witness_age, now)
+    rule = request.witness_policy
+    if rule is None or not rule.requires_witnesses:  # the --witness-key quorum, else all the answering witnesses
+        keys = tuple(dict.fromkeys(witness_key(item) for item in (*request.witness_keys, *request.freshness_keys)))
+        rule = TlogPolicy.from_witness_keys(keys, request.witness_quorum if request.witness_keys else None)
+    policy = WitnessPolicy(rule, request.max_witness_age, now)
     found = freshness_findings(pinned.published, list(pinned.answers), policy)
     return dataclasses.replace(report, findings=(*report.findings, *found))

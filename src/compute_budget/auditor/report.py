@@ -114,6 +114,9 @@ class AuditReport:
     witnessed_size: int | None = None  # rows covered by the newest checkpoint K witnesses cosigned (witness keys given)
     witness_keys: tuple[str, ...] = ()  # the witness verifier keys given
     witness_age: str | None = None  # how the witnesses' age was judged (spec 9.9.2), with witness keys
+    # The witness policy checked (issue 31): {"sha256": of its file (of its rendering for the --witness-key
+    # shorthand), "quorum": in words, "optional": the witnesses asked but never counted}; None without witnesses.
+    witness_policy: dict[str, Any] | None = None
     escalated: bool = False  # the --since checkpoint did not hold, so every row was checked
     # With no row to name, the seqs (first, last) a consistent rewrite lies in, bounded by stored checkpoints.
     rewritten_between: tuple[int, int] | None = None
@@ -196,6 +199,7 @@ class AuditReport:
             "witness_keys": list(self.witness_keys),
             "witnessed_size": self.witnessed_size,
             "witness_age": self.witness_age,
+            "witness_policy": self.witness_policy,
             "status_counts": dict(sorted(self.status_counts.items())),
             "reason_counts": dict(sorted(self.reason_counts.items())),
             "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,

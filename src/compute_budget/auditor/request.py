@@ -1,18 +1,34 @@
 """`AuditRequest`: what one audit is asked to do, built once by its caller (the command line, or `audit` from its
-keywords) and read by every room of the audit, so the options are written out in one place."""
+keywords) and read by every room of the audit, so the options are written out in one place; and `AuditInputs`,
+what its options come to once parsed and checked, before any store opens."""
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from compute_budget.auditor.checkpoints import CheckpointLike, HeadLike, WitnessAnswer
-from compute_budget.auditor.witness_rules import DEFAULT_MAX_WITNESS_AGE
+from compute_budget.auditor.checkpoints import (
+    CheckpointLike,
+    HeadLike,
+    WitnessAnswer,
+    as_checkpoint,
+    unique_keys,
+    witness_answer,
+    witness_policy,
+)
+from compute_budget.auditor.head_note import HeadNote
+from compute_budget.auditor.look_back import check_look_back, day_number
+from compute_budget.auditor.witness_rules import DEFAULT_MAX_WITNESS_AGE, WitnessPolicy
+from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey
 from compute_budget.core.log.key_states import KeyStates
-from compute_budget.core.log.note import VerifierKey
+from compute_budget.core.log.note import VerifierKey, valid_origin
+from compute_budget.core.log.witness_policy import TlogPolicy
+from compute_budget.errors import ArgumentTypeError
+from compute_budget.keys.key_files import verifier_key
 from compute_budget.publication.snapshot import PublicationTarget
 
 
@@ -46,3 +62,39 @@ class AuditRequest:
     # A publication's audit (spec 10.2): the --witness-url witnesses' keys, whose cosignatures on the published
     # checkpoint say how fresh it is.
     freshness_keys: tuple[WitnessKey | str | os.PathLike[str], ...] = ()
+    # A C2SP tlog-policy (issue 31): its witnesses, groups and quorum instead of witness_keys/witness_quorum, and
+    # its `log` keys beside trusted_keys.
+    witness_policy: TlogPolicy | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditInputs:
+    """A request's inputs, parsed and checked before the store opens."""
+
+    checkpoint: Checkpoint | None
+    since: Checkpoint | None
+    answers: list[tuple[str, Checkpoint | str]]  # the witnesses' answers, each with its source
+    keys: list[VerifierKey]
+    policy: WitnessPolicy | None
+    day: int  # the UTC day number the look-back is due for
+    head: HeadNote | None
+    checkpoint_label: str  # what findings call the given checkpoint
+
+
+def parse_inputs(request: AuditRequest, head: HeadNote | None, checkpoint_label: str) -> AuditInputs:
+    """The request's options checked and parsed, in the order their errors are said."""
+    jobs, expected_origin = request.jobs, request.expected_origin
+    if jobs != "auto" and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise ArgumentTypeError(f"jobs is a positive integer or 'auto', not {jobs!r}")
+    if expected_origin is not None and not valid_origin(expected_origin):
+        raise ArgumentTypeError(f"origin {expected_origin!r} is not a log origin (1 to 128 printable ASCII, no '+')")
+    day = request.look_back_day if request.look_back_day is not None else day_number(time.time())
+    check_look_back(request.look_back, day, request.since)
+    checkpoint = as_checkpoint(request.checkpoint) if request.checkpoint is not None else None
+    since = as_checkpoint(request.since) if request.since is not None else None
+    answers = [witness_answer(index, item) for index, item in enumerate(request.witnessed_checkpoints)]
+    keys = unique_keys(verifier_key(item) for item in request.trusted_keys)
+    policy = witness_policy(
+        request.witness_keys, request.witness_quorum, request.max_witness_age, request.witness_policy
+    )
+    return AuditInputs(checkpoint, since, answers, keys, policy, day, head, checkpoint_label)

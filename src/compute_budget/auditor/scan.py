@@ -30,21 +30,18 @@ from compute_budget.auditor.checkpoints import (
     CheckpointLike,
     HeadLike,
     WitnessAnswer,
-    as_checkpoint,
     attestation,
     check_provenance,
     distinct_given,
     head_note_for,
     hold_given,
     load_checkpoint,
+    policy_log_keys,
     unattested_findings,
-    unique_keys,
-    witness_answer,
-    witness_policy,
 )
 from compute_budget.auditor.head_note import HeadNote
 from compute_budget.auditor.key_states import KeyStateLike, configured_states, survey_key_states
-from compute_budget.auditor.look_back import LookedBack, check_look_back, day_number, look_back_in
+from compute_budget.auditor.look_back import LookedBack, look_back_in
 from compute_budget.auditor.published import PUBLISHED_LABEL, Pinned, pin, unpinned, with_freshness
 from compute_budget.auditor.ranges import (
     AuditPlan,
@@ -55,12 +52,11 @@ from compute_budget.auditor.ranges import (
     stored_row_head,
 )
 from compute_budget.auditor.report import AuditReport, utc_now
-from compute_budget.auditor.request import AuditRequest
+from compute_budget.auditor.request import AuditInputs, AuditRequest, parse_inputs
 from compute_budget.auditor.source import AuditSnapshot, AuditSource, open_source
 from compute_budget.auditor.tree import Seal, plan_seal, prove_tree
 from compute_budget.auditor.witness_rules import (
     DEFAULT_MAX_WITNESS_AGE,
-    WitnessPolicy,
     given_note_findings,
     judge_witness_answer,
     witness_size_warnings,
@@ -70,11 +66,11 @@ from compute_budget.auditor.workers import audit_range, run_parallel
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey
 from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
-from compute_budget.core.log.note import VerifierKey, valid_origin
+from compute_budget.core.log.note import VerifierKey
+from compute_budget.core.log.witness_policy import TlogPolicy
 from compute_budget.core.seal_checks import TreeOutcome
 from compute_budget.core.verify import Finding, FindingKind, RangeResult
-from compute_budget.errors import ArgumentTypeError, ComputeBudgetError, NoHistory
-from compute_budget.keys.key_files import verifier_key
+from compute_budget.errors import ComputeBudgetError, NoHistory
 from compute_budget.publication.snapshot import PublicationTarget
 from compute_budget.store import BudgetStore
 
@@ -98,6 +94,7 @@ def audit(
     look_back: int = 0,
     look_back_day: int | None = None,
     retired: Iterable[KeyStateLike] = (), revoked: Iterable[KeyStateLike] = (),
+    witness_policy: TlogPolicy | None = None,
 ) -> AuditReport:
     """Audit the store at `target` read-only; the report says what was found (`run_audit` tells each option).
 
@@ -108,7 +105,9 @@ def audit(
     `witness_keys`, `witness_quorum`, `max_witness_age`, `witnessed_checkpoints`, `since_head` (spec 9.3, 9.9.2,
     9.9.4): what the witnesses must have cosigned. `look_back`, `look_back_day` (spec 9.9.7): re-check a share of the
     rows below `since`. `retired` (``KEY@SIZE``), `revoked` (``KEY@SIZE:ROOT``) or `KeyState`s (issue 31): which
-    writer signatures still count. `on_progress(rows_done, rows_total)`: called as rows are checked.
+    writer signatures still count. `witness_policy` (a C2SP tlog-policy, instead of `witness_keys` and
+    `witness_quorum`): which witnesses count in which groups, and its `log` keys as trusted keys.
+    `on_progress(rows_done, rows_total)`: called as rows are checked.
     Raises `StoreUnavailable` (and its subclasses) when the audit cannot run at all.
     """
     return run_audit(AuditRequest(
@@ -117,6 +116,7 @@ def audit(
         expected_origin=expected_origin, witness_keys=tuple(witness_keys), witness_quorum=witness_quorum,
         max_witness_age=max_witness_age, witnessed_checkpoints=tuple(witnessed_checkpoints), since_head=since_head,
         look_back=look_back, look_back_day=look_back_day, key_states=configured_states(retired, revoked),
+        witness_policy=witness_policy,
     ))
 
 
@@ -223,20 +223,6 @@ def _since_broken(report: AuditReport) -> bool:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Inputs:
-    """A request's inputs, parsed and checked before the store opens."""
-
-    checkpoint: Checkpoint | None
-    since: Checkpoint | None
-    answers: list[tuple[str, Checkpoint | str]]  # the witnesses' answers, each with its source
-    keys: list[VerifierKey]
-    policy: WitnessPolicy | None
-    day: int  # the UTC day number the look-back is due for
-    head: HeadNote | None
-    checkpoint_label: str  # what findings call the given checkpoint
-
-
 @dataclass(slots=True)
 class _Survey:
     """What one snapshot says before any row is checked: the plan, and the findings that do not need the rows."""
@@ -257,28 +243,11 @@ class _Survey:
     witness_warnings: list[str] = field(default_factory=list)
 
 
-def _parse_inputs(request: AuditRequest, head: HeadNote | None, checkpoint_label: str) -> _Inputs:
-    """The request's options checked and parsed, in the order their errors are said."""
-    jobs, expected_origin = request.jobs, request.expected_origin
-    if jobs != "auto" and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
-        raise ArgumentTypeError(f"jobs is a positive integer or 'auto', not {jobs!r}")
-    if expected_origin is not None and not valid_origin(expected_origin):
-        raise ArgumentTypeError(f"origin {expected_origin!r} is not a log origin (1 to 128 printable ASCII, no '+')")
-    day = request.look_back_day if request.look_back_day is not None else day_number(time.time())
-    check_look_back(request.look_back, day, request.since)
-    checkpoint = as_checkpoint(request.checkpoint) if request.checkpoint is not None else None
-    since = as_checkpoint(request.since) if request.since is not None else None
-    answers = [witness_answer(index, item) for index, item in enumerate(request.witnessed_checkpoints)]
-    keys = unique_keys(verifier_key(item) for item in request.trusted_keys)
-    policy = witness_policy(request.witness_keys, request.witness_quorum, request.max_witness_age)
-    return _Inputs(checkpoint, since, answers, keys, policy, day, head, checkpoint_label)
-
-
 def _audit_once(request: AuditRequest, head: HeadNote | None, checkpoint_label: str = "--checkpoint") -> AuditReport:
     """One audit as `run_audit` describes, without the escalation from a broken --since."""
     started = time.perf_counter()
     started_at = utc_now()
-    inputs = _parse_inputs(request, head, checkpoint_label)
+    inputs = parse_inputs(request, head, checkpoint_label)
     try:
         opened = open_source(request.target)
     except NoHistory as gone:
@@ -299,12 +268,15 @@ def _audit_once(request: AuditRequest, head: HeadNote | None, checkpoint_label: 
     )
 
 
-def _survey(snapshot: AuditSnapshot, request: AuditRequest, inputs: _Inputs) -> _Survey:
+def _survey(snapshot: AuditSnapshot, request: AuditRequest, inputs: AuditInputs) -> _Survey:
     """Plan the ranges and make every finding that needs no row checked, in the order the report gives them."""
-    since, keys = inputs.since, inputs.keys
+    since = inputs.since
     plan = plan_ranges(snapshot, since, request.jobs, request.through)
     anchors = [range_anchor(snapshot, low, since) for low, _ in plan.ranges]
     origin = snapshot.origin()
+    # The policy's `log` keys are this store's writers once its origin is known (a line naming another is refused).
+    inputs.keys[:] = policy_log_keys(inputs.keys, request.witness_policy, origin)
+    keys = inputs.keys
     provenance, findings = check_provenance(snapshot)
     if request.expected_origin is not None and origin != request.expected_origin:
         findings.append(_another_store(origin, request.expected_origin))
@@ -342,7 +314,7 @@ def _another_store(origin: str | None, expected_origin: str) -> Finding:
 
 
 def _given(
-    snapshot: AuditSnapshot, inputs: _Inputs, origin: str | None, max_seq: int
+    snapshot: AuditSnapshot, inputs: AuditInputs, origin: str | None, max_seq: int
 ) -> tuple[list[Checkpoint], list[Finding]]:
     """The given checkpoints and witness answers the store holds, and the findings of the rest."""
     findings: list[Finding] = []
@@ -371,7 +343,7 @@ def _outliers(snapshot: AuditSnapshot, plan: AuditPlan, since: Checkpoint | None
 
 
 def _witness_survey(
-    snapshot: AuditSnapshot, request: AuditRequest, inputs: _Inputs, held: list[Checkpoint], survey: _Survey
+    snapshot: AuditSnapshot, request: AuditRequest, inputs: AuditInputs, held: list[Checkpoint], survey: _Survey
 ) -> None:
     """With witness keys: the given notes' cosignatures, and the rows no quorum of witnesses cosigned in time."""
     assert inputs.policy is not None
@@ -390,7 +362,7 @@ _RangeResults = list[tuple[RangeResult, TreeOutcome | None]]
 
 
 def _check_rows(
-    store: AuditSource, request: AuditRequest, inputs: _Inputs, survey: _Survey
+    store: AuditSource, request: AuditRequest, inputs: AuditInputs, survey: _Survey
 ) -> tuple[_RangeResults, LookedBack | None]:
     """Check every range's rows (the first here, the others in workers) and run the look-back, if any."""
     plan, seal, since = survey.plan, survey.seal, inputs.since
@@ -411,7 +383,7 @@ def _check_rows(
 
 
 def _report(
-    survey: _Survey, inputs: _Inputs, results: _RangeResults, looked_back: LookedBack | None,
+    survey: _Survey, inputs: AuditInputs, results: _RangeResults, looked_back: LookedBack | None,
     tree_findings: list[Finding],
 ) -> AuditReport:
     """The report from what the survey, the ranges, the look-back and the tree found (timing filled in after)."""
@@ -444,6 +416,7 @@ def _report(
         witness_keys=tuple(key.format() for key in policy.keys) if policy is not None else (),
         look_back=looked_back[0] if looked_back is not None else None,
         witness_age=_witness_age(inputs.head) if policy is not None else None,
+        witness_policy=policy.described() if policy is not None else None,
     )
 
 

@@ -13,6 +13,7 @@ import base64
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from compute_budget.auditor.source import AuditSnapshot
 from compute_budget.core.log.checkpoint import Checkpoint
@@ -27,6 +28,7 @@ from compute_budget.core.log.note import (
     parse_note,
     parse_tlog_checkpoint,
 )
+from compute_budget.core.log.witness_policy import QuorumTally, TlogPolicy
 from compute_budget.core.seal_checks import trusted_signers
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import CheckpointError, MerkleError, NoteError, StoreDamaged, StoreUnavailable, clip
@@ -48,10 +50,10 @@ _NOTHING = LineJudgement((), ())
 
 @dataclass(frozen=True, slots=True)
 class WitnessPolicy:
-    """What the audit requires of witnesses: their keys, how many must cosign, how old the newest may be."""
+    """What the audit requires of witnesses: the C2SP tlog-policy `rule` (its witness keys, groups and quorum; the
+    `--witness-key`/`--witness-quorum` shorthand is a one-group policy), how old the quorum may be, the clock."""
 
-    keys: tuple[WitnessKey, ...]
-    quorum: int
+    rule: TlogPolicy
     max_age: int
     now: int  # the audit's start, seconds since the epoch
     # Each (text, line) is verified once per policy, however many times the store or the given notes repeat it. Not
@@ -59,6 +61,21 @@ class WitnessPolicy:
     judged: dict[tuple[str, str], LineJudgement] = field(
         default_factory=dict, init=False, compare=False, repr=False
     )
+
+    @property
+    def keys(self) -> tuple[WitnessKey, ...]:
+        """Every witness key of the policy, optional ones included (their cosignatures are verified, not counted)."""
+        return self.rule.witness_keys
+
+    def described(self) -> dict[str, Any]:
+        """The policy as a report names it: its SHA-256, its quorum in words, its optional witnesses."""
+        return {"sha256": self.rule.sha256, "quorum": self.rule.quorum_in_words(),
+                "optional": list(self.rule.optional_witnesses())}
+
+    @property
+    def quorum(self) -> str:
+        """What the quorum needs, for messages: ``2`` for 2 of N witnesses, else the rule in words."""
+        return self.rule.need_words()
 
     def judge(self, text: str, line: str) -> LineJudgement:
         """Verify `line` as a cosignature of the checkpoint `text` under every witness key it claims."""
@@ -86,41 +103,37 @@ class WitnessPolicy:
         self.judged[(text, line)] = judgement
         return judgement
 
-    def kth_newest(self, note_or_lines: Iterable[str], text: str) -> tuple[int, int | None]:
-        """(how many distinct witness keys validly cosigned `text`, the K-th newest of their timestamps)."""
+    def tally(self, note_or_lines: Iterable[str], text: str) -> QuorumTally:
+        """What the valid cosignatures of `text` among `note_or_lines` come to: how many witnesses cosigned, whether
+        the quorum is met, and its time (for K of N witnesses, the K-th newest timestamp; None when not met)."""
         newest: dict[WitnessKey, int] = {}
         for line in note_or_lines:
             for key, timestamp in self.judge(text, line).valid:
                 newest[key] = max(timestamp, newest.get(key, -1))
-        return self.kth_of(newest)
-
-    def kth_of(self, newest: dict[WitnessKey, int]) -> tuple[int, int | None]:
-        """(how many keys `newest` holds, the K-th newest of their timestamps when there are K)."""
-        ordered = sorted(newest.values(), reverse=True)
-        return len(ordered), (ordered[self.quorum - 1] if len(ordered) >= self.quorum else None)
+        return self.rule.tally(newest)
 
 
 def given_note_findings(proof: Checkpoint, snapshot: AuditSnapshot, policy: WitnessPolicy) -> list[Finding]:
     """A given `--since`/`--checkpoint` must carry K valid cosignatures (its own lines and the store's)."""
-    count, _ = _given_count(proof, snapshot, policy)
-    if count >= policy.quorum:
+    tally = _given_tally(proof, snapshot, policy)
+    if tally.met:
         return []
     form = " (a JSON checkpoint carries none)" if proof.note is None else ""
     return [Finding(
         FindingKind.BAD_SIGNATURE, proof.budget_id, proof.seq,
-        f"the given checkpoint carries {count} of {policy.quorum} cosignatures by the witness keys{form}",
+        f"the given checkpoint carries {policy.rule.count_words(tally.counted)} by the witness keys{form}",
     )]
 
 
-def _given_count(proof: Checkpoint, snapshot: AuditSnapshot, policy: WitnessPolicy) -> tuple[int, int | None]:
+def _given_tally(proof: Checkpoint, snapshot: AuditSnapshot, policy: WitnessPolicy) -> QuorumTally:
     if proof.note is None:
-        return 0, None
+        return policy.rule.tally({})
     try:
         text, signatures = parse_note(proof.note)
     except NoteError:
-        return 0, None
+        return policy.rule.tally({})
     lines = [signature.line() for signature in signatures] + snapshot.cosignatures_of(text, proof.seq)
-    return policy.kth_newest(lines, text)
+    return policy.tally(lines, text)
 
 
 def witnessed(
@@ -149,9 +162,9 @@ def witnessed(
     findings: list[Finding] = []
     best: tuple[int, int | None] = (0, None)  # (size, K-th newest timestamp)
     for proof in given:
-        count, kth = _given_count(proof, snapshot, policy)
-        if count >= policy.quorum and proof.seq > best[0]:
-            best = (proof.seq, kth)
+        tally = _given_tally(proof, snapshot, policy)
+        if tally.met and proof.seq > best[0]:
+            best = (proof.seq, tally.time)
     scan = _CosignatureScan(snapshot, policy, origin, max_seq, findings)
     current: int | None = None
     for filed, text, line in snapshot.cosignatures_newest_first(max_seq):
@@ -197,7 +210,7 @@ def _age_findings(
 
 def _stale_why(policy: WitnessPolicy, size: int, kth: int | None) -> str:
     if kth is None:
-        plural = "s" if policy.quorum != 1 else ""
+        plural = "s" if policy.quorum != "1" else ""
         return f"no checkpoint carries {policy.quorum} cosignature{plural} by the witness keys"
     if kth == 0:
         return (f"the newest checkpoint {policy.quorum} witness(es) cosigned (size {size}) has timestamp 0 among "
@@ -238,14 +251,14 @@ class _CosignatureScan:
         newest = self._newest.setdefault(size, {})
         for key, timestamp in judgement.valid:
             newest[key] = max(timestamp, newest.get(key, -1))
-        if size > self._best and len(newest) >= self._policy.quorum:
+        if size > self._best and self._policy.rule.tally(newest).met:
             self._best = size
 
     def best_at_or_above(self, low: int) -> tuple[int, int | None] | None:
         """The largest size at or above `low` that K witness keys cosigned, with the K-th newest timestamp."""
         if self._best < 0 or self._best < low:
             return None
-        return self._best, self._policy.kth_of(self._newest[self._best])[1]
+        return self._best, self._policy.rule.tally(self._newest[self._best]).time
 
     def _report_failing(self, key: WitnessKey, filed: int) -> None:
         failed = self._failed.get(key, 0) + 1
@@ -351,8 +364,7 @@ def witnessed_note(
             line for line in dict.fromkeys([*lines, *snapshot.cosignatures_of(text, size)])
             if _checked_line(text, line, policy, writers)
         ]
-        count, _ = policy.kth_newest(everything, text)
-        if count >= policy.quorum:
+        if policy.tally(everything, text).met:
             return text + "\n" + "".join(everything)
     return None
 
@@ -365,7 +377,7 @@ def _checked_line(text: str, line: str, policy: WitnessPolicy, writers: Sequence
     except NoteError:
         return False
     if any((signature.name, signature.key_hash) == (key.name, key.key_id) for key in policy.keys):
-        return policy.kth_newest([line], text)[0] == 1
+        return policy.tally([line], text).valid == 1
     claimed = [key for key in writers if (key.name, key.key_hash) == (signature.name, signature.key_hash)]
     return all(key.verify(text.encode("utf-8"), signature.signature) for key in claimed)
 

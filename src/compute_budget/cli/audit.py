@@ -20,7 +20,7 @@ from compute_budget.cli.audit_reports import (
     reports_for_usage_error,
     write_error_reports,
 )
-from compute_budget.cli.commands import cli, db_option, witness_role_options
+from compute_budget.cli.commands import cli, db_option, witness_role_options, witness_rule
 from compute_budget.cli.io import check_keys_apart, check_writable, write_atomically
 from compute_budget.cli.key_options import key_state_options
 from compute_budget.cli.progress import audit_progress
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from compute_budget.auditor.report import AuditReport
     from compute_budget.auditor.request import AuditRequest
     from compute_budget.core.log.checkpoint import Checkpoint
-    from compute_budget.core.log.cosignature import WitnessKey
     from compute_budget.core.log.note import SignerKey, VerifierKey
+    from compute_budget.core.log.witness_policy import TlogPolicy
     from compute_budget.publication.snapshot import PublicationTarget
 
 
@@ -223,6 +223,7 @@ class _CommandLine:
     look_back: int
     retired: tuple[str, ...] = ()
     revoked: tuple[str, ...] = ()
+    policy_path: str | None = None
 
     def targets(self) -> list[tuple[str, str, str]]:
         """Every report file asked for: (option, format, path)."""
@@ -237,7 +238,8 @@ class _CommandLine:
     def key_files(self) -> list[tuple[str, str]]:
         """The key files named, which no output may replace, not even with an error report."""
         key_files = [("--cosign", self.cosign_path)] if self.cosign_path else []
-        return key_files + [("--trusted-key", item) for item in self.trusted_keys if os.path.exists(item)]
+        policy = [("--policy", self.policy_path)] if self.policy_path else []
+        return key_files + policy + [("--trusted-key", item) for item in self.trusted_keys if os.path.exists(item)]
 
 
 def _check_outputs(line: _CommandLine, writable: list[tuple[str, str]]) -> None:
@@ -258,7 +260,8 @@ def _check_outputs(line: _CommandLine, writable: list[tuple[str, str]]) -> None:
             refused.append(error)
     if refused:
         raise refused[0]
-    saved = [save_path, save_path + ".head"] if save_path and line.witness_keys else [save_path] if save_path else []
+    witnessed = line.witness_keys or line.policy_path  # a policy may say `quorum none`: then FILE.head is not kept
+    saved = [save_path, save_path + ".head"] if save_path and witnessed else [save_path] if save_path else []
     distinct_outputs([path for _, _, path in targets] + saved)
     for path in saved:
         check_writable("--save-checkpoint", path, db=line.db, keep=inputs)
@@ -273,9 +276,14 @@ class _Loaded:
     since: Checkpoint | None
     keys: list[VerifierKey]
     cosigner: SignerKey | None
-    witnesses: list[WitnessKey]
+    rule: TlogPolicy | None  # --policy, or the --witness-key shorthand; None with neither
     since_head: HeadNote | None
     fetched: list[tuple[str, str]]  # what each --witness-url witness served: (source, note)
+
+    @property
+    def witnessing(self) -> TlogPolicy | None:
+        """The policy when it requires cosignatures (not `quorum none`): what FILE.head and the kept note follow."""
+        return self.rule if self.rule is not None and self.rule.requires_witnesses else None
 
     def given(self) -> list[Checkpoint]:
         """The checkpoints given (--checkpoint, --since)."""
@@ -289,11 +297,12 @@ def _load(line: _CommandLine) -> _Loaded:
     from compute_budget.keys.key_files import verifier_key
 
     db, since_path, save_path = line.db, line.since_path, line.save_path
+    rule = witness_rule(line.policy_path, line.witness_keys, line.witness_quorum)
     if line.tiles is not None:
         from compute_budget.cli.audit_tiles import check_tiles_line
 
         check_tiles_line(line.tiles, db=db, origin=line.expected_origin, trusted_keys=line.trusted_keys,
-                         checkpoint=line.checkpoint_path, cosign=line.cosign_path)
+                         checkpoint=line.checkpoint_path, cosign=line.cosign_path, policy=rule)
     if line.look_back and not since_path:  # a usage error: the look-back is below a --since checkpoint
         raise click.BadParameter("--look-back re-checks rows below a --since checkpoint: give --since FILE too",
                                  param_hint="--look-back")
@@ -306,16 +315,17 @@ def _load(line: _CommandLine) -> _Loaded:
             "on any later night a missing checkpoint was lost or removed: find out why before making a new one"
         )
     since = load_checkpoint(since_path) if since_path else None
-    keys = [verifier_key(item) for item in line.trusted_keys]
+    # A policy's log keys must carry the store's origin; the audit refuses them once it reads it (naming the line).
+    keys = list(dict.fromkeys([*(verifier_key(item) for item in line.trusted_keys), *_log_keys(rule)]))
     if line.cosign_path and not save_path:
         raise click.BadParameter(
             "--cosign signs the checkpoint --save-checkpoint writes: give both", param_hint="--cosign"
         )
     cosigner = _auditor_key(line.cosign_path, keys)
-    witnesses = _witness_keys(line.witness_keys, line.witness_quorum)
-    since_head = _since_head(since_path, save_path, witnesses, keys)
+    witnessing = rule if rule is not None and rule.requires_witnesses else None
+    since_head = _since_head(since_path, save_path, witnessing, keys)
     fetched = _fetch_witnessed(db, line.witness_urls, line.expected_origin)
-    return _Loaded(checkpoint, since, keys, cosigner, witnesses, since_head, fetched)
+    return _Loaded(checkpoint, since, keys, cosigner, rule, since_head, fetched)
 
 
 def _request(
@@ -332,8 +342,8 @@ def _request(
         freshness_keys=url_keys(line.witness_urls) if tiles else (), checkpoint=loaded.checkpoint,
         since=loaded.since, jobs=line.jobs, on_progress=on_progress,
         trusted_keys=tuple(loaded.keys), all_signatures=line.all_signatures, expected_origin=line.expected_origin,
-        witness_keys=tuple(loaded.witnesses), witness_quorum=line.witness_quorum,
-        max_witness_age=line.max_witness_age, witnessed_checkpoints=tuple(loaded.fetched), look_back=line.look_back,
+        witness_policy=loaded.rule, max_witness_age=line.max_witness_age,
+        witnessed_checkpoints=tuple(loaded.fetched), look_back=line.look_back,
         since_head=loaded.since_head, key_states=configured_states(line.retired, line.revoked),
     )
 
@@ -408,7 +418,7 @@ def _auditor_key(cosign_path: str | None, keys: list[VerifierKey]) -> SignerKey 
 
 
 def _since_head(
-    since_path: str | None, save_path: str | None, witnesses: list[WitnessKey], keys: list[VerifierKey]
+    since_path: str | None, save_path: str | None, witnesses: TlogPolicy | None, keys: list[VerifierKey]
 ) -> HeadNote | None:
     """With witness keys (spec 9.9.2), the `FILE.head` beside `--since FILE` (missing: exit 2, naming it); and the
     one `--save-checkpoint FILE` will keep needs a writer key to verify the head's signature under (exit 2)."""
@@ -437,10 +447,8 @@ def _checkpoint_to_keep(
     if not report.clean:
         say(f"audit not clean: checkpoint {save_path} was not written")
         return None
-    if loaded.witnesses:
-        return witnessed_to_keep(
-            _source(line, report), report, save_path, cosigner, loaded.given(), loaded.witnesses, line.witness_quorum
-        )
+    if loaded.witnessing is not None:
+        return witnessed_to_keep(_source(line, report), report, save_path, cosigner, loaded.given(), loaded.witnessing)
     if cosigner is not None:
         from compute_budget.auditor.proving import cosign
 
@@ -462,17 +470,8 @@ def _source(line: _CommandLine, report: AuditReport) -> str | PublicationTarget 
     return tiles_target(line.tiles, line.fetch_timeout, report)
 
 
-def _witness_keys(witness_keys: tuple[str, ...], quorum: int | None) -> list[WitnessKey]:
-    """The distinct witness keys, and a quorum in 1..their number (else a usage error, exit 2)."""
-    from compute_budget.keys.key_files import witness_key
-
-    keys = list(dict.fromkeys(witness_key(item) for item in witness_keys))
-    if quorum is not None and not 1 <= quorum <= len(keys):
-        raise click.BadParameter(
-            f"{quorum} is not between 1 and the number of distinct --witness-key keys ({len(keys)})",
-            param_hint="--witness-quorum",
-        )
-    return keys
+def _log_keys(rule: TlogPolicy | None) -> list[VerifierKey]:
+    return [log.key for log in rule.logs] if rule is not None else []
 
 
 def _fetch_witnessed(

@@ -11,8 +11,8 @@ from compute_budget.cli.io import write_atomically
 if TYPE_CHECKING:
     from compute_budget.auditor.report import AuditReport
     from compute_budget.core.log.checkpoint import Checkpoint
-    from compute_budget.core.log.cosignature import WitnessKey
     from compute_budget.core.log.note import SignerKey, VerifierKey
+    from compute_budget.core.log.witness_policy import TlogPolicy
     from compute_budget.publication.snapshot import PublicationTarget
 
 
@@ -22,8 +22,7 @@ def witnessed_to_keep(
     save_path: str,
     cosigner: SignerKey | None,
     given: list[Checkpoint],
-    witnesses: list[WitnessKey],
-    quorum: int | None,
+    rule: TlogPolicy,
 ) -> tuple[str, int, str] | None:
     """--save-checkpoint with witness keys: the newest checkpoint K witnesses cosigned, with its signatures, its
     size and the text of FILE.head (the head this audit checked, spec 9.9.2), or None when none is."""
@@ -35,7 +34,7 @@ def witnessed_to_keep(
     from compute_budget.core.log.note import VerifierKey, add_signature
     from compute_budget.errors import StoreDamaged
 
-    policy = WitnessPolicy(tuple(witnesses), quorum or len(witnesses), 0, int(time.time()))
+    policy = WitnessPolicy(rule, 0, int(time.time()))
     note = head = None
     writers = [VerifierKey.parse(text) for text in report.trusted_keys]
     if report.witnessed_size:

@@ -10,13 +10,14 @@ import click
 if TYPE_CHECKING:
     from compute_budget.auditor.report import AuditReport
     from compute_budget.core.log.cosignature import WitnessKey
+    from compute_budget.core.log.witness_policy import TlogPolicy
     from compute_budget.core.receipts import ProofBundle
     from compute_budget.publication.snapshot import PublicationTarget
 
 
 def check_tiles_line(
     tiles: str, *, db: str | None, origin: str | None, trusted_keys: tuple[str, ...], checkpoint: str | None,
-    cosign: str | None,
+    cosign: str | None, policy: TlogPolicy | None = None,
 ) -> None:
     """The usage rules of --tiles (exit 2, one line): no --db; --origin and --trusted-key required."""
     if db is not None:
@@ -26,10 +27,10 @@ def check_tiles_line(
             "--tiles needs the log's name: give --origin NAME (a publication's checkpoint must be of that log)",
             param_hint="--origin",
         )
-    if not trusted_keys:
+    if not trusted_keys and (policy is None or not policy.logs):
         raise click.BadParameter(
             "--tiles needs the writer's verifier key: give --trusted-key KEY (the published checkpoint must carry "
-            "its signature)",
+            "its signature), or a --policy with a log line",
             param_hint="--trusted-key",
         )
     if checkpoint:
@@ -70,7 +71,7 @@ def published_to_keep(report: AuditReport) -> tuple[str, int, str | None] | None
 
 def prove_from_tiles(
     tiles: str | None, budget_id: str | None, seq: int | None, *, db: str | None, checkpoint: str | None,
-    trusted_keys: tuple[str, ...], witnesses: tuple[list[WitnessKey], int | None],
+    trusted_keys: tuple[str, ...], rule: TlogPolicy | None,
 ) -> ProofBundle:
     """`prove --tiles LOCATION --trusted-key KEY ... (BUDGET_ID | --seq N)` (spec 10.3); its usage rules exit 2,
     an unknown budget_id or seq exits 1."""
@@ -86,13 +87,13 @@ def prove_from_tiles(
                                  param_hint="--tiles")
     if (budget_id is None) == (seq is None):
         raise click.BadParameter("give a BUDGET_ID or --seq N, not both", param_hint="--seq")
-    if not trusted_keys:
-        raise click.BadParameter("--tiles verifies the publication's checkpoint: give --trusted-key KEY",
-                                 param_hint="--trusted-key")
+    if not trusted_keys and (rule is None or not rule.logs):
+        raise click.BadParameter("--tiles verifies the publication's checkpoint: give --trusted-key KEY (or a "
+                                 "--policy with a log line)", param_hint="--trusted-key")
     keys = [verifier_key(item) for item in trusted_keys]
     try:
         return prove_published(PublicationTarget(tiles), trusted_keys=keys, budget_id=budget_id, seq=seq,
-                               witness_keys=witnesses[0], witness_quorum=witnesses[1])
+                               witness_policy=rule)
     except UnknownBudgetId as unknown:
         from compute_budget.cli.app import say
 

@@ -23,6 +23,8 @@ from compute_budget.cli.io import Blocks, open_input
 from compute_budget.errors import InputNotJson, InputUnreadable
 
 if TYPE_CHECKING:
+    from compute_budget.core.log.cosignature import WitnessKey
+    from compute_budget.core.log.witness_policy import TlogPolicy
     from compute_budget.core.policy.lines import GateLine
 
 
@@ -183,7 +185,13 @@ origin_option = click.option(
 
 
 def witness_submit_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """`--witness URL=KEY` (repeatable) and `--witness-timeout SECONDS` (spec 9.5)."""
+    """`--witness URL=KEY` (repeatable) and `--witness-timeout SECONDS` (spec 9.5), or `--policy FILE` (its
+    witnesses that have a URL; `submit_targets` reads them)."""
+    command = click.option(
+        "--policy", "policy_path", metavar="FILE",
+        help="A C2SP tlog-policy file: send to each of its witnesses that has a URL (optional ones too), instead of "
+        "--witness, and say whether its quorum cosigned.",
+    )(command)
     command = click.option(
         "--witness-timeout", "witness_timeout", type=click.FloatRange(min=0, min_open=True), default=5.0,
         show_default=True, metavar="SECONDS", help="Wait at most this long for the witnesses.",
@@ -196,7 +204,14 @@ def witness_submit_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def witness_role_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """`--witness-key KEY` (repeatable, type 0x04 or 0x06) and `--witness-quorum K` (spec 9.3)."""
+    """`--witness-key KEY` (repeatable, type 0x04 or 0x06) and `--witness-quorum K` (spec 9.3), or `--policy FILE`
+    (a C2SP tlog-policy, issue 31); `witness_rule` reads them as one policy."""
+    command = click.option(
+        "--policy", "policy_path", metavar="FILE",
+        help="A C2SP tlog-policy file: its witnesses, groups and quorum decide whether a checkpoint is witnessed "
+        "(instead of --witness-key/--witness-quorum), and its log keys (each named by the store's origin) are "
+        "trusted writer keys.",
+    )(command)
     command = click.option(
         "--witness-quorum", "witness_quorum", type=int, metavar="K",
         help="How many of the --witness-key witnesses must have cosigned [default: all of them].",
@@ -205,6 +220,65 @@ def witness_role_options(command: Callable[..., Any]) -> Callable[..., Any]:
         "--witness-key", "witness_keys", metavar="KEY", multiple=True,
         help="A witness's verifier key (type 0x04 or 0x06, keygen --witness) or a file holding one; repeatable.",
     )(command)
+
+
+def submit_targets(
+    policy_path: str | None, witnesses: tuple[str, ...]
+) -> tuple[tuple[str, ...], TlogPolicy | None]:
+    """The witnesses a writer sends to (``URL=KEY``): `--witness`, or those of the `--policy` file with a URL, each
+    once; and that policy (None without one). Both at once: exit 2. A policy witness with no URL cannot be asked:
+    said once, on stderr."""
+    from compute_budget.keys.policy_file import load_policy
+
+    if policy_path is None:
+        return witnesses, None
+    if witnesses:
+        raise click.BadParameter("a policy file names the witnesses to ask: give --policy or --witness, not both",
+                                 param_hint="--policy")
+    policy = load_policy(policy_path)
+    unreachable = [witness.name for witness in policy.witnesses if witness.url is None]
+    if unreachable:
+        say(f"warning: the policy gives no URL for witness(es) {', '.join(unreachable)}: they are not asked")
+    return tuple(f"{witness.url}={witness.key.format()}" for witness in policy.witnesses if witness.url), policy
+
+
+def policy_verdict(policy: TlogPolicy, cosigned_by: Iterable[WitnessKey]) -> str:
+    """One line on what the witnesses that cosigned come to under `policy`: the quorum met or not, who counted,
+    and the optional witnesses that cosigned (asked, reported, never counted)."""
+    from compute_budget.core.log.witness_policy import shown
+
+    verdict = policy.evaluate(policy.names_of(cosigned_by))
+    state = "met" if verdict.met else "NOT met"
+    counted = ", ".join(shown(name) for name in verdict.counted) or "none"
+    line = f"witness policy: quorum {state} ({policy.quorum_in_words()}); counted: {counted}"
+    if verdict.optional:
+        line += f"; optional, not counted: {', '.join(shown(name) for name in verdict.optional)}"
+    return line
+
+
+def witness_rule(
+    policy_path: str | None, witness_keys: tuple[str, ...], quorum: int | None
+) -> TlogPolicy | None:
+    """The witness policy of a command line: `--policy FILE`, or `--witness-key` keys with `--witness-quorum` of them
+    (default: all) as its one-group shorthand; None with neither. Both, or a quorum outside 1..N: exit 2."""
+    from compute_budget.core.log.witness_policy import TlogPolicy
+    from compute_budget.keys.key_files import witness_key
+    from compute_budget.keys.policy_file import load_policy
+
+    if policy_path is not None:
+        if witness_keys or quorum is not None:
+            raise click.BadParameter(
+                "a policy file names the witnesses and the quorum: give --policy or --witness-key/--witness-quorum, "
+                "not both", param_hint="--policy",
+            )
+        return load_policy(policy_path)
+    keys = list(dict.fromkeys(witness_key(item) for item in witness_keys))
+    if quorum is not None and not 1 <= quorum <= len(keys):
+        raise click.BadParameter(
+            f"{quorum} is not between 1 and the number of distinct --witness-key keys ({len(keys)})",
+            param_hint="--witness-quorum",
+        )
+    return TlogPolicy.from_witness_keys(keys, quorum) if keys else None
 
 
 SEQ = click.IntRange(min=0, max=2**62)

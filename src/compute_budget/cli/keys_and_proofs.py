@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING
 import click
 
 from compute_budget.cli.app import say
-from compute_budget.cli.commands import cli, db_option, witness_role_options
+from compute_budget.cli.commands import cli, db_option, witness_role_options, witness_rule
 from compute_budget.cli.key_options import key_state_options
 
 if TYPE_CHECKING:
-    from compute_budget.core.log.cosignature import WitnessKey
+    from compute_budget.core.log.note import VerifierKey
+    from compute_budget.core.log.witness_policy import TlogPolicy
     from compute_budget.core.receipts import ProofBundle
 
 # `prove --format`: the project's JSON bundle (the default) or C2SP's tlog-proof (spec 10.3).
@@ -106,6 +107,7 @@ def prove_command(
     trusted_keys: tuple[str, ...],
     witness_keys: tuple[str, ...],
     witness_quorum: int | None,
+    policy_path: str | None,
     retired: tuple[str, ...],
     revoked: tuple[str, ...],
     output_format: str,
@@ -125,12 +127,12 @@ def prove_command(
     from compute_budget.keys.key_files import verifier_key
     from compute_budget.store import BudgetStore
 
+    rule = witness_rule(policy_path, witness_keys, witness_quorum)
     if tiles is not None or seq is not None:  # spec 10.3: from a publication
         from compute_budget.cli.audit_tiles import prove_from_tiles
 
         bundle_from_tiles = prove_from_tiles(tiles, budget_id, seq, db=db, checkpoint=checkpoint_path,
-                                             trusted_keys=trusted_keys, witnesses=witness_options(witness_keys,
-                                                                                                  witness_quorum))
+                                             trusted_keys=trusted_keys, rule=rule)
         _print_receipt(bundle_from_tiles, output_format, verified=True)
         return
     if budget_id is None:
@@ -150,13 +152,12 @@ def prove_command(
             raise click.BadParameter(f"prefix {wanted} matches more than one decision", param_hint="BUDGET_ID")
         wanted = found[0].decision.budget_id if found else wanted
     try:
-        witnesses, quorum = witness_options(witness_keys, witness_quorum)
-        bundle = prove(wanted, db, checkpoint=checkpoint, trusted_keys=keys, witness_keys=witnesses,
-                       witness_quorum=quorum, key_states=configured_states(retired, revoked))
+        bundle = prove(wanted, db, checkpoint=checkpoint, trusted_keys=keys, witness_policy=rule,
+                       key_states=configured_states(retired, revoked))
     except UnknownBudgetId as unknown:
         say(str(unknown))
         click.get_current_context().exit(1)
-    _print_receipt(bundle, output_format, verified=bool(keys))
+    _print_receipt(bundle, output_format, verified=bool(keys) or bool(rule and rule.logs))
 
 
 def _print_receipt(bundle: ProofBundle, output_format: str, *, verified: bool) -> None:
@@ -194,8 +195,7 @@ def _print_receipt(bundle: ProofBundle, output_format: str, *, verified: bool) -
     "trusted_keys",
     metavar="KEY",
     multiple=True,
-    required=True,
-    help="A verifier key (name+hash+key) or a file holding one; repeatable.",
+    help="A verifier key (name+hash+key) or a file holding one; repeatable. Required unless --policy has a log line.",
 )
 @click.option("--origin", metavar="NAME", help="Also require the checkpoint to be of this log.")
 @witness_role_options
@@ -206,6 +206,7 @@ def verify_proof_command(
     origin: str | None,
     witness_keys: tuple[str, ...],
     witness_quorum: int | None,
+    policy_path: str | None,
     retired: tuple[str, ...],
     revoked: tuple[str, ...],
 ) -> None:
@@ -222,8 +223,8 @@ def verify_proof_command(
     from compute_budget.errors import InputUnreadable
     from compute_budget.keys.key_files import verifier_key
 
-    keys = [verifier_key(item) for item in trusted_keys]
-    witnesses, quorum = witness_options(witness_keys, witness_quorum)
+    rule = witness_rule(policy_path, witness_keys, witness_quorum)
+    keys, origin = _receipt_keys([verifier_key(item) for item in trusted_keys], rule, origin)
     states = configured_states(retired, revoked)
     try:
         if bundle_path == "-":
@@ -237,8 +238,7 @@ def verify_proof_command(
         raise InputUnreadable(f"proof bundle {bundle_path} is larger than {MAX_BUNDLE_BYTES >> 20} MiB: not a bundle")
     from compute_budget.cli.render import escaped
 
-    result = verify_proof(raw, keys, origin=origin, witnesses=witnesses, quorum=quorum, now=int(time.time()),
-                          key_states=states)
+    result = verify_proof(raw, keys, origin=origin, policy=rule, now=int(time.time()), key_states=states)
     # Every string a bundle carries reaches the line (spec 9.6): escaped, so a bundle made with a stolen key can
     # neither drive the terminal nor forge a second line.
     if result.valid:
@@ -248,17 +248,25 @@ def verify_proof_command(
     click.get_current_context().exit(1)
 
 
-def witness_options(witness_keys: tuple[str, ...], quorum: int | None) -> tuple[list[WitnessKey], int | None]:
-    """The witness keys (type 0x04 or 0x06) and the quorum of spec 9.3, or a usage error (exit 2)."""
-    from compute_budget.keys.key_files import witness_key
-
-    witnesses = list(dict.fromkeys(witness_key(item) for item in witness_keys))
-    if quorum is not None and not 1 <= quorum <= len(witnesses):
-        raise click.BadParameter(
-            f"{quorum} is not between 1 and the number of distinct --witness-key keys ({len(witnesses)})",
-            param_hint="--witness-quorum",
-        )
-    return witnesses, quorum
+def _receipt_keys(
+    keys: list[VerifierKey], rule: TlogPolicy | None, origin: str | None
+) -> tuple[list[VerifierKey], str | None]:
+    """The writer keys a receipt may be signed by and the origin it must be of: --trusted-key, and a policy's log
+    keys (C2SP names each by its log's origin, which a receipt's checkpoint must then be of); exit 2 with neither."""
+    by_origin = rule.log_keys_by_origin() if rule is not None else {}
+    if by_origin and origin is None:
+        if len(by_origin) > 1:
+            raise click.BadParameter(
+                f"the policy names {len(by_origin)} logs: give --origin NAME, the one the receipt is of",
+                param_hint="--origin",
+            )
+        origin = next(iter(by_origin))
+    if rule is not None and origin is not None:
+        keys = list(dict.fromkeys([*keys, *rule.store_log_keys(origin)]))
+    if not keys:
+        raise click.BadParameter("give the writer's verifier key (--trusted-key KEY), or a --policy with a log line",
+                                 param_hint="--trusted-key")
+    return keys, origin
 
 
 # A bundle holds one row: its gate input is the only large part, and no gate that size is sensible.
@@ -290,6 +298,7 @@ def consistency_command(
     auditor_key: str | None,
     witness_keys: tuple[str, ...],
     witness_quorum: int | None,
+    policy_path: str | None,
     retired: tuple[str, ...],
     revoked: tuple[str, ...],
 ) -> None:
@@ -304,12 +313,12 @@ def consistency_command(
     from compute_budget.errors import NotConsistent
     from compute_budget.keys.key_files import verifier_key
 
+    rule = witness_rule(policy_path, witness_keys, witness_quorum)
     old = load_checkpoint(old_path)
     keys = [verifier_key(item) for item in trusted_keys]
     try:
-        witnesses, quorum = witness_options(witness_keys, witness_quorum)
         proof = prove_consistency(
-            old, db, trusted_keys=keys, witness_keys=witnesses, witness_quorum=quorum,
+            old, db, trusted_keys=keys, witness_policy=rule,
             auditor_key=verifier_key(auditor_key) if auditor_key is not None else None,
             key_states=configured_states(retired, revoked),
         )

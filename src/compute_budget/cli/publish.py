@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from compute_budget.cli.app import say
-from compute_budget.cli.commands import cli, db_option, witness_role_options
+from compute_budget.cli.commands import cli, db_option, witness_role_options, witness_rule
 from compute_budget.cli.key_options import key_state_options
 
 if TYPE_CHECKING:
@@ -18,15 +18,16 @@ if TYPE_CHECKING:
 @click.argument("folder", metavar="DIR")
 @db_option
 @click.option(
-    "--trusted-key", "trusted_keys", metavar="KEY", multiple=True, required=True,
+    "--trusted-key", "trusted_keys", metavar="KEY", multiple=True,
     help="A writer's verifier key (name+hash+key) or a file holding one: the checkpoint published is the newest "
-    "stored one it signed, and DIR/checkpoint must verify under it; repeatable.",
+    "stored one it signed, and DIR/checkpoint must verify under it; repeatable. Required unless --policy has a log "
+    "line.",
 )
 @witness_role_options
 @key_state_options
 def publish_command(
     folder: str, db: str | None, trusted_keys: tuple[str, ...], witness_keys: tuple[str, ...],
-    witness_quorum: int | None, retired: tuple[str, ...], revoked: tuple[str, ...],
+    witness_quorum: int | None, policy_path: str | None, retired: tuple[str, ...], revoked: tuple[str, ...],
 ) -> None:
     """Publish the newest trusted checkpoint and every tile and entry bundle of its tree into DIR, for any
     static web server: exit 0 published (or already current), 1 findings (nothing written), 2 cannot run.
@@ -39,9 +40,9 @@ def publish_command(
 
     if witness_quorum is not None and not witness_keys:
         raise click.BadParameter("a witness quorum needs --witness-key", param_hint="--witness-quorum")
+    rule = witness_rule(policy_path, witness_keys, witness_quorum)
     outcome = publish(PublishRequest(
-        folder, db, trusted_keys=trusted_keys, witness_keys=witness_keys, witness_quorum=witness_quorum,
-        key_states=configured_states(retired, revoked),
+        folder, db, trusted_keys=trusted_keys, witness_policy=rule, key_states=configured_states(retired, revoked),
     ))
     if not outcome.published:
         _refused(outcome)

@@ -18,6 +18,8 @@ from compute_budget.cli.commands import (
     input_format_option,
     input_label,
     origin_option,
+    policy_verdict,
+    submit_targets,
     witness_submit_options,
     writer_options,
 )
@@ -28,6 +30,7 @@ from compute_budget.errors import GateTooLarge, InputUnreadable, OutputUnwritabl
 if TYPE_CHECKING:
     from typing import BinaryIO
 
+    from compute_budget.core.log.witness_policy import TlogPolicy
     from compute_budget.core.policy.lines import GateLine
     from compute_budget.store import BudgetStore
     from compute_budget.store.results import BatchResult
@@ -103,6 +106,7 @@ def record_command(
     unsigned: bool,
     witnesses: tuple[str, ...],
     witness_timeout: float,
+    policy_path: str | None,
     origin: str | None,
 ) -> None:
     """Decide every gate of INPUT and append them all to the store, atomically (all or nothing).
@@ -116,6 +120,7 @@ def record_command(
     from compute_budget.store import BudgetStore
 
     _check_options(input_path, db, on_conflict, rejects_path, signing_key, adopt_unsigned, unsigned)
+    witnesses, policy = submit_targets(policy_path, witnesses)
     opened = BudgetStore.open(
         db, origin=origin, signing_key=signing_key, writer_state=writer_state, init_writer_state=init_writer_state,
         peer_keys=peer_keys, allow_unsigned=unsigned, witnesses=witnesses, witness_timeout=witness_timeout,
@@ -127,6 +132,7 @@ def record_command(
             opened.discard_if_unused()  # an input that cannot be read leaves no new, empty database behind
             raise
         store = context.enter_context(opened)
+        _check_policy_logs(store, policy)
         result = _record_input(store, raw, input_path, input_format, on_conflict, adopt_unsigned, after_repair)
         _say_what_happened(store, result, input_path, input_format, adopt_unsigned)
         total = result.new + result.present
@@ -142,6 +148,20 @@ def record_command(
             say(warning)
         if result.witnessed is not None:
             say(f"cosigned by {result.witnessed[0]}/{result.witnessed[1]} witnesses")
+            if policy is not None:
+                say(policy_verdict(policy, result.cosigned_by))
+
+
+def _check_policy_logs(store: BudgetStore, policy: TlogPolicy | None) -> None:
+    """A policy's log lines name this store (C2SP: a log key is named by its origin): one that does not is refused
+    before anything is written, and a store this run created is removed."""
+    if policy is None or not policy.logs:
+        return
+    try:
+        policy.store_log_keys(store.origin() or "")
+    except BaseException:
+        store.discard_if_unused()
+        raise
 
 
 def _check_options(

@@ -28,6 +28,22 @@ def render(report: AuditReport, output_format: str) -> str:
     return render_text(report)
 
 
+def _witness_lines(report: AuditReport) -> list[str]:
+    """What the witnesses cosigned, how fresh, and the witness policy checked (its quorum in words, its SHA-256)."""
+    if not report.witness_keys:
+        return []
+    names = ", ".join(escaped(key.rsplit("+", 1)[0]) for key in report.witness_keys)
+    lines = [f"  witnessed     through seq {report.witnessed_size or 0} by witness keys ({names})"]
+    if report.witness_age is not None:
+        lines.append(f"  freshness     {escaped(report.witness_age)}")
+    if report.witness_policy is not None:
+        policy = report.witness_policy
+        optional = ", ".join(escaped(str(name)) for name in policy.get("optional", ()))
+        lines.append(f"  policy        quorum {escaped(str(policy['quorum']))} (SHA-256 {policy['sha256']})"
+                     + (f"; optional, not counted: {optional}" if optional else ""))
+    return lines
+
+
 def render_text(report: AuditReport) -> str:
     """A summary a person reads at a glance, findings grouped by kind."""
     verdict = "CLEAN" if report.clean else f"{len(report.findings)} FINDING{'S' if len(report.findings) != 1 else ''}"
@@ -54,11 +70,7 @@ def render_text(report: AuditReport) -> str:
     if report.trusted_keys:
         names = ", ".join(key.rsplit("+", 1)[0] for key in report.trusted_keys)
         lines.append(f"  attested      through seq {report.attested_size} by trusted keys ({names})")
-    if report.witness_keys:
-        names = ", ".join(escaped(key.rsplit("+", 1)[0]) for key in report.witness_keys)
-        lines.append(f"  witnessed     through seq {report.witnessed_size or 0} by witness keys ({names})")
-        if report.witness_age is not None:
-            lines.append(f"  freshness     {escaped(report.witness_age)}")
+    lines += _witness_lines(report)
     if NOT_CHECKED in report.warnings:  # a publication's audit without --witness-url (spec 10.2)
         lines.append(f"  freshness     {NOT_CHECKED.removeprefix('freshness ')}")
     held = not any(finding.kind is FindingKind.CHECKPOINT_MISMATCH for finding in report.findings)

@@ -10,7 +10,7 @@ import contextlib
 
 import click
 
-from compute_budget.cli.commands import witness_role_options
+from compute_budget.cli.commands import witness_role_options, witness_rule
 from compute_budget.cli.key_options import key_state_options
 
 # The packages the workbench extra brings; a missing one means the extra is not installed.
@@ -72,6 +72,7 @@ def serve_command(
     auditor_key: str | None,
     witness_keys: tuple[str, ...],
     witness_quorum: int | None,
+    policy_path: str | None,
     retired: tuple[str, ...],
     revoked: tuple[str, ...],
 ) -> int:
@@ -90,6 +91,9 @@ def serve_command(
     _check_keys(trusted_keys, witness_keys, witness_quorum, auditor_key)
     from compute_budget.auditor.key_states import configured_states
 
+    # Only a policy file is handed on: the --witness-key shorthand goes to the page's audit as it is.
+    policy = witness_rule(policy_path, witness_keys, witness_quorum) if policy_path else None
+
     states = configured_states(retired, revoked)
     if not is_loopback(host) and not allow_hosts:
         raise click.BadParameter(
@@ -105,7 +109,7 @@ def serve_command(
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn shuts down cleanly, then re-raises it
         serve(db, host=host, port=port, trusted_keys=trusted_keys, allow_hosts=allow_hosts, audit_report=audit_report,
               witness_keys=witness_keys, witness_quorum=witness_quorum, auditor_key=auditor_key, say=_say,
-              key_states=states)
+              key_states=states, witness_policy=policy)
     _say("workbench stopped")
     return 0
 

@@ -30,10 +30,22 @@ def witness_group() -> None:
     """Run a witness (C2SP tlog-witness) or look at its state."""
 
 
-def _logs(pairs: tuple[str, ...]) -> dict[str, list[VerifierKey]]:
+def _logs(pairs: tuple[str, ...], policy_path: str | None = None) -> dict[str, list[VerifierKey]]:
+    """The logs to witness: each --log ORIGIN=KEY, and each log line of the --policy file (its key's name is its
+    origin, as C2SP says); exit 2 with neither."""
     from compute_budget.keys.key_files import verifier_key
+    from compute_budget.keys.policy_file import load_policy
 
     logs: dict[str, list[VerifierKey]] = {}
+    if policy_path is not None:
+        for origin, keys in load_policy(policy_path).log_keys_by_origin().items():
+            logs[origin] = list(keys)
+        if not logs and not pairs:
+            raise click.BadParameter(f"policy file {policy_path} has no log line: nothing to witness",
+                                     param_hint="--policy")
+    if not pairs and policy_path is None:
+        raise click.BadParameter("give the logs to witness: --log ORIGIN=KEY, or a --policy with log lines",
+                                 param_hint="--log")
     for pair in pairs:
         origin, equals, key_text = pair.partition("=")
         if not equals or not origin or not key_text:
@@ -47,9 +59,12 @@ def _logs(pairs: tuple[str, ...]) -> dict[str, list[VerifierKey]]:
 @witness_group.command("serve")
 @click.option("--key", "key_path", required=True, metavar="FILE", help="The witness's signer key (keygen --witness).")
 @click.option(
-    "--log", "log_pairs", multiple=True, required=True, metavar="ORIGIN=KEY",
+    "--log", "log_pairs", multiple=True, metavar="ORIGIN=KEY",
     help="A log to witness and one of its writers' verifier keys (type 0x01); repeatable, also for one origin.",
 )
+@click.option("--policy", "policy_path", metavar="FILE",
+              help="A C2SP tlog-policy file: witness each of its logs (a log line's key is named by its origin); "
+              "with --log, both.")
 @click.option("--state", "state_path", default=DEFAULT_STATE, show_default=True, metavar="FILE",
               help="The witness's own SQLite state file.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
@@ -57,7 +72,8 @@ def _logs(pairs: tuple[str, ...]) -> dict[str, list[VerifierKey]]:
 @click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
               help="Another Host name to answer to (the name clients use); needed for a non-loopback --host.")
 def witness_serve_command(
-    key_path: str, log_pairs: tuple[str, ...], state_path: str, host: str, port: int, allow_hosts: tuple[str, ...]
+    key_path: str, log_pairs: tuple[str, ...], policy_path: str | None, state_path: str, host: str, port: int,
+    allow_hosts: tuple[str, ...],
 ) -> int:
     """Serve POST /add-checkpoint (C2SP tlog-witness) and GET /latest until Ctrl-C or SIGTERM.
 
@@ -75,7 +91,7 @@ def witness_serve_command(
     from compute_budget.keys.key_files import load_witness_signer
 
     signer = load_witness_signer(key_path)
-    logs = _logs(log_pairs)
+    logs = _logs(log_pairs, policy_path)
     if not is_loopback(host) and not allow_hosts:
         raise click.BadParameter(
             f"serving on {host}, not a loopback address: name the Host clients use with --allow-host NAME",
@@ -129,26 +145,36 @@ def _show_evidence(state: WitnessState, origin: str) -> None:
 @witness_group.command("submit")
 @click.option("--db", "db", metavar="PATH|URL", default=None,
               help="Database file or SQLAlchemy URL [default: $COMPUTE_BUDGET_DB, else ./compute_budget.db].")
-@click.option("--witness", "witnesses", metavar="URL=KEY", multiple=True, required=True,
+@click.option("--witness", "witnesses", metavar="URL=KEY", multiple=True,
               help="A witness (URL prefix = its verifier key, type 0x04 or 0x06); repeatable.")
+@click.option("--policy", "policy_path", metavar="FILE",
+              help="A C2SP tlog-policy file: send to each of its witnesses that has a URL, instead of --witness.")
 @click.option("--witness-timeout", "witness_timeout", type=click.FloatRange(min=0, min_open=True), default=5.0,
               show_default=True, metavar="SECONDS", help="Wait at most this long for the witnesses.")
 @click.option("--trusted-key", "trusted_keys", metavar="KEY", multiple=True,
               help="A writer's verifier key (name+hash+key) or a file holding one; repeatable: send the newest stored "
               "checkpoint that verifies under one of them.")
 def witness_submit_command(
-    db: str | None, witnesses: tuple[str, ...], witness_timeout: float, trusted_keys: tuple[str, ...]
+    db: str | None, witnesses: tuple[str, ...], policy_path: str | None, witness_timeout: float,
+    trusted_keys: tuple[str, ...],
 ) -> None:
     """Send the store's newest signed checkpoint to each witness and keep what they cosign (spec 9.5): how a
     writer catches up after a witness was down. With --trusted-key, the newest one a trusted writer signed.
 
-    Exit 0 every witness cosigned; 1 one refused or could not be reached (one line each); 2 cannot run.
+    Exit 0 every witness cosigned; 1 one refused or could not be reached (one line each); 2 cannot run. With
+    --policy, an optional witness (one its quorum does not reach) that does not cosign is a warning only, and exit
+    1 also when the quorum is not met.
     """
+    from compute_budget.cli.commands import policy_verdict, submit_targets
     from compute_budget.keys.key_files import verifier_key
     from compute_budget.store import BudgetStore
     from compute_budget.store.backend import locate
     from compute_budget.witness.client import witness_targets
 
+    witnesses, policy = submit_targets(policy_path, witnesses)
+    if not witnesses:
+        raise click.BadParameter("give the witnesses to send to: --witness URL=KEY, or a --policy whose witnesses "
+                                 "have URLs", param_hint="--witness")
     targets = witness_targets(witnesses)  # a malformed URL=KEY is said before the store is looked at
     keys = [verifier_key(item) for item in trusted_keys]
     sqlite_path = locate(db).sqlite_path
@@ -164,12 +190,20 @@ def witness_submit_command(
     if not keys:  # a planted newer note would have been sent as it is (issue 28 r): said once, after it was sent
         _say("warning: without --trusted-key the checkpoint sent is the newest stored one, unverified: give the "
              "writer's verifier key to send only one it signed")
+    optional = {witness.key for witness in policy.witnesses
+                if witness.name in policy.optional_witnesses()} if policy is not None else set()
     for item in submitted:
+        tag = " (optional: asked, not counted)" if item.witness.key in optional else ""
         if item.reason is None:
-            click.echo(f"cosigned by {escaped(item.witness.label)}")
+            click.echo(f"cosigned by {escaped(item.witness.label)}{tag}")
         else:  # not the writers' "retry with witness submit": this is it; run it again once the witness answers
-            _say(f"warning: {item.witness.label}: {item.reason}")
-    if any(item.reason is not None for item in submitted):
+            _say(f"warning: {item.witness.label}{tag}: {item.reason}")
+    failed = any(item.reason is not None and item.witness.key not in optional for item in submitted)
+    if policy is not None:
+        cosigned = [item.witness.key for item in submitted if item.reason is None]
+        click.echo(policy_verdict(policy, cosigned))
+        failed = failed or not policy.evaluate(policy.names_of(cosigned)).met
+    if failed:
         click.get_current_context().exit(1)
 
 

@@ -18,6 +18,7 @@ from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey, valid_cosignatures
 from compute_budget.core.log.key_states import KeyStates, signature_problem
 from compute_budget.core.log.note import VerifierKey
+from compute_budget.core.log.witness_policy import QuorumTally, TlogPolicy, shown
 from compute_budget.core.row import ROW_COLUMNS
 from compute_budget.core.seal_checks import trusted_signers
 from compute_budget.core.verify import FindingKind, RangeResult, check_row
@@ -113,14 +114,13 @@ class Judgement:
 
 @dataclass(frozen=True, slots=True)
 class ReceiptTrust:
-    """Whom a verifier trusts: the writers' `keys`, the log's `origin` (when one is required), and the
-    `witnesses` of which `need` must have cosigned, judged at `now` (seconds since the epoch), and the writer keys'
-    `states` (retired, revoked: issue 31)."""
+    """Whom a verifier trusts: the writers' `keys`, the log's `origin` (when one is required), the witness
+    `policy` (C2SP tlog-policy: its witnesses, groups and quorum; None: no cosignature is required), judged at `now`
+    (seconds since the epoch), and the writer keys' `states` (retired, revoked: issue 31)."""
 
     keys: tuple[VerifierKey, ...]
     origin: str | None = None
-    witnesses: tuple[WitnessKey, ...] = ()
-    need: int = 0
+    policy: TlogPolicy | None = None
     now: int | None = None
     states: KeyStates = field(default_factory=KeyStates)
 
@@ -132,15 +132,33 @@ class ReceiptTrust:
         witnesses: Sequence[WitnessKey],
         quorum: int | None,
         now: int | None,
+        policy: TlogPolicy | None = None,
     ) -> ReceiptTrust:
-        """The trust of a verifier; `ValueError` for a quorum outside 1..N or witnesses without `now`."""
-        distinct = tuple(dict.fromkeys(witnesses))
-        if distinct and now is None:
+        """The trust of a verifier: `policy`, or `witnesses` with `quorum` of them (default: all) as its one-group
+        shorthand. `ValueError` for both at once, a quorum outside 1..N, or witnesses without `now`."""
+        if policy is not None and (witnesses or quorum is not None):
+            raise ValueError("give a witness policy or witness keys with a quorum, not both")
+        if policy is None and (witnesses or quorum is not None):
+            if not witnesses:
+                raise ValueError("a witness quorum needs witness keys")
+            policy = TlogPolicy.from_witness_keys(witnesses, quorum)
+        if policy is not None and not policy.requires_witnesses:
+            policy = None  # `quorum none`: nothing to check
+        if policy is not None and now is None:
             raise ValueError("verify_proof(witnesses=...) needs now= (seconds since the epoch) to judge timestamps")
-        need = len(distinct) if quorum is None else quorum
-        if distinct and not 1 <= need <= len(distinct):
-            raise ValueError(f"the witness quorum must be 1..{len(distinct)}, not {need}")
-        return cls(tuple(keys), origin, distinct, need, now)
+        return cls(tuple(keys), origin, policy, now)
+
+    @property
+    def witnesses(self) -> tuple[WitnessKey, ...]:
+        """The policy's witness keys (optional ones included), or () with no policy."""
+        return self.policy.witness_keys if self.policy is not None else ()
+
+    def tally(self, note: str) -> QuorumTally | None:
+        """What the note's valid cosignatures come to under the policy, or None with no policy."""
+        if self.policy is None or self.now is None:
+            return None
+        cosigned = valid_cosignatures(note, self.policy.witness_keys, now=self.now)
+        return self.policy.tally({item.key: item.timestamp for item in cosigned})
 
     def judge(self, note: str, what: str) -> Judgement:
         """Check the receipt's checkpoint `note` (named `what` in errors): a trusted signature and none that
@@ -169,14 +187,16 @@ class ReceiptTrust:
         if self.origin is not None and checkpoint.origin != self.origin:
             message = f"the checkpoint is of log {checkpoint.origin}, not {self.origin}"
             return Judgement(checkpoint, signers, ("origin", message))
-        if not self.witnesses:
+        tally = self.tally(note)
+        if tally is None or self.policy is None:
             return Judgement(checkpoint, signers, None)
-        assert self.now is not None
-        cosigned = valid_cosignatures(note, self.witnesses, now=self.now)
-        if len(cosigned) < self.need:
-            return Judgement(checkpoint, signers, ("witness", f"{len(cosigned)} of {self.need} cosignatures"))
+        said = self.policy.count_words(tally.counted)
+        if tally.verdict.optional:  # asked, reported, never counted (C2SP tlog-policy)
+            said += f" (optional: {', '.join(shown(name) for name in tally.verdict.optional)})"
+        if not tally.met:
+            return Judgement(checkpoint, signers, ("witness", said))
         # The quorum checked is said on the line (issue 28, 12).
-        return Judgement(checkpoint, signers, None, f"; witnessed: {len(cosigned)} of {self.need} cosignatures")
+        return Judgement(checkpoint, signers, None, f"; witnessed: {said}")
 
     def _limited(self, note: str, checkpoint: Checkpoint, signers: tuple[VerifierKey, ...]) -> str | None:
         """Why a verified signature of a retired or revoked key does not count (issue 31), or None. Offline, a
@@ -184,9 +204,8 @@ class ReceiptTrust:
         states = [self.states.of_key(key) for key in signers]
         if not any(state.status.value != "active" for state in states):
             return None
-        quorum = bool(self.witnesses) and self.now is not None and (
-            len(valid_cosignatures(note, self.witnesses, now=self.now)) >= self.need
-        )
+        tally = self.tally(note)
+        quorum = tally is not None and tally.met
         for state in states:
             reason = signature_problem(state, checkpoint.seq, checkpoint.root, proven=quorum)
             if reason is not None:

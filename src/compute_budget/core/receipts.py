@@ -46,6 +46,7 @@ from compute_budget.core.log.merkle import EMPTY_ROOT, leaf_hash, verify_inclusi
 from compute_budget.core.log.merkle import verify_consistency as merkle_verify_consistency
 from compute_budget.core.log.note import VerifierKey, valid_origin
 from compute_budget.core.log.tlog_proof import TlogProof, is_tlog_proof
+from compute_budget.core.log.witness_policy import TlogPolicy
 from compute_budget.core.receipt_checks import (
     MAX_STORED_INTEGER,
     Judgement,
@@ -262,6 +263,7 @@ def verify_proof(
     quorum: int | None = None,
     now: int | None = None,
     key_states: KeyStates | None = None,
+    policy: TlogPolicy | None = None,
 ) -> ProofVerification:
     """Check a receipt offline (see the module docstring): a proof bundle, or a C2SP tlog-proof (a `TlogProof`,
     or text whose first line names one). Raises `MalformedProof` for a receipt that cannot be read or lacks a
@@ -271,10 +273,11 @@ def verify_proof(
 
     With `witnesses` (spec 9.3) the checkpoint must also carry valid cosignatures by `quorum` of them (default:
     all), judged at `now` (seconds since the epoch; required with witnesses, since the core reads no clock);
-    else the failing check is ``witness``. A writer's signature never counts as a cosignature. `key_states`
+    else the failing check is ``witness``; `policy` (a C2SP tlog-policy, instead of `witnesses` and `quorum`) says
+    which witnesses count in which groups. A writer's signature never counts as a cosignature. `key_states`
     (issue 31): a signature of a retired or revoked key that does not count fails the ``signature`` check."""
     keys = [key if isinstance(key, VerifierKey) else VerifierKey.parse(key) for key in trusted_keys]
-    trust = ReceiptTrust.of(keys, origin, witnesses, quorum, now)
+    trust = ReceiptTrust.of(keys, origin, witnesses, quorum, now, policy)
     if key_states is not None:
         trust = dataclasses.replace(trust, states=key_states)
     if isinstance(bundle, TlogProof) or (isinstance(bundle, str | bytes) and is_tlog_proof(bundle)):

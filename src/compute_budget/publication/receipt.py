@@ -15,6 +15,7 @@ from compute_budget.core.log.merkle import inclusion_proof, verify_inclusion
 from compute_budget.core.log.note import VerifierKey, verify_note
 from compute_budget.core.log.tile_reader import TileNodeReader
 from compute_budget.core.log.tiles import TILE_HEIGHT, Tile
+from compute_budget.core.log.witness_policy import TlogPolicy
 from compute_budget.core.receipts import ProofBundle
 from compute_budget.errors import (
     ArgumentTypeError,
@@ -38,12 +39,20 @@ def prove_published(
     seq: int | None = None,
     witness_keys: Sequence[WitnessKey] = (),
     witness_quorum: int | None = None,
+    witness_policy: TlogPolicy | None = None,
 ) -> ProofBundle:
     """The receipt of row `seq` (1-based) or of the decision `budget_id` (a unique prefix of 8 or more hex digits
     will do) in the publication at `target`. `ProofError` when its checkpoint does not verify or its tiles do not
-    prove the row; `UnknownBudgetId` when no such row is published."""
+    prove the row; `UnknownBudgetId` when no such row is published. The witnesses: `witness_policy` (C2SP
+    tlog-policy; its log keys count beside `trusted_keys`), or `witness_quorum` (default: all) of `witness_keys`."""
+    rule = witness_policy
+    if rule is None and witness_keys:
+        rule = TlogPolicy.from_witness_keys(witness_keys, witness_quorum)
     publication = Publication.open(target)
-    _check_checkpoint(publication, trusted_keys, witness_keys, witness_quorum)
+    if witness_policy is not None and witness_policy.logs:
+        origin = publication.checkpoint.origin or ""
+        trusted_keys = [*trusted_keys, *witness_policy.store_log_keys(origin)]
+    _check_checkpoint(publication, trusted_keys, rule)
     size = publication.size
     if seq is None:
         if budget_id is None:
@@ -73,21 +82,22 @@ def prove_published(
     return ProofBundle(row, seq - 1, size, tuple(path), publication.note)
 
 
-def _check_checkpoint(
-    publication: Publication, keys: Sequence[VerifierKey], witnesses: Sequence[WitnessKey], quorum: int | None
-) -> None:
-    """The published checkpoint carries a valid trusted writer signature (and K cosignatures), else `ProofError`."""
+def _check_checkpoint(publication: Publication, keys: Sequence[VerifierKey], rule: TlogPolicy | None) -> None:
+    """The published checkpoint carries a valid trusted writer signature (and the witness quorum), else
+    `ProofError`."""
     try:
         outcome = verify_note(publication.note, list(keys))
-        cosigned = valid_cosignatures(publication.note, witnesses, now=int(time.time())) if witnesses else []
+        cosigned = valid_cosignatures(publication.note, rule.witness_keys, now=int(time.time())) if rule else []
     except NoteError as error:
         raise ProofError(f"the publication's checkpoint cannot be read: {error}") from None
     if not outcome.verified or outcome.failed:
         raise ProofError("the publication's checkpoint carries no valid signature by a --trusted-key: not used")
-    wanted = quorum or len(witnesses)
-    if witnesses and len(cosigned) < wanted:
+    if rule is None or not rule.requires_witnesses:
+        return
+    tally = rule.tally({item.key: item.timestamp for item in cosigned})
+    if not tally.met:
         raise ProofError(
-            f"the publication's checkpoint carries {len(cosigned)} of {wanted} cosignatures by --witness-key keys"
+            f"the publication's checkpoint carries {rule.count_words(tally.counted)} by --witness-key keys"
         )
 
 

@@ -95,7 +95,7 @@ def _witnessed(
             if not counts(stored.note):
                 continue
             lines = [line.line() for line in parse_note(stored.note)[1]] + snapshot.cosignatures_of(text, size)
-            if policy.kth_newest(lines, text)[0] >= policy.quorum:
+            if policy.tally(lines, text).met:
                 return stored.note
     return None
 

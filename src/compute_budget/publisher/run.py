@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
-from compute_budget.auditor.checkpoints import unique_keys, witness_policy
+from compute_budget.auditor.checkpoints import policy_log_keys, unique_keys, witness_policy
 from compute_budget.auditor.report import AuditReport
 from compute_budget.auditor.request import AuditRequest
 from compute_budget.auditor.witness_rules import DEFAULT_MAX_WITNESS_AGE
@@ -24,6 +24,7 @@ from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey
 from compute_budget.core.log.key_states import KeyStates
 from compute_budget.core.log.note import VerifierKey
+from compute_budget.core.log.witness_policy import TlogPolicy
 from compute_budget.errors import ArgumentTypeError, StoreDamaged
 from compute_budget.keys.key_files import verifier_key
 from compute_budget.publisher.checks import (
@@ -52,6 +53,7 @@ class PublishRequest:
     witness_quorum: int | None = None
     jobs: int | Literal["auto"] = "auto"
     key_states: KeyStates = field(default_factory=KeyStates)  # --retired / --revoked: which signatures count
+    witness_policy: TlogPolicy | None = None  # a C2SP tlog-policy instead of witness_keys/witness_quorum
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,17 +83,21 @@ def publish(request: PublishRequest) -> PublishOutcome:
     Raises a `PublishError` (nothing to publish, an over-long entry, a busy or unusable DIR) or a store error when
     the publish cannot run; findings come back in the outcome with nothing written.
     """
-    keys = unique_keys(verifier_key(item) for item in request.trusted_keys)
+    rule = request.witness_policy
+    # The policy's log keys all carry the store's origin or the store refuses them below, once its origin is read.
+    log_keys = () if rule is None else tuple(log.key for log in rule.logs)
+    keys = unique_keys([*(verifier_key(item) for item in request.trusted_keys), *log_keys])
     if not keys:
         raise ArgumentTypeError("publish needs the writer's verifier key (--trusted-key): only a checkpoint signed "
                                 "by a trusted key is published")
-    policy = witness_policy(request.witness_keys, request.witness_quorum, DEFAULT_MAX_WITNESS_AGE)
+    policy = witness_policy(request.witness_keys, request.witness_quorum, DEFAULT_MAX_WITNESS_AGE, rule)
     with PublicationFolder.locked(request.folder) as folder:
         published = published_checkpoint(folder, keys)
         if isinstance(published, Refusal):
             return PublishOutcome(request.folder, 0, 0, refusal=published)
         old = published.seq if published is not None else 0
         with BudgetStore.open(request.db, readonly=True) as store, store.snapshot() as snapshot:
+            policy_log_keys(keys, rule, snapshot.origin())  # a log line not named by the origin is refused
             chosen = choose(snapshot, keys, policy, request.key_states)
         stopped = _checked(request, folder, published, chosen, keys)
         if stopped is not None:
@@ -122,6 +128,7 @@ def _checked(
     report = audit_new_rows(AuditRequest(
         request.db, since=published, through=chosen.size, trusted_keys=tuple(keys), jobs=request.jobs,
         witness_keys=request.witness_keys, witness_quorum=request.witness_quorum, key_states=request.key_states,
+        witness_policy=request.witness_policy,
     ), chosen.size)
     return PublishOutcome(request.folder, old, old, report=report) if report is not None else None
 

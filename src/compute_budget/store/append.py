@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
+from compute_budget.core.log.cosignature import WitnessKey
 from compute_budget.core.log.head import EMPTY_HEAD, GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.log.merkle import CompactRange
 from compute_budget.core.log.note import VerifierKey
@@ -65,6 +66,7 @@ class Appended:
     state_created: bool = False
     witness_warnings: tuple[str, ...] = ()
     witnessed: tuple[int, int] | None = None  # (cosigned, asked) when the new checkpoint went to witnesses
+    cosigned_by: tuple[WitnessKey, ...] = ()  # the witnesses that cosigned it, for a policy's verdict (issue 31)
     acknowledging: Repair | None = None  # the repair `after_repair` acknowledges in this transaction (spec 9.9.10)
 
 
@@ -172,6 +174,7 @@ class Appender:
         submitted = submit(self._session, note, self.witnesses, timeout=self.witness_timeout)
         appended.witness_warnings = tuple(item.warning for item in submitted if item.warning is not None)
         appended.witnessed = (sum(item.cosigned for item in submitted), len(submitted))
+        appended.cosigned_by = tuple(item.witness.key for item in submitted if item.cosigned)
 
     def _begin(
         self, connection: Connection, appended: Appended, adopt_through: int | None, after_repair: int | None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from compute_budget.core.log.cosignature import WitnessKey
 from compute_budget.core.log.head import ChainHead
 from compute_budget.core.policy.types import ComputeBudgetDecision
 from compute_budget.core.verify import Finding
@@ -18,6 +19,7 @@ class RecordResult:
     seq: int
     witness_warnings: tuple[str, ...] = ()  # one line per witness that did not cosign (spec 9.5)
     witnessed: tuple[int, int] | None = None  # (cosigned, asked): how many witnesses cosigned the new checkpoint
+    cosigned_by: tuple[WitnessKey, ...] = ()  # which witnesses cosigned it (a policy's verdict is made of them)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,7 @@ class BatchResult:
     witness_warnings: tuple[str, ...] = ()  # one line per witness that did not cosign (spec 9.5)
     witnessed: tuple[int, int] | None = None  # (cosigned, asked): how many witnesses cosigned the new checkpoint
     acknowledged_repair: int | None = None  # the repair `after_repair` acknowledged (spec 9.9.10), else None
+    cosigned_by: tuple[WitnessKey, ...] = ()  # which witnesses cosigned the new checkpoint
 
 
 @dataclass(frozen=True, slots=True)

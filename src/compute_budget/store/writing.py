@@ -96,7 +96,8 @@ class Writing:
         appended = self._appender.append([gate], results=True, ahead=False, skip_conflicts=False)
         assert appended.results is not None
         _, item, new, seq = appended.results[0]
-        return RecordResult(item.decision, new, seq, appended.witness_warnings, appended.witnessed)
+        return RecordResult(item.decision, new, seq, appended.witness_warnings, appended.witnessed,
+                            appended.cosigned_by)
 
     def record_many(
         self,
@@ -132,7 +133,7 @@ class Writing:
         return BatchResult(
             appended.new, appended.present, appended.head, per_gate, skipped, appended.adopted, appended.adopted_after,
             appended.state_created, appended.witness_warnings, appended.witnessed,
-            appended.acknowledging.id if appended.acknowledging is not None else None,
+            appended.acknowledging.id if appended.acknowledging is not None else None, appended.cosigned_by,
         )
 
     def signed_checkpoint(

@@ -27,6 +27,7 @@ from starlette.staticfiles import StaticFiles
 
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.key_states import KeyStates
+from compute_budget.core.log.witness_policy import TlogPolicy
 from compute_budget.core.policy.types import ComputeBudgetStatus
 from compute_budget.errors import ComputeBudgetError
 from compute_budget.serving import ClientGone, allowed_hosts, answer_client_gone, read_body
@@ -48,7 +49,7 @@ class Workbench:
     def __init__(
         self, target: str, trusted_keys: Sequence[str], audit_report: str | None = None, *,
         witness_keys: Sequence[str] = (), witness_quorum: int | None = None, auditor_key: str | None = None,
-        key_states: KeyStates | None = None,
+        key_states: KeyStates | None = None, witness_policy: TlogPolicy | None = None,
     ) -> None:
         from compute_budget.keys.key_files import verifier_key
 
@@ -58,10 +59,17 @@ class Workbench:
         self.store = BudgetStore.open(target, readonly=True)
         self.display = self.store.location.display
         self.trusted_keys = tuple(trusted_keys)
+        if witness_policy is not None and witness_policy.logs:  # its log keys are writers too, named by the origin
+            try:
+                logs = witness_policy.store_log_keys(self.store.origin() or "")
+            except BaseException:
+                self.store.close()  # refused before anything is served: nothing left open
+                raise
+            self.trusted_keys += tuple(key.format() for key in logs if key.format() not in self.trusted_keys)
         self.key_states = key_states  # issue 31: each key's state on the checkpoints page
         self.counts = charts.CountCache()
         self.audits = AuditRunner(target, AuditKeys(self.trusted_keys, tuple(witness_keys), witness_quorum,
-                                                    key_states or KeyStates()))
+                                                    key_states or KeyStates(), witness_policy))
         self.guard = verdicts.GuardWatch(self.store)
         self.report = verdicts.ReportWatch(audit_report, self.auditor_key, self.store)
         self.templates = Environment(
@@ -280,7 +288,7 @@ class Workbench:
 
     def checkpoints(self, request: Request) -> Response:
         found = self._checkpoints()
-        return self.render("checkpoints.html", nav="checkpoints", c=found)
+        return self.render("checkpoints.html", nav="checkpoints", c=found, policy=self.audits.keys.policy_in_words())
 
     def _withheld(self) -> str | None:
         """Why no checkpoint of the head may be offered to keep now, or None: a broken guard, a head row that does
@@ -322,6 +330,7 @@ class Workbench:
                 "guard_problems": list(self.guard.problems()),
                 "trusted_keys": [key.to_dict() for key in found.trusted_keys],
                 "signed_checkpoints": found.signed.to_dict(),
+                "witness_policy": self.audits.keys.policy_in_words(),
             }
         )
 
@@ -374,15 +383,17 @@ def create_app(
     witness_quorum: int | None = None,
     auditor_key: str | None = None,
     key_states: KeyStates | None = None,
+    witness_policy: TlogPolicy | None = None,
 ) -> Guard:
     """The workbench over the store at `target` (opened read-only now: a missing or unusable store raises
     here, before any server starts). `allowed_hosts`: the Host names to answer (None: any). `audit_report`: a
     JSON audit report (the nightly job's) whose verdict every page shows in a banner, green only when the report
     embeds a checkpoint note signed by `auditor_key` that this store's rows still give. `trusted_keys`,
     `witness_keys` and `witness_quorum` go to the workbench's audit, as `audit` takes them. `key_states`
-    (`--retired`, `--revoked`): each trusted key's state on the checkpoints page."""
+    (`--retired`, `--revoked`): each trusted key's state on the checkpoints page. `witness_policy` (`--policy`):
+    the audit's witnesses and quorum instead of `witness_keys`, shown in words on the audit page."""
     bench = Workbench(target, trusted_keys, audit_report, witness_keys=witness_keys, witness_quorum=witness_quorum,
-                      auditor_key=auditor_key, key_states=key_states)
+                      auditor_key=auditor_key, key_states=key_states, witness_policy=witness_policy)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

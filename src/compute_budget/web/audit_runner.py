@@ -17,6 +17,7 @@ from compute_budget.auditor.report import AuditReport
 from compute_budget.auditor.scan import audit
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.key_states import KeyStates
+from compute_budget.core.log.witness_policy import TlogPolicy
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import ComputeBudgetError
 
@@ -81,6 +82,13 @@ class AuditKeys:
     witnesses: tuple[str, ...] = ()
     witness_quorum: int | None = None
     states: KeyStates = field(default_factory=KeyStates)  # --retired / --revoked, parsed (issue 31)
+    policy: TlogPolicy | None = None  # --policy (C2SP tlog-policy), instead of witnesses/witness_quorum
+
+    def policy_in_words(self) -> str | None:
+        """The witness policy the audit checks, for the page: its quorum in words and its SHA-256; None without."""
+        if self.policy is None:
+            return None
+        return f"{self.policy.quorum_in_words()} (policy SHA-256 {self.policy.sha256})"
 
 
 class AuditRunner:
@@ -138,6 +146,7 @@ class AuditRunner:
                 self._target, since=after, through=run.through_seq, on_progress=progress,
                 trusted_keys=self._keys.trusted, witness_keys=self._keys.witnesses,
                 witness_quorum=self._keys.witness_quorum, retired=self._keys.states.states,  # KeyStates as they are
+                witness_policy=self._keys.policy,
             )
             if after is not None:
                 report = _without_start_findings(report, after)

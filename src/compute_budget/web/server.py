@@ -8,6 +8,7 @@ from typing import Any
 import uvicorn
 
 from compute_budget.core.log.key_states import KeyStates
+from compute_budget.core.log.witness_policy import TlogPolicy
 from compute_budget.serving import (
     CONNECTION_LIMIT,
     HEADER_TIMEOUT_SECONDS,
@@ -46,6 +47,7 @@ def serve(
     auditor_key: str | None = None,
     say: Callable[[str], None] = print,
     key_states: KeyStates | None = None,
+    witness_policy: TlogPolicy | None = None,
 ) -> None:
     """Serve the workbench over the store at `target` (None: the default store) until interrupted.
 
@@ -63,6 +65,7 @@ def serve(
         witness_quorum=witness_quorum,
         auditor_key=auditor_key,
         key_states=key_states,
+        witness_policy=witness_policy,
     )
     try:
         sock = bind(host, port)

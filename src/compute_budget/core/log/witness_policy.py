@@ -79,6 +79,27 @@ class QuorumVerdict:
     optional: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class QuorumTally:
+    """Valid cosignatures of one checkpoint under a policy: how many witnesses cosigned it (`valid`, optional ones
+    included), what they come to (`verdict`), and the quorum's `time` (see `TlogPolicy.quorum_time`; None when the
+    quorum is not met)."""
+
+    valid: int
+    verdict: QuorumVerdict
+    time: int | None
+
+    @property
+    def met(self) -> bool:
+        """Whether the quorum is met."""
+        return self.verdict.met
+
+    @property
+    def counted(self) -> int:
+        """How many of the cosigners count toward the quorum (optional witnesses never do)."""
+        return len(self.verdict.counted)
+
+
 class PolicyRules:
     """The format's rules on names, keys, members and the quorum, applied one definition at a time, in order: the
     parser's, and a policy value's own check of itself."""
@@ -269,6 +290,34 @@ class TlogPolicy:
         counted = tuple(name for name in self.counted_witnesses() if name in signed)
         optional = tuple(name for name in self.optional_witnesses() if name in signed)
         return QuorumVerdict(met, counted, optional)
+
+    def tally(self, newest: Mapping[WitnessKey, int]) -> QuorumTally:
+        """What the witness keys in `newest` (each with its newest valid cosignature's timestamp) come to: keys the
+        policy does not name count for nothing."""
+        by_name = {witness.name: newest[witness.key] for witness in self.witnesses if witness.key in newest}
+        verdict = self.evaluate(by_name)
+        return QuorumTally(len(by_name), verdict, self.quorum_time(by_name) if verdict.met else None)
+
+    def need_words(self) -> str:
+        """How many cosignatures the quorum needs, for ``carries 1 of 2 cosignatures``: a number when the quorum is
+        one witness or one group of witnesses (the `--witness-key` shorthand always is), else the rule in words."""
+        groups = {group.name: group for group in self.groups}
+        if self.quorum == NONE:
+            return "0"
+        if self.quorum not in groups:
+            return "1"
+        top = groups[self.quorum]
+        if not any(member in groups for member in top.members):
+            return str(top.threshold)
+        return f"the quorum's ({self.quorum_in_words()})"
+
+    def count_words(self, counted: int) -> str:
+        """`counted` valid cosignatures against the quorum, for a message: ``1 of 2 cosignatures`` when the quorum
+        needs a number (the shorthand's form), else ``1 cosignature(s) toward the quorum all of A, B (...)``."""
+        need = self.need_words()
+        if need.isdigit():
+            return f"{counted} of {need} cosignatures"
+        return f"{counted} cosignature(s) toward the quorum {self.quorum_in_words()}"
 
     def quorum_met(self, cosigned: Iterable[str]) -> bool:
         """True iff the witnesses named `cosigned` meet the quorum (see `evaluate`)."""

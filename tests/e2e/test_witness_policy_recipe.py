@@ -1,0 +1,101 @@
+"""docs/operations.md "Witness policies", run as written: the keys and the policy file made by its first block, four
+`witness serve --policy` processes, `record --policy`, the nightly `audit --policy` and `verify-proof --policy`
+(hosts and ports made local, nothing else changed)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import pytest
+
+from compute_budget.core.log.witness_policy_file import parse_policy
+from tests.backends import query
+from tests.conftest import gate_lines
+from tests.e2e.test_docs import BIN, OPERATIONS, commands, fenced, shell
+
+NAMES = ("ours1", "ours2", "public", "archive")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def _witness(command: str, cwd: Path, port: int) -> Iterator[None]:
+    """One `witness serve` process, until its port answers; stopped after."""
+    environment = {**os.environ, "PATH": BIN + os.pathsep + os.environ.get("PATH", "")}
+    log = cwd / f"witness-{port}.log"
+    with log.open("w") as errors:
+        server = subprocess.Popen(["bash", "-c", "exec " + command], cwd=cwd, env=environment,
+                                  stdout=subprocess.DEVNULL, stderr=errors)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as client:
+                if client.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert server.poll() is None, log.read_text()
+            time.sleep(0.1)
+        yield
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+@pytest.mark.slow
+def test_the_witness_policy_recipe_runs_as_written(tmp_path: Path) -> None:
+    """The policy the recipe writes parses to "both of ours and the public one, the archive optional"; four
+    witnesses serve the log the policy names; the writer's record reaches the quorum and names the optional
+    archive; the audit, with the policy's log key as the only writer key, is clean and keeps witnessed.note; a
+    receipt verifies with nothing but the policy file."""
+    setup, recipe = fenced("sh", "Witness policies", doc=OPERATIONS)
+    done = shell(setup, tmp_path)
+    assert done.returncode == 0, done.stderr
+    policy = parse_policy((tmp_path / "policy.txt").read_bytes())
+    assert policy.quorum_in_words() == "all of ours, public (ours = all of ours1, ours2)"
+    assert policy.optional_witnesses() == ("archive",)
+    serve, record, audit, verify = commands(recipe)
+    ports = {name: _free_port() for name in NAMES}
+    text = (tmp_path / "policy.txt").read_text()
+    for name, port in ports.items():
+        text = text.replace(f"http://{name}.internal:7380", f"http://127.0.0.1:{port}")
+    (tmp_path / "policy.txt").write_text(text)
+
+    def local(command: str) -> str:
+        for name, port in ports.items():
+            command = command.replace(f"http://{name}.internal:7380", f"http://127.0.0.1:{port}")
+        return command
+
+    with ExitStack() as witnesses:
+        for name, port in ports.items():
+            one = (serve.replace("ours1", name).replace("/var/lib/witness/", "")
+                   .replace(f"--host 10.0.0.3 --allow-host {name}.internal", f"--host 127.0.0.1 --port {port}"))
+            witnesses.enter_context(_witness(one, tmp_path, port))
+        (tmp_path / "gates.jsonl").write_text("\n".join(gate_lines(5, prefix="night1")) + "\n")
+        done = shell(local(record), tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert "cosigned by 4/4 witnesses" in done.stderr
+        assert ("witness policy: quorum met (all of ours, public (ours = all of ours1, ours2)); counted: ours1, ours2, "
+                "public; optional, not counted: archive") in done.stderr
+        done = shell(local(audit), tmp_path)
+        assert done.returncode == 0, (done.stdout, done.stderr)
+        assert "policy        quorum all of ours, public" in done.stdout
+        assert "attested      through seq 5" in done.stdout  # the policy's log line is the trusted writer key
+        assert (tmp_path / "witnessed.note").read_text().split("\n")[1] == "5"
+    budget_id = str(query(str(tmp_path / "compute_budget.db"),
+                          "SELECT budget_id FROM compute_budget_decisions WHERE seq = 3")[0][0])
+    done = shell(f"compute-budget prove {budget_id} --policy policy.txt > receipt.json", tmp_path)
+    assert done.returncode == 0, done.stderr
+    done = shell(verify, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"valid: budget_id {budget_id}, seq 3")
+    assert "witnessed: 3 cosignature(s) toward the quorum all of ours, public" in done.stdout
+    assert "(optional: archive)" in done.stdout
