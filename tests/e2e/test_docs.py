@@ -26,6 +26,23 @@ OPERATIONS = "docs/operations.md"
 BIN = str(Path(sys.executable).parent)  # where this environment's compute-budget script is installed
 
 
+# The labels that name one language: a block under any of them is found by `fenced` as that language, so it is
+# counted by the guards below and run by the tests that run that language's blocks.
+SAME_LANGUAGE = {"sh": ("sh", "bash", "shell", "console"), "python": ("python", "py")}
+# Blocks shown, not run, each named with its reason; a `text` block not named here fails the guard below.
+NOT_RUN = {
+    ("docs/operations.md", "Publishing the log", "text"): "AWS CLI uploads to the reader's bucket: no network here",
+}
+# Every label a doc may use: the runnable ones above, and what the tests read as data or is shown as a format.
+KNOWN_LABELS = {*SAME_LANGUAGE["sh"], *SAME_LANGUAGE["python"], "", "text", "json", "sql", "cron", "ini", "yaml"}
+
+
+def blocks_in(text: str, language: str) -> list[str]:
+    """The text of every ```language block of `text` (under any label `SAME_LANGUAGE` gives it), in order."""
+    labels = "|".join(re.escape(label) for label in SAME_LANGUAGE.get(language, (language,)))
+    return re.findall(rf"^```(?:{labels})\n(.*?)^```$", text, flags=re.DOTALL | re.MULTILINE)
+
+
 def fenced(language: str, section: str | None = None, doc: str = "README.md") -> list[str]:
     """The text of every ```language block of `doc` (of one `## section`, when given), in order."""
     text = DOCS[doc]
@@ -33,7 +50,7 @@ def fenced(language: str, section: str | None = None, doc: str = "README.md") ->
         start = text.index(f"\n## {section}\n")
         end = text.find("\n## ", start + 1)
         text = text[start : end if end != -1 else None]
-    return re.findall(rf"^```{language}\n(.*?)^```$", text, flags=re.DOTALL | re.MULTILINE)
+    return blocks_in(text, language)
 
 
 def commands(block: str) -> list[str]:
@@ -168,10 +185,20 @@ def test_the_readme_and_operations_give_the_same_nightly_commands() -> None:
     assert fenced("sh", "Nightly audit") == fenced("sh", "Nightly audit", doc=OPERATIONS)
 
 
-def test_every_doc_names_the_kept_note_one_way() -> None:
-    """One name per file across the docs (issue 29): the note the nightly audit keeps is `witnessed.note`."""
-    for doc, text in DOCS.items():
-        assert not re.search(r"(?<![\w.])witness\.(note|next)\b", text), doc
+# One name per file across the docs: a pattern of a name no doc may use, and the name the docs use instead.
+OTHER_NAMES = {
+    r"(?<![\w.])witness\.(note|next)\b": "witnessed.note",  # the note the nightly audit keeps
+    r"shared/vectors/": "tests/vectors/",  # the golden vectors, as this repository holds them
+}
+
+
+def test_every_doc_names_each_file_one_way() -> None:
+    """One name per file across the docs: the note the nightly audit keeps is `witnessed.note`, the golden vectors
+    are under `tests/vectors/`."""
+    for pattern, name in OTHER_NAMES.items():
+        for doc, text in DOCS.items():
+            assert not re.search(pattern, text), (doc, pattern, name)
+        assert any(name in text for text in DOCS.values()), name
     assert "witnessed.note" in DOCS[OPERATIONS]
 
 
@@ -194,7 +221,8 @@ SHELL_BLOCKS_RUN = {
 
 
 def test_every_shell_block_of_the_docs_is_run_by_a_test() -> None:
-    """Every ```sh block (and the Witnessing recipe's bare one) of the README and docs/*.md is one a test runs."""
+    """Every shell block (```sh, bash, shell or console, and the Witnessing recipe's bare one) of the README and
+    docs/*.md is one a test runs."""
     found: dict[tuple[str, str], int] = {}
     for doc in DOC_PATHS:
         for section in re.findall(r"^## (.*)$", DOCS[doc], flags=re.MULTILINE):
@@ -507,3 +535,37 @@ def test_the_upgrade_to_the_seal_block_runs(pg_url: str, tmp_path: Path) -> None
                  f"compute-budget audit --db '{database}'", root)
     assert done.returncode == 0, done.stderr
     assert "CLEAN" in done.stdout
+
+
+def _labels(text: str) -> list[tuple[str, str]]:
+    """(section, label) of every fenced block of `text` that opens, in order (a closing ``` is no block)."""
+    found, section, inside = [], "", False
+    for line in text.splitlines():
+        if not inside and line.startswith("## "):
+            section = line[3:]
+        if line.startswith("```"):
+            if not inside:
+                found.append((section, line[3:].strip()))
+            inside = not inside
+    return found
+
+
+def test_every_block_is_run_or_named_as_shown_only() -> None:
+    """Every fenced block's label is one the tests know; a `text` block is named in `NOT_RUN` with its reason, and
+    every name there is still a block of its doc (so nothing runnable hides under `text` or a new label)."""
+    shown_only = set()
+    for doc in DOC_PATHS:
+        for section, label in _labels(DOCS[doc]):
+            assert label in KNOWN_LABELS, (doc, section, label)
+            if label == "text":
+                assert (doc, section, label) in NOT_RUN, (doc, section)
+                shown_only.add((doc, section, label))
+    assert shown_only == set(NOT_RUN)
+
+
+def test_a_block_under_another_label_of_its_language_is_found() -> None:
+    """```bash, shell and console blocks are found as shell, ```py as Python: each is counted and run (the guards
+    above would otherwise miss a block only because of its label)."""
+    text = "".join(f"```{label}\necho {label}\n```\n" for label in ("sh", "bash", "shell", "console", "zsh"))
+    assert blocks_in(text, "sh") == ["echo sh\n", "echo bash\n", "echo shell\n", "echo console\n"]
+    assert blocks_in("```py\nprint(1)\n```\n```python\nprint(2)\n```\n", "python") == ["print(1)\n", "print(2)\n"]

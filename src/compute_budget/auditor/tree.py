@@ -19,6 +19,7 @@ from compute_budget.core.leaf import unreadable_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.merkle import CompactRange, root_from_reader
 from compute_budget.core.log.note import VerifierKey
+from compute_budget.core.row import CHAINED_COUNT
 from compute_budget.core.seal_checks import StoredCheckpoint, TreeCheck, TreeOutcome, trusted_signers
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import (
@@ -166,7 +167,8 @@ def _prefix_frontier(snapshot: AuditSnapshot, size: int) -> CompactRange:
     """The frontier of the first `size` rows, recomputed from them (a stored tree that cannot be used)."""
     frontier = CompactRange()
     for batch in snapshot.rows_between(0, size):
-        frontier.extend([unreadable_leaf_hash(row[:17]) for row in batch])
+        # Sliced, not named: a per-row path (see `core.row.CHAINED_COUNT`).
+        frontier.extend([unreadable_leaf_hash(row[:CHAINED_COUNT]) for row in batch])
     return frontier
 
 
@@ -230,5 +232,6 @@ def _tree_range(store: AuditSource, low: int, high: int, task: SealTask, frontie
     with store.snapshot() as snapshot:
         tree = tree_check(snapshot, low, high, task, frontier.copy())
         for batch in store.scan(low, high, batch_rows=BATCH_ROWS):
-            tree.add([unreadable_leaf_hash(row[:17]) for row in batch], batch)
+            # Sliced, not named: a per-row path (see `core.row.CHAINED_COUNT`).
+            tree.add([unreadable_leaf_hash(row[:CHAINED_COUNT]) for row in batch], batch)
         return tree.finish()

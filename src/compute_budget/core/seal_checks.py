@@ -24,6 +24,7 @@ from compute_budget.core.log.merkle import (
 )
 from compute_budget.core.log.note import CheckpointBody, ParsedNote, VerifierKey, format_checkpoint, verify_note
 from compute_budget.core.log.tree import TILE_LEVEL
+from compute_budget.core.row import named
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import CheckpointError, MerkleError, NoteError
 
@@ -222,11 +223,12 @@ class TreeCheck:
         while self._given and self._given[0].seq < size:
             self._given.pop(0)
 
-    def _check_checkpoints_at(self, row: tuple[Any, ...] | None) -> None:
+    def _check_checkpoints_at(self, raw: tuple[Any, ...] | None) -> None:
         size = self.size
         root = self._frontier.root()
-        chain = row[17] if row is not None else GENESIS_CHAIN_HASH
-        budget_id = row[1] if row is not None and isinstance(row[1], str) else None
+        row = named(raw) if raw is not None else None  # once per checkpoint, not per row: naming it costs nothing
+        chain = row.chain_hash if row is not None else GENESIS_CHAIN_HASH
+        budget_id = row.budget_id if row is not None and isinstance(row.budget_id, str) else None
         expected = (
             format_checkpoint(self._origin, size, root, chain)
             if self._origin is not None and isinstance(chain, str) and len(chain) == 64

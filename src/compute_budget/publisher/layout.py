@@ -23,6 +23,7 @@ from compute_budget.core.leaf import MAX_LEAF_INPUT_BYTES, leaf_input, unreadabl
 from compute_budget.core.log.entry_bundle import bundle_leaf_hashes, encode_bundle
 from compute_budget.core.log.merkle import CompactRange
 from compute_budget.core.log.tiles import TILE_HEIGHT, TILE_WIDTH, Tile, new_tiles, tile_hash
+from compute_budget.core.row import CHAINED_COUNT
 from compute_budget.errors import StoreDamaged
 from compute_budget.publisher.errors import EntryTooLong
 from compute_budget.store.snapshot import Snapshot
@@ -155,7 +156,7 @@ def _entry(row: Sequence[Any]) -> bytes:
     """A row's entry: its leaf input (section 8); a row over 65,535 bytes cannot be one (spec 10.1, rule 4)."""
     seq = row[0]
     try:
-        entry = leaf_input(row[:17])
+        entry = leaf_input(row[:CHAINED_COUNT])
     except (TypeError, ValueError, orjson.JSONEncodeError):
         raise StoreDamaged(f"row {seq} cannot be serialised: run `compute-budget audit`; nothing was written") from None
     if len(entry) > MAX_LEAF_INPUT_BYTES:
@@ -189,7 +190,8 @@ def _recomputed(snapshot: Snapshot, height: int, index: int) -> bytes:
     """The node at `height`, `index` computed from its 2**height rows."""
     frontier = CompactRange()
     for batch in snapshot.rows_between(index << height, (index + 1) << height, batch_rows=ROW_BATCH):
-        frontier.extend(unreadable_leaf_hash(tuple(row)[:17]) for row in batch)
+        # Sliced, not named: a per-row path (see `core.row.CHAINED_COUNT`).
+        frontier.extend(unreadable_leaf_hash(tuple(row)[:CHAINED_COUNT]) for row in batch)
     if frontier.size != 1 << height:
         raise StoreDamaged(f"rows under tree node ({height}, {index}) are missing: run `compute-budget audit`")
     return frontier.root()

@@ -29,6 +29,7 @@ from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.log.key_states import handover_in, is_key
 from compute_budget.core.log.merkle import CompactRange
 from compute_budget.core.log.note import SignerKey, VerifierKey, parse_note, verify_note
+from compute_budget.core.row import CHAINED_COUNT
 from compute_budget.core.seal_checks import StoredCheckpoint, extends
 from compute_budget.core.verify import RangeResult, check_row
 from compute_budget.errors import CheckpointError, InputError, KeyRetired, NoteError, StoreDamaged, WriterStateError
@@ -317,7 +318,8 @@ def require_rows_hold(
                 f"rows {low + 1}..{high} are not all there"
             )
             raise StoreDamaged(f"{refused}: {what}; nothing was written; run `compute-budget audit`")
-        rebuilt.extend([unreadable_leaf_hash(row[:17]) for row in rows])
+        # Sliced, not named: a per-row path (see `core.row.CHAINED_COUNT`).
+        rebuilt.extend([unreadable_leaf_hash(row[:CHAINED_COUNT]) for row in rows])
     if rebuilt.root() != root:
         raise StoreDamaged(
             f"{refused}: the stored Merkle tree at size {head.seq} does not match its rows; nothing "

@@ -1,6 +1,6 @@
 """The SQL of the seal's tables (spec section 8), written once for every backend: each backend hands in its
-placeholder mark and its few phrases (`Backend.seal`). Apart from `store.seal`, which runs it, so that the backends
-can build it without importing what reads through them."""
+placeholder mark and its few phrases (`Backend.seal`). Apart from `store.seal_tables`, which runs it, so that the
+backends can build it without importing what reads through them."""
 
 from __future__ import annotations
 

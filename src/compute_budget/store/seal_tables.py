@@ -25,6 +25,7 @@ from compute_budget.core.log.note import (
     valid_origin,
 )
 from compute_budget.core.log.tree import TILE_LEVEL, TILE_SIZE, TiledTree
+from compute_budget.core.row import CHAINED_COUNT
 from compute_budget.core.seal_checks import StoredCheckpoint
 from compute_budget.errors import InputError, MerkleError, StoreDamaged, StoreError
 from compute_budget.store.backends import backend_for
@@ -100,7 +101,8 @@ def tree_reader(connection: Connection, seal: SealStatements, size: int) -> Tile
             rows = connection.exec_driver_sql(seal.leaf_rows, (first, first + count)).fetchall()
         if [row[0] for row in rows] != list(range(first + 1, first + count + 1)):
             return []  # a row is missing or out of place: the tile cannot be computed
-        return [unreadable_leaf_hash(tuple(row)[:17]) for row in rows]
+        # Sliced, not named: a per-row path (see `core.row.CHAINED_COUNT`).
+        return [unreadable_leaf_hash(tuple(row)[:CHAINED_COUNT]) for row in rows]
 
     return TiledTree(size, fetch_node, fetch_leaves)
 
@@ -158,7 +160,8 @@ def build_tree(
     frontier = CompactRange()
     for low in range(0, size, PAGE_ROWS):
         rows = connection.exec_driver_sql(statements.seq_range, (low, min(low + PAGE_ROWS, size))).fetchall()
-        leaves = [unreadable_leaf_hash(tuple(row)[:17]) for row in rows]
+        # Sliced, not named: a per-row path (see `core.row.CHAINED_COUNT`).
+        leaves = [unreadable_leaf_hash(tuple(row)[:CHAINED_COUNT]) for row in rows]
         insert_nodes(connection, seal, frontier.extend(leaves, min_level=TILE_LEVEL))
     return frontier
 

@@ -1,5 +1,6 @@
 """Submitting a writer's checkpoints to witnesses (spec 9.5, as 9.9.1 amends it), after the append committed: the
-store's part. What is sent and how answers are judged is `witness.client`'s; here is what only the store knows.
+store's part. The exchange (what is sent, how answers are judged, the one retry) is `witness.client`'s; here is
+only what the store knows: what to send each witness, planned from its tables, and keeping the cosignatures.
 
 Each witness gets the newest signed checkpoint, with `old` = the size of the largest stored cosignature of that
 witness that verifies under its key and is of a checkpoint this store extends (0 if none), and the consistency
@@ -26,7 +27,7 @@ from compute_budget.store import seal_tables as sealing
 from compute_budget.store.backend import begin_write
 from compute_budget.store.backends import backend_for
 from compute_budget.store.session import StoreSession, utc_now
-from compute_budget.witness.client import Cosigned, Submission, Submitted, WitnessTarget, exchange
+from compute_budget.witness.client import Cosigned, Submission, Submitted, WitnessTarget, submit_to_witnesses
 
 # The share of the timeout that choosing `old` from stored cosignatures may take; the rest is for the request and
 # its one retry.
@@ -34,35 +35,21 @@ CHECK_SHARE = 0.5
 
 
 def submit(session: StoreSession, note: str, targets: Sequence[WitnessTarget], *, timeout: float) -> list[Submitted]:
-    """Send `note` (a signed checkpoint of this store) to every target; store the cosignatures; never raise for a
-    witness's sake (a store that cannot take the results is a warning too)."""
+    """Send `note` (a signed checkpoint of this store) to every target through `witness.client`, planning from and
+    storing into this store; never raise for a witness's sake (a store that cannot take the results is a warning
+    too)."""
     began = time.monotonic()
-    deadline = began + timeout
     text = parse_note(note)[0]
     checkpoint = parse_checkpoint(text)
-    outcome: dict[WitnessTarget, Submitted] = {}
-    try:
-        first = exchange(_plan(session, checkpoint, dict.fromkeys(targets), began + timeout * CHECK_SHARE),
-                         note, checkpoint.size, deadline, final=False)
-        outcome.update(first.outcomes)
-        cosigned = list(first.cosigned)
-        if first.retry and time.monotonic() < deadline:
-            again = exchange(_plan(session, checkpoint, dict(first.retry), deadline),
-                             note, checkpoint.size, deadline, final=True)
-            outcome.update(again.outcomes)
-            cosigned += again.cosigned
-        else:
-            for target in first.retry:
-                outcome[target] = Submitted(target, False, "did not answer the retry in time")
-        _keep(session, checkpoint.size, text, cosigned)
-    except (ComputeBudgetError, SQLAlchemyError, NoteError) as error:
-        for target in targets:
-            done = outcome.get(target)
-            if done is not None and done.cosigned:  # cosigned, but nothing of it was kept: not a success
-                outcome[target] = Submitted(target, False, f"cosigned, but the store could not keep it: {error}")
-            else:
-                outcome.setdefault(target, Submitted(target, False, f"not submitted: {error}"))
-    return [outcome.get(target, Submitted(target, False, "not submitted")) for target in targets]
+    return submit_to_witnesses(
+        note, checkpoint.size, targets,
+        plan=lambda wanted, deadline: _plan(session, checkpoint, wanted, deadline),
+        keep=lambda cosigned: _keep(session, checkpoint.size, text, cosigned),
+        plan_deadline=began + timeout * CHECK_SHARE,
+        deadline=began + timeout,
+        # What planning from and keeping into this store may raise: a warning per witness, never a lost record.
+        failures=(ComputeBudgetError, SQLAlchemyError, NoteError),
+    )
 
 
 def _plan(

@@ -1,8 +1,9 @@
 """Speaking to witnesses over HTTP (spec 9.5, as 9.9.1 amends it): the targets, the requests, the answers.
 
 A writer's store plans what to send (`old` and the proof from it, from its own tables) and keeps what comes back;
-this module only sends: every witness in parallel, `POST /add-checkpoint`, then judges each answer (a valid
-cosignature, a 409 with a size to retry from once, or a refusal). A witness that is down, slow or refusing never
+this module drives the exchange (`submit_to_witnesses`): every witness in parallel, `POST /add-checkpoint`, then
+judges each answer (a valid cosignature, a 409 with a size to retry from once, or a refusal), asks the store to plan
+the one retry, and hands it the cosignatures to keep. A witness that is down, slow or refusing never
 holds the caller longer than the deadline: it becomes one warning line. A URL's user information is never shown
 (spec 9.9.6): it is sent as HTTP Basic authentication, and messages show `***@`. `fetch_latest` reads a witness's
 `GET /latest` for the audit. Nothing here opens a database: the store is above, the witness server beside.
@@ -18,7 +19,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from compute_budget.core.log.cosignature import WitnessKey, valid_cosignatures
@@ -193,6 +194,50 @@ def exchange(submissions: Sequence[Submission], note: str, size: int, deadline: 
             first = answer[1].strip().split("\n")[0][:120]
             outcomes[target] = Submitted(target, False, f"refused with {answer[0]}: {first!r}")
     return Exchange(outcomes, tuple(cosigned), retry)
+
+
+# What the store provides: the submissions for some targets (each with the `old` given, or None for "choose it from
+# the stored cosignatures") before a `time.monotonic` deadline, and the keeping of the cosignatures returned.
+Plan = Callable[[Mapping[WitnessTarget, int | None], float], Sequence[Submission]]
+Keep = Callable[[Sequence[Cosigned]], None]
+
+
+def submit_to_witnesses(
+    note: str,
+    size: int,
+    targets: Sequence[WitnessTarget],
+    *,
+    plan: Plan,
+    keep: Keep,
+    plan_deadline: float,
+    deadline: float,
+    failures: tuple[type[Exception], ...],
+) -> list[Submitted]:
+    """Send `note` (a signed checkpoint of `size` entries) to every target: plan (by `plan_deadline`), one round of
+    requests, one retry round for the 409s whose size the store can prove from (planned again), then `keep` the
+    cosignatures. Never raises one of `failures` (what the caller's `plan` and `keep` may raise): each becomes a
+    warning per witness, and a witness that cosigned what could not be kept is no success."""
+    outcome: dict[WitnessTarget, Submitted] = {}
+    try:
+        first = exchange(plan(dict.fromkeys(targets), plan_deadline), note, size, deadline, final=False)
+        outcome.update(first.outcomes)
+        cosigned = list(first.cosigned)
+        if first.retry and time.monotonic() < deadline:
+            again = exchange(plan(dict(first.retry), deadline), note, size, deadline, final=True)
+            outcome.update(again.outcomes)
+            cosigned += again.cosigned
+        else:
+            for target in first.retry:
+                outcome[target] = Submitted(target, False, "did not answer the retry in time")
+        keep(cosigned)
+    except failures as error:
+        for target in targets:
+            done = outcome.get(target)
+            if done is not None and done.cosigned:  # cosigned, but nothing of it was kept: not a success
+                outcome[target] = Submitted(target, False, f"cosigned, but the store could not keep it: {error}")
+            else:
+                outcome.setdefault(target, Submitted(target, False, f"not submitted: {error}"))
+    return [outcome.get(target, Submitted(target, False, "not submitted")) for target in targets]
 
 
 def _post_all(submissions: Sequence[Submission], note: str, deadline: float) -> list[_Answer]:

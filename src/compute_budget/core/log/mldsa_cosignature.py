@@ -8,7 +8,7 @@ fields, signing and verifying. Pure: `cosignature` builds witness keys of either
   timestamp, the log origin (u8 length), u64 start, u64 end, the 32-byte hash. A checkpoint is the subtree
   [0, size): its extension lines are not signed, so the cosignature says nothing of them.
 * A timestamp of 0 makes no claim that the tree is the largest the cosigner saw (C2SP); verifiers treat it as
-  infinitely old (`cosignature.makes_freshness_claim`).
+  infinitely old (`cosignature.is_fresh`).
 
 ML-DSA is `cryptography`'s (FIPS 204, pure ML-DSA, empty context). Its signing is hedged (randomized): two
 signatures of one message differ, and both verify.

@@ -1,4 +1,7 @@
-"""After the alarm (issue 22): a red night names the rows first, says what follows and what to do, in every report."""
+"""What an operator is told when something goes wrong: a failing audit names the affected rows first, says what
+follows and what to do, in text, JSON and JUnit; a truncation or a consistent rewrite is bounded by the checkpoints;
+a command that fails (a full disk, a stopped server, an unreadable input, a malformed witness URL) says so in one
+line and leaves no new store; a killed audit leaves no worker and no stale verdict; paging reads each row once."""
 
 from __future__ import annotations
 
@@ -291,7 +294,7 @@ def test_record_rejects_file_keeps_the_skipped_gates(run_cli: Run, tmp_path: Pat
 
 
 def test_a_consistent_rewrite_is_bounded_by_the_checkpoints_it_no_longer_matches(run_cli: Run, tmp_path: Path) -> None:
-    """Issue 22: when every row re-derives and links (row 7 replaced, every later chain hash recomputed), no row
+    """When every row re-derives and links (row 7 replaced, every later chain hash recomputed), no row
     can be named; the report says between which stored checkpoints the rewrite lies, and what to do."""
     from compute_budget import BudgetStore, audit
     from compute_budget.core.log.note import SignerKey
@@ -343,9 +346,9 @@ def test_a_witness_url_that_is_no_url_is_one_line(run_cli: Run, tmp_path: Path, 
 
 
 def test_a_truncated_tail_is_said_to_be_truncated_not_rewritten(run_cli: Run, tmp_path: Path) -> None:
-    """The last rows deleted (with the guard lifted) under a --since checkpoint of the old head: the headline said
-    'rewritten consistently from a row in seq 1..20' and advised salvaging through 0, an empty store. It now names
-    the missing rows and salvages the rows that are left."""
+    """The last rows deleted (with the guard lifted) under a --since checkpoint of the old head: the headline names
+    the missing rows as truncated (not 'rewritten consistently from a row in seq 1..20'), and the advice salvages
+    the rows that are left (not through 0, an empty store)."""
     from tests.backends import execute
 
     db = tmp_path / "store.db"

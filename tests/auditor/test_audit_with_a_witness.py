@@ -1,6 +1,7 @@
-"""The attacks of issue 21, each set up as in the deployment of docs/operations.md's Witnessing recipe (a writer, a
-witness on its own state, a nightly audit requiring the witness), and what now catches it: spec 9.3's roles and
-`audit --witness-url`."""
+"""The audit with a witness (`--witness-key`, `--witness-url`, spec 9.3's roles) against a writer whose key was
+stolen: substitution, rollback, truncation, a fork, planted or misfiled cosignatures. Each is set up as in the
+deployment of docs/operations.md's Witnessing recipe (a writer, a witness on its own state, a nightly audit
+requiring the witness), and each test shows what catches it."""
 
 from __future__ import annotations
 
@@ -358,9 +359,9 @@ def test_another_logs_cosignature_and_a_fork_filed_in_the_store_are_reported(
 
 
 def test_the_stored_cosignature_scan_is_linear_in_its_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With no size ever reaching the quorum (two witness keys required, one witness cosigning every size), each
-    size change re-ranked every size seen so far: quadratic, minutes at 100,000 sizes. The K-th timestamp is now
-    worked out for one size per check (the policy's tally of that size). Counted in calls, not timed."""
+    """With no size ever reaching the quorum (two witness keys required, one witness cosigning every size), the
+    K-th timestamp (the policy's tally) is worked out for one size per check, not by re-ranking every size seen so
+    far at each size change (quadratic: minutes at 100,000 sizes). Counted in calls, not timed."""
     from compute_budget.auditor import witness_rules as module
     from compute_budget.core.log.cosignature import generate_witness
     from compute_budget.core.log.note import format_checkpoint

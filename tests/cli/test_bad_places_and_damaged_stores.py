@@ -1,4 +1,6 @@
-"""Bad places and damaged stores, as a new user met them: one clear line and the documented exit status."""
+"""The commands on bad places (missing folders, a read-only filesystem, the audited database as an output, a pipe
+closed early) and damaged stores (a tampered head or row, text that is not UTF-8), and on bad arguments: one clear
+line and the documented exit status, never a traceback."""
 
 from __future__ import annotations
 
