@@ -8,6 +8,10 @@ import contextlib
 import http.client
 import http.server
 import itertools
+import os
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -155,3 +159,34 @@ def http_servers() -> Iterator[HandlerFactory]:
     for server in servers:
         server.shutdown()
         server.server_close()
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (for a server the test starts itself)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def witness_process(command: str, cwd: Path, port: int) -> Iterator[None]:
+    """One `witness serve` process (`command`, run in `cwd`), started and waited for until `port` answers; stopped
+    after."""
+    bin_folder = str(Path(sys.executable).parent)  # this environment's compute-budget script
+    environment = {**os.environ, "PATH": bin_folder + os.pathsep + os.environ.get("PATH", "")}
+    log = cwd / f"witness-{port}.log"
+    with log.open("w") as errors:
+        server = subprocess.Popen(["bash", "-c", "exec " + command], cwd=cwd, env=environment,
+                                  stdout=subprocess.DEVNULL, stderr=errors)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as client:
+                if client.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert server.poll() is None, log.read_text()
+            time.sleep(0.1)
+        yield
+    finally:
+        server.terminate()
+        server.wait(10)

@@ -209,7 +209,7 @@ SHELL_BLOCKS_RUN = {
     ("docs/cli.md", "Common to every command"): 1,
     ("docs/incident.md", "After a repair: `migrate` restored the guard"): 2,
     ("docs/incident.md", "Salvage: `copy --through`"): 1,
-    ("docs/incident.md", "A writer key leaked"): 2,  # tests/e2e/test_key_runbooks.py
+    ("docs/incident.md", "A writer key leaked"): 3,  # tests/e2e/test_key_runbooks.py
     ("docs/operations.md", "Nightly audit"): 1, ("docs/operations.md", "PostgreSQL"): 2,
     ("docs/operations.md", "Auditing a publication with no database credentials"): 1,  # tests/cli/test_audit_tiles.py
     ("docs/operations.md", "Keys and witnesses"): 2, ("docs/operations.md", "Witnessing"): 1,

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import gate_lines
-from tests.e2e.test_docs import OPERATIONS, fenced, shell, with_examples
+from tests.e2e.test_docs import OPERATIONS, commands, fenced, shell, with_examples
+from tests.witnessing import free_port, witness_process
 
 
 def run(command: str, folder: Path) -> str:
@@ -41,7 +42,7 @@ def test_the_leaked_key_runbook_runs_as_written(tmp_path: Path) -> None:
     """Rows 1..3 witnessed, then two rows signed with the stolen key: the revoked audit names them, they are
     reviewed, rows 1..3 are salvaged into a new origin, the reviewed gates re-recorded with the new key, and the
     new log audits clean."""
-    blocks = fenced("sh", "A writer key leaked", doc="docs/incident.md")
+    *blocks, rewitness = fenced("sh", "A writer key leaked", doc="docs/incident.md")
     assert len(blocks) == 2
     (tmp_path / "gates.jsonl").write_text("\n".join(gate_lines(3)) + "\n")
     (tmp_path / "stolen.jsonl").write_text("\n".join(gate_lines(2, prefix="stolen")) + "\n")
@@ -58,3 +59,15 @@ def test_the_leaked_key_runbook_runs_as_written(tmp_path: Path) -> None:
     assert len((tmp_path / "after-leak.jsonl").read_text().splitlines()) == 2
     assert "adopted 3 rows (seq 1..3)" in out
     assert "CLEAN" in out
+    # Step 4, re-witness: a witness of the new origin under the new key cosigns the salvaged head.
+    serve, submit = commands(rewitness)
+    port = free_port()
+    run("compute-budget keygen witness.example/w1 --witness > witness.pub", tmp_path)
+    with witness_process(serve.replace("/var/lib/witness/", "").replace(
+            "--host 10.0.0.2 --allow-host witness.internal", f"--host 127.0.0.1 --port {port}"), tmp_path, port):
+        out = run(submit.replace("witness.internal:7380", f"127.0.0.1:{port}"), tmp_path)
+    assert f"cosigned by witness witness.example/w1 at http://127.0.0.1:{port}" in out
+    assert "witnessed     through seq 5 by witness keys" in run(
+        'compute-budget audit --db salvaged.db --trusted-key "$(cat writer-2.pub)" --witness-key "$(cat witness.pub)"',
+        tmp_path,
+    )

@@ -4,12 +4,7 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -17,37 +12,10 @@ import pytest
 from compute_budget.core.log.witness_policy_file import parse_policy
 from tests.backends import query
 from tests.conftest import gate_lines
-from tests.e2e.test_docs import BIN, OPERATIONS, commands, fenced, shell
+from tests.e2e.test_docs import OPERATIONS, commands, fenced, shell
+from tests.witnessing import free_port, witness_process
 
 NAMES = ("ours1", "ours2", "public", "archive")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@contextmanager
-def _witness(command: str, cwd: Path, port: int) -> Iterator[None]:
-    """One `witness serve` process, until its port answers; stopped after."""
-    environment = {**os.environ, "PATH": BIN + os.pathsep + os.environ.get("PATH", "")}
-    log = cwd / f"witness-{port}.log"
-    with log.open("w") as errors:
-        server = subprocess.Popen(["bash", "-c", "exec " + command], cwd=cwd, env=environment,
-                                  stdout=subprocess.DEVNULL, stderr=errors)
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with socket.socket() as client:
-                if client.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert server.poll() is None, log.read_text()
-            time.sleep(0.1)
-        yield
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 @pytest.mark.slow
@@ -63,7 +31,7 @@ def test_the_witness_policy_recipe_runs_as_written(tmp_path: Path) -> None:
     assert policy.quorum_in_words() == "all of ours, public (ours = all of ours1, ours2)"
     assert policy.optional_witnesses() == ("archive",)
     serve, record, audit, verify = commands(recipe)
-    ports = {name: _free_port() for name in NAMES}
+    ports = {name: free_port() for name in NAMES}
     text = (tmp_path / "policy.txt").read_text()
     for name, port in ports.items():
         text = text.replace(f"http://{name}.internal:7380", f"http://127.0.0.1:{port}")
@@ -78,7 +46,7 @@ def test_the_witness_policy_recipe_runs_as_written(tmp_path: Path) -> None:
         for name, port in ports.items():
             one = (serve.replace("ours1", name).replace("/var/lib/witness/", "")
                    .replace(f"--host 10.0.0.3 --allow-host {name}.internal", f"--host 127.0.0.1 --port {port}"))
-            witnesses.enter_context(_witness(one, tmp_path, port))
+            witnesses.enter_context(witness_process(one, tmp_path, port))
         (tmp_path / "gates.jsonl").write_text("\n".join(gate_lines(5, prefix="night1")) + "\n")
         done = shell(local(record), tmp_path)
         assert done.returncode == 0, done.stderr
