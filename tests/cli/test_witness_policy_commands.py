@@ -199,15 +199,15 @@ def test_a_log_line_not_named_by_the_stores_origin_is_refused_naming_it(
                              ORIGIN, "--policy", str(policy))
     assert status == 2
     assert err.count("\n") == 1
-    assert "line 2:" in err
+    assert f"policy file {policy}, line 2: the log key is named someone.else/log" in err
     assert "keygen ORIGIN" in err
-    assert "someone.else/log" in err
     good = _policy(tmp_path / "none.txt", {}, quorum="none")
+    assert not Path(store_target).exists() or "://" in store_target  # record wrote nothing, not even a store
     _record(run_cli, store_target, writer, 2, "plain", good)
     for argv in (("audit", "--db", store_target), ("publish", str(tmp_path / "pub"), "--db", store_target)):
         status, _, err = run_cli(*argv, "--policy", str(policy))
         assert status == 2, argv
-        assert "line 2:" in err, argv
+        assert f"policy file {policy}, line 2:" in err, argv
         assert "keygen ORIGIN" in err, argv
 
 

@@ -3,6 +3,8 @@ regular file, read once and never past a limit, parsed by the core's strict pars
 
 from __future__ import annotations
 
+import dataclasses
+
 from compute_budget.core.log.witness_policy import TlogPolicy
 from compute_budget.core.log.witness_policy_file import parse_policy
 from compute_budget.errors import MalformedPolicy, PolicyError, PolicyProblem
@@ -23,8 +25,9 @@ def load_policy(path: str) -> TlogPolicy:
     if len(data) > MAX_POLICY_BYTES:
         raise unreadable(f"policy file {path} is over {MAX_POLICY_BYTES} bytes: not a witness policy")
     try:
-        return parse_policy(data)
+        policy = parse_policy(data)
     except PolicyError as error:
         named = type(error)(error.problem, f"policy file {path}, {error}")
         named.line = error.line
         raise named from None
+    return dataclasses.replace(policy, source=path)  # later refusals (a log of another origin) name the file

@@ -7,7 +7,7 @@ of fields split by runs of ASCII space and tab only; blank lines and lines whose
 ignored::
 
     log <vkey> [<url>]                      a log; its key's name is the log's origin
-    witness <name> <vkey> [<url>]           a witness (type 0x04 key), named for the lines below
+    witness <name> <vkey> [<url>]           a witness (type 0x04 or 0x06 key), named for the lines below
     group <name> all|any|<k> <name>...      cosigned when k of its members are (any = 1, all = n)
     quorum <name>                           exactly one; `none` requires no cosignature
 
@@ -51,7 +51,7 @@ class PolicyLog:
 
 @dataclass(frozen=True, slots=True)
 class PolicyWitness:
-    """A `witness` line: the policy's name for it, its cosignature key (type 0x04), its URL, the line number."""
+    """A `witness` line: the policy's name for it, its cosignature key (type 0x04 or 0x06), its URL, the line."""
 
     name: str
     key: WitnessKey
@@ -223,6 +223,7 @@ class TlogPolicy:
     groups: tuple[PolicyGroup, ...]
     quorum: str
     sha256: str
+    source: str | None = field(default=None, compare=False)  # the file it was read from, for messages
 
     def __post_init__(self) -> None:
         """Hold the value to the format's rules, whoever built it (the parser already did, line by line)."""
@@ -371,13 +372,15 @@ class TlogPolicy:
         not. A policy with no log line gives (): the writer keys then come from elsewhere (`--trusted-key`)."""
         for log in self.logs:
             if log.key.name != origin:
-                raise PolicyOriginMismatch(
+                where = f"line {log.line}: " if log.line is not None else ""
+                refused = PolicyOriginMismatch(
                     PolicyProblem.ORIGIN_MISMATCH,
-                    f"the log key is named {shown(log.key.name)}, not this store's origin {shown(origin)}; a policy "
-                    "names each log by its origin, so make the store's writer key with `compute-budget keygen "
-                    "ORIGIN` (or drop this line)",
-                    line=log.line,
+                    f"{f'policy file {self.source}, ' if self.source else ''}{where}the log key is named "
+                    f"{shown(log.key.name)}, not this store's origin {shown(origin)}; a policy names each log by its "
+                    "origin, so make the store's writer key with `compute-budget keygen ORIGIN` (or drop this line)",
                 )
+                refused.line = log.line
+                raise refused
         return tuple(log.key for log in self.logs)
 
     def render(self) -> bytes:
