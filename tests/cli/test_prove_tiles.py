@@ -79,6 +79,18 @@ def test_unknown_rows_are_exit_1_and_usage_errors_exit_2(publication: tuple[str,
     assert run_cli("prove", "--tiles", url, "--trusted-key", key, "--db", "x.db", "--seq", "3")[0] == 2
 
 
+def test_a_budget_id_that_is_no_hex_is_a_usage_error_before_any_bundle_is_read(
+    publication: tuple[str, str, Path], run_cli: Run
+) -> None:
+    url, key, _ = publication
+    for budget_id in ("not-a-hash", "abc1234"):  # no hex / under 8 digits: exit 2 as without --tiles, not a scan
+        status, out, err = run_cli("prove", "--tiles", url, "--trusted-key", key, budget_id)
+        assert (status, out) == (2, ""), err
+        assert f"{budget_id!r} is not a budget_id" in err
+        assert len(err.strip().splitlines()) == 1
+    assert run_cli("prove", "--db", "unused.db", "not-a-hash")[0] == 2
+
+
 def test_a_checkpoint_by_another_key_or_an_altered_entry_proves_nothing(
     publication: tuple[str, str, Path], run_cli: Run, tmp_path: Path
 ) -> None:
