@@ -199,6 +199,30 @@ def test_the_usage_rules_of_tiles_are_exit_2(published: Published, run_cli: Run)
     assert "--trusted-key" in no_key[2]
 
 
+@pytest.mark.parametrize("location", ["ftp://logs.example.org/budget/", "file:///srv/published", "file:published"])
+def test_a_location_that_is_neither_http_nor_a_folder_is_exit_2_in_one_line(
+    run_cli: Run, tmp_path: Path, location: str
+) -> None:
+    (tmp_path / "published").mkdir()  # `file:published` is refused though a folder `published` exists here
+    status, out, err = run_cli("audit", "--tiles", location, "--origin", ORIGIN, "--trusted-key",
+                               LOG.verifier().format())
+    assert (status, out) == (2, "")
+    assert f"a {location.split(':')[0]}: URL is not read: give a folder or an http:// or https:// prefix" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_folder_that_does_not_exist_or_is_a_file_is_exit_2_in_one_line(run_cli: Run, tmp_path: Path) -> None:
+    missing, a_file = tmp_path / "no-publication-here", tmp_path / "checkpoint"
+    a_file.write_text("not a folder\n")
+    for location, said in ((missing, f"no such folder: {missing}"), (a_file, f"{a_file} is not a folder")):
+        status, out, err = run_cli("audit", "--tiles", str(location), "--origin", ORIGIN, "--trusted-key",
+                                   LOG.verifier().format())
+        assert (status, out) == (2, "")
+        assert said in err
+        assert len(err.strip().splitlines()) == 1
+    assert not missing.exists()
+
+
 def test_since_saved_from_a_publication_then_a_rolled_back_publication_is_checkpoint_mismatch(
     published: Published, run_cli: Run, tmp_path: Path
 ) -> None:
