@@ -253,6 +253,55 @@ def test_a_frozen_publication_is_checked_against_the_since_root(published: Publi
     assert (status, report["rows_checked"]) == (0, 0)  # frozen, and nothing said: only a witness can tell
 
 
+@pytest.mark.slow
+def test_the_progress_bar_on_a_terminal_follows_an_audit_of_tiles(
+    tmp_path: Path, writer_state_env: Path
+) -> None:
+    """On a terminal `audit --tiles` draws the audit's progress bar on stderr, as over a database (issue 30), and
+    the report on stdout is the same; off a terminal every other test here shows stderr stays clean of it."""
+    import os
+    import subprocess
+    import sys
+
+    from compute_budget.core.log.note import generate_signer
+
+    writer = generate_signer("writer")
+    target = tmp_path / "three-thousand.db"
+    with BudgetStore.open(target, origin=ORIGIN, signing_key=writer) as store:
+        store.record_many(gate_lines(3_000))
+    folder = publish_store(target, tmp_path / "published", writer.verifier())
+    parent_end, terminal = os.openpty()
+    try:
+        with served_folder(folder) as url:  # served from this process while the audit runs in its own
+            done = subprocess.run(
+                [sys.executable, "-m", "compute_budget", "audit", "--tiles", url, "--origin", ORIGIN,
+                 "--trusted-key", writer.verifier().format(), "--format", "json"],
+                stdout=subprocess.PIPE, stderr=terminal, timeout=120, check=False,
+                env={**os.environ, "COLUMNS": "100", "TERM": "xterm"},
+            )
+        os.close(terminal)
+        terminal = -1
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(parent_end, 65536)
+            except OSError:  # the terminal's other end is closed: all of it is read
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        if terminal != -1:
+            os.close(terminal)
+        os.close(parent_end)
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, drawn
+    assert (report["clean"], report["rows_checked"]) == (True, 3_000)
+    assert b"auditing" in drawn
+    assert b"3000/3000" in drawn  # the bar reached every published row
+    assert b"Traceback" not in drawn
+
+
 # -- freshness: --witness-url (spec 10.2) -----------------------------------------------------------------------
 
 
