@@ -5,6 +5,7 @@ process report. Each test names the first affected seq."""
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,9 +63,13 @@ def test_a_clean_publication_over_http(url: str, writer: SignerKey) -> None:
     assert report.attested_size == ROWS
 
 
-def test_a_missing_tile_is_one_clear_line(folder: Path, url: str, writer: SignerKey) -> None:
-    (folder / "tile" / "1" / "000.p" / "2").unlink()
-    with pytest.raises(PublicationUnavailable, match=r"tile/1/000\.p/2 is missing from the publication \(404\)"):
+@pytest.mark.parametrize(("tile", "rows"), [("1/000.p/2", "1..512"), ("0/002.p/88", "513..600")])
+def test_a_missing_tile_is_one_clear_line_naming_its_rows(
+    folder: Path, url: str, writer: SignerKey, tile: str, rows: str
+) -> None:
+    (folder / "tile" / tile).unlink()
+    said = rf"tile/{re.escape(tile)} is missing from the publication \(404\); it holds rows {re.escape(rows)}$"
+    with pytest.raises(PublicationUnavailable, match=said):
         _audit(url, writer)
 
 

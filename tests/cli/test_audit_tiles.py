@@ -151,9 +151,10 @@ def test_a_removed_bundle_is_exit_2_in_one_line(published: Published, run_cli: R
     (published.folder / "tile" / "entries" / "001").unlink()
     status, _, err = published.audit(run_cli)
     assert status == 2
-    assert "tile/entries/001 is missing from the publication (404)" in err
+    # the bundle of rows 257..512: the first row no audit can check is 257
+    assert "tile/entries/001 is missing from the publication (404); it holds rows 257..512" in err
     assert "Traceback" not in err
-    assert len(err.strip().splitlines()) <= 2
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_another_stores_publication_signed_by_the_same_key_is_refused_by_its_origin(
@@ -164,10 +165,26 @@ def test_another_stores_publication_signed_by_the_same_key_is_refused_by_its_ori
     _record(run_cli, other, published.key_file, 300, "other", "--origin", "example.org/other-log",
             "--writer-state", str(other_state))
     folder = publish_store(other, tmp_path / "other-published", published.key.verifier())
-    status, report, _ = published.audit(run_cli, location=str(folder))
-    assert status == 1
-    assert any(kind == "checkpoint_mismatch" and "example.org/other-log" in item["detail"]
-               for (kind, _), item in zip(_kinds(report), report["findings"], strict=True))
+    with served_folder(folder) as url:  # served in the place of this store's publication
+        status, report, err = published.audit(run_cli, location=url)
+    assert status == 1, err
+    # the writer's signature verifies (the same key), so only the origin tells the logs apart; the finding names
+    # the size of the checkpoint read, as the audit's other checkpoint findings do
+    assert ("checkpoint_mismatch", 300) in _kinds(report)
+    origin = next(item for item in report["findings"] if item["kind"] == "checkpoint_mismatch" and item["seq"] == 300)
+    assert origin["detail"] == (f"the publication's checkpoint is of log example.org/other-log, not {ORIGIN}: "
+                                "another log is published in its place")
+
+
+def test_a_wrong_origin_is_said_of_the_publication_not_of_a_store(published: Published, run_cli: Run) -> None:
+    status, out, err = run_cli("audit", "--tiles", published.url, "--origin", "example.org/not-this-log",
+                               "--trusted-key", published.key.verifier().format(), "--format", "json")
+    assert status == 1, err
+    report = json.loads(out)
+    assert _kinds(report) == [("checkpoint_mismatch", ROWS)]
+    detail = report["findings"][0]["detail"]
+    assert detail.startswith(f"the publication's checkpoint is of log {ORIGIN}, not example.org/not-this-log")
+    assert "store" not in detail
 
 
 def test_the_usage_rules_of_tiles_are_exit_2(published: Published, run_cli: Run) -> None:
@@ -180,6 +197,30 @@ def test_the_usage_rules_of_tiles_are_exit_2(published: Published, run_cli: Run)
     assert "--db" in with_db[2]
     assert "--origin" in no_origin[2]
     assert "--trusted-key" in no_key[2]
+
+
+@pytest.mark.parametrize("location", ["ftp://logs.example.org/budget/", "file:///srv/published", "file:published"])
+def test_a_location_that_is_neither_http_nor_a_folder_is_exit_2_in_one_line(
+    run_cli: Run, tmp_path: Path, location: str
+) -> None:
+    (tmp_path / "published").mkdir()  # `file:published` is refused though a folder `published` exists here
+    status, out, err = run_cli("audit", "--tiles", location, "--origin", ORIGIN, "--trusted-key",
+                               LOG.verifier().format())
+    assert (status, out) == (2, "")
+    assert f"a {location.split(':')[0]}: URL is not read: give a folder or an http:// or https:// prefix" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_folder_that_does_not_exist_or_is_a_file_is_exit_2_in_one_line(run_cli: Run, tmp_path: Path) -> None:
+    missing, a_file = tmp_path / "no-publication-here", tmp_path / "checkpoint"
+    a_file.write_text("not a folder\n")
+    for location, said in ((missing, f"no such folder: {missing}"), (a_file, f"{a_file} is not a folder")):
+        status, out, err = run_cli("audit", "--tiles", str(location), "--origin", ORIGIN, "--trusted-key",
+                                   LOG.verifier().format())
+        assert (status, out) == (2, "")
+        assert said in err
+        assert len(err.strip().splitlines()) == 1
+    assert not missing.exists()
 
 
 def test_since_saved_from_a_publication_then_a_rolled_back_publication_is_checkpoint_mismatch(
@@ -210,6 +251,55 @@ def test_a_frozen_publication_is_checked_against_the_since_root(published: Publi
     assert published.audit(run_cli, "--save-checkpoint", str(kept))[0] == 0
     status, report, _ = published.audit(run_cli, "--since", str(kept))
     assert (status, report["rows_checked"]) == (0, 0)  # frozen, and nothing said: only a witness can tell
+
+
+@pytest.mark.slow
+def test_the_progress_bar_on_a_terminal_follows_an_audit_of_tiles(
+    tmp_path: Path, writer_state_env: Path
+) -> None:
+    """On a terminal `audit --tiles` draws the audit's progress bar on stderr, as over a database (issue 30), and
+    the report on stdout is the same; off a terminal every other test here shows stderr stays clean of it."""
+    import os
+    import subprocess
+    import sys
+
+    from compute_budget.core.log.note import generate_signer
+
+    writer = generate_signer("writer")
+    target = tmp_path / "three-thousand.db"
+    with BudgetStore.open(target, origin=ORIGIN, signing_key=writer) as store:
+        store.record_many(gate_lines(3_000))
+    folder = publish_store(target, tmp_path / "published", writer.verifier())
+    parent_end, terminal = os.openpty()
+    try:
+        with served_folder(folder) as url:  # served from this process while the audit runs in its own
+            done = subprocess.run(
+                [sys.executable, "-m", "compute_budget", "audit", "--tiles", url, "--origin", ORIGIN,
+                 "--trusted-key", writer.verifier().format(), "--format", "json"],
+                stdout=subprocess.PIPE, stderr=terminal, timeout=120, check=False,
+                env={**os.environ, "COLUMNS": "100", "TERM": "xterm"},
+            )
+        os.close(terminal)
+        terminal = -1
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(parent_end, 65536)
+            except OSError:  # the terminal's other end is closed: all of it is read
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        if terminal != -1:
+            os.close(terminal)
+        os.close(parent_end)
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, drawn
+    assert (report["clean"], report["rows_checked"]) == (True, 3_000)
+    assert b"auditing" in drawn
+    assert b"3000/3000" in drawn  # the bar reached every published row
+    assert b"Traceback" not in drawn
 
 
 # -- freshness: --witness-url (spec 10.2) -----------------------------------------------------------------------

@@ -79,6 +79,38 @@ def test_unknown_rows_are_exit_1_and_usage_errors_exit_2(publication: tuple[str,
     assert run_cli("prove", "--tiles", url, "--trusted-key", key, "--db", "x.db", "--seq", "3")[0] == 2
 
 
+def test_a_budget_id_that_is_no_hex_is_a_usage_error_before_any_bundle_is_read(
+    publication: tuple[str, str, Path], run_cli: Run
+) -> None:
+    url, key, _ = publication
+    for budget_id in ("not-a-hash", "abc1234"):  # no hex / under 8 digits: exit 2 as without --tiles, not a scan
+        status, out, err = run_cli("prove", "--tiles", url, "--trusted-key", key, budget_id)
+        assert (status, out) == (2, ""), err
+        assert f"{budget_id!r} is not a budget_id" in err
+        assert len(err.strip().splitlines()) == 1
+    assert run_cli("prove", "--db", "unused.db", "not-a-hash")[0] == 2
+
+
+@pytest.mark.parametrize("location", ["ftp://logs.example.org/budget/", "file:///srv/published", "file:published"])
+def test_a_location_that_is_neither_http_nor_a_folder_is_exit_2_in_one_line(
+    run_cli: Run, tmp_path: Path, location: str
+) -> None:
+    (tmp_path / "published").mkdir()  # `file:published` is refused though a folder `published` exists here
+    status, out, err = run_cli("prove", "--tiles", location, "--trusted-key", LOG.verifier().format(), "--seq", "1")
+    assert (status, out) == (2, "")
+    assert f"a {location.split(':')[0]}: URL is not read: give a folder or an http:// or https:// prefix" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_folder_that_does_not_exist_is_exit_2_in_one_line(run_cli: Run, tmp_path: Path) -> None:
+    missing = tmp_path / "no-publication-here"
+    status, out, err = run_cli("prove", "--tiles", str(missing), "--trusted-key", LOG.verifier().format(), "--seq", "1")
+    assert (status, out) == (2, "")
+    assert f"no such folder: {missing}" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not missing.exists()
+
+
 def test_a_checkpoint_by_another_key_or_an_altered_entry_proves_nothing(
     publication: tuple[str, str, Path], run_cli: Run, tmp_path: Path
 ) -> None:

@@ -15,6 +15,7 @@ from compute_budget.auditor.request import AuditRequest
 from compute_budget.auditor.witness_rules import WitnessPolicy
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.witness_policy import TlogPolicy
+from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import ArgumentTypeError, StoreUnavailable
 from compute_budget.keys.key_files import witness_key
 from compute_budget.publication.snapshot import Publication, PublicationTarget
@@ -81,3 +82,20 @@ def with_freshness(report: AuditReport, pinned: Pinned, now: int) -> AuditReport
     policy = WitnessPolicy(rule, request.max_witness_age, now)
     found = freshness_findings(pinned.published, list(pinned.answers), policy)
     return dataclasses.replace(report, findings=(*report.findings, *found))
+
+
+def another_log(origin: str | None, expected_origin: str, published_size: int | None) -> Finding:
+    """The `checkpoint_mismatch` (section 6: not the history that was expected) of a source that is not the log
+    `expected_origin` names. A publication's (`published_size`: its checkpoint's size) is worded for what was read,
+    its checkpoint, and names that size as the audit's other checkpoint findings do; a store's names no row."""
+    if published_size is not None:
+        return Finding(
+            FindingKind.CHECKPOINT_MISMATCH, None, published_size,
+            f"the publication's checkpoint is of log {origin}, not {expected_origin}: another log is published in "
+            "its place",
+        )
+    return Finding(
+        FindingKind.CHECKPOINT_MISMATCH, None, None,
+        f"this store is log {origin or '(none: the store has no origin)'}, not {expected_origin}: "
+        "another store is in its place",
+    )

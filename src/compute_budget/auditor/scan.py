@@ -42,7 +42,7 @@ from compute_budget.auditor.checkpoints import (
 from compute_budget.auditor.head_note import HeadNote
 from compute_budget.auditor.key_states import KeyStateLike, configured_states, survey_key_states
 from compute_budget.auditor.look_back import LookedBack, look_back_in
-from compute_budget.auditor.published import PUBLISHED_LABEL, Pinned, pin, unpinned, with_freshness
+from compute_budget.auditor.published import PUBLISHED_LABEL, Pinned, another_log, pin, unpinned, with_freshness
 from compute_budget.auditor.ranges import (
     AuditPlan,
     count_mismatch,
@@ -279,7 +279,8 @@ def _survey(snapshot: AuditSnapshot, request: AuditRequest, inputs: AuditInputs)
     keys = inputs.keys
     provenance, findings = check_provenance(snapshot)
     if request.expected_origin is not None and origin != request.expected_origin:
-        findings.append(_another_store(origin, request.expected_origin))
+        published = plan.max_seq if isinstance(request.target, PublicationTarget) else None
+        findings.append(another_log(origin, request.expected_origin, published))
     held, given_findings = _given(snapshot, inputs, origin, plan.max_seq)
     findings += given_findings
     outliers = _outliers(snapshot, plan, since)
@@ -301,16 +302,6 @@ def _survey(snapshot: AuditSnapshot, request: AuditRequest, inputs: AuditInputs)
     if inputs.policy is not None:
         _witness_survey(snapshot, request, inputs, held, survey)
     return survey
-
-
-def _another_store(origin: str | None, expected_origin: str) -> Finding:
-    return Finding(
-        FindingKind.CHECKPOINT_MISMATCH,
-        None,
-        None,
-        f"this store is log {origin or '(none: the store has no origin)'}, not {expected_origin}: "
-        "another store is in its place",
-    )
 
 
 def _given(

@@ -3,9 +3,13 @@ the command line adds: the usage rules, the publication's target, what --save-ch
 
 from __future__ import annotations
 
+import os
+import re
 from typing import TYPE_CHECKING
 
 import click
+
+from compute_budget.errors import clip
 
 if TYPE_CHECKING:
     from compute_budget.auditor.report import AuditReport
@@ -13,6 +17,8 @@ if TYPE_CHECKING:
     from compute_budget.core.log.witness_policy import TlogPolicy
     from compute_budget.core.receipts import ProofBundle
     from compute_budget.publication.snapshot import PublicationTarget
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")  # RFC 3986's scheme, as a location's start
 
 
 def check_tiles_line(
@@ -41,8 +47,31 @@ def check_tiles_line(
     if cosign:
         raise click.BadParameter("--cosign needs the store's checkpoints: audit with --db to cosign",
                                  param_hint="--cosign")
+    check_location(tiles)
+
+
+def check_location(tiles: str) -> None:
+    """--tiles names an http(s):// prefix or a folder that exists, else a usage error (exit 2, one line): an ftp: or
+    file: URL would otherwise be read as a folder's name and reported as a publication missing its checkpoint."""
     if not tiles.strip():
         raise click.BadParameter("--tiles needs a folder or an http(s):// prefix", param_hint="--tiles")
+    if tiles.lower().startswith(("http://", "https://")):
+        return
+    scheme = _SCHEME.match(tiles)
+    # a folder may have a colon in its name; `scheme://` never names one, nor `scheme:` when no such folder exists
+    if scheme is not None and (tiles[scheme.end():].startswith("//") or not os.path.isdir(tiles)):
+        raise click.BadParameter(  # only the scheme is said: a URL may carry a password
+            f"a {clip(scheme.group(1), 20)}: URL is not read: give a folder or an http:// or https:// prefix",
+            param_hint="--tiles",
+        )
+    if not os.path.lexists(tiles):
+        raise click.BadParameter(f"no such folder: {clip(tiles, 200)}", param_hint="--tiles")
+    if not os.path.isdir(tiles):
+        raise click.BadParameter(
+            f"{clip(tiles, 200)} is not a folder: give the folder holding the publication's checkpoint and tile/, "
+            "or an http(s):// prefix",
+            param_hint="--tiles",
+        )
 
 
 def tiles_target(tiles: str, fetch_timeout: float, report: AuditReport | None = None) -> PublicationTarget:
@@ -82,6 +111,7 @@ def prove_from_tiles(
 
     if tiles is None:
         raise click.BadParameter("--seq names a row of a publication: give --tiles LOCATION", param_hint="--seq")
+    check_location(tiles)
     if db is not None or checkpoint is not None:
         raise click.BadParameter("--tiles proves against the publication's own checkpoint: no --db or --checkpoint",
                                  param_hint="--tiles")

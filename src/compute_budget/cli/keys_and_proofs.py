@@ -128,22 +128,17 @@ def prove_command(
     from compute_budget.store import BudgetStore
 
     rule = witness_rule(policy_path, witness_keys, witness_quorum)
+    wanted = _checked_budget_id(budget_id)
     if tiles is not None or seq is not None:  # spec 10.3: from a publication
         from compute_budget.cli.audit_tiles import prove_from_tiles
 
-        bundle_from_tiles = prove_from_tiles(tiles, budget_id, seq, db=db, checkpoint=checkpoint_path,
+        bundle_from_tiles = prove_from_tiles(tiles, wanted, seq, db=db, checkpoint=checkpoint_path,
                                              trusted_keys=trusted_keys, rule=rule)
         _print_receipt(bundle_from_tiles, output_format, verified=True)
         return
-    if budget_id is None:
+    if wanted is None:
         raise click.BadParameter("give the decision's budget_id", param_hint="BUDGET_ID")
-    wanted = budget_id.strip().lower()
     keys = [verifier_key(item) for item in trusted_keys]
-    if not re.fullmatch(r"[0-9a-f]{8,64}", wanted):
-        raise click.BadParameter(
-            f"{budget_id[:80]!r} is not a budget_id: give its 64 hex digits (or a unique prefix of at least 8)",
-            param_hint="BUDGET_ID",
-        )
     checkpoint = load_checkpoint(checkpoint_path) if checkpoint_path else None
     if len(wanted) < 64:
         with BudgetStore.open(db, readonly=True) as store:
@@ -158,6 +153,20 @@ def prove_command(
         say(str(unknown))
         click.get_current_context().exit(1)
     _print_receipt(bundle, output_format, verified=bool(keys) or bool(rule and rule.logs))
+
+
+def _checked_budget_id(budget_id: str | None) -> str | None:
+    """BUDGET_ID as lower-case hex, 8 to 64 digits (None when not given); anything else is a usage error (exit 2),
+    with --tiles too, where it would otherwise cost a scan of every entry bundle to find no row."""
+    if budget_id is None:
+        return None
+    wanted = budget_id.strip().lower()
+    if not re.fullmatch(r"[0-9a-f]{8,64}", wanted):
+        raise click.BadParameter(
+            f"{budget_id[:80]!r} is not a budget_id: give its 64 hex digits (or a unique prefix of at least 8)",
+            param_hint="BUDGET_ID",
+        )
+    return wanted
 
 
 def _print_receipt(bundle: ProofBundle, output_format: str, *, verified: bool) -> None:

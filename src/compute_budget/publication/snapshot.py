@@ -37,6 +37,7 @@ from compute_budget.publication.fetch import (
     DEFAULT_TIMEOUT,
     TILE_LIMIT,
     Fetcher,
+    PublicationMissing,
 )
 from compute_budget.publication.hash_tiles import PublishedTree
 
@@ -126,6 +127,8 @@ class Publication:
         """The bytes of one hash tile (level 0: leaf hashes), checked to be 32 per hash of its width."""
         try:
             return check_tile(tile, self._fetcher.read(tile.path, TILE_LIMIT))
+        except PublicationMissing as missing:
+            raise PublicationMissing(f"{missing}; it holds {self._rows_of(tile)}") from None
         except TileError as error:
             raise PublicationUnavailable(f"{self._fetcher.display('')}{error}: a damaged tile") from None
 
@@ -134,8 +137,16 @@ class Publication:
         tile = Tile(0, number, min(TILE_WIDTH, self.size - number * TILE_WIDTH))
         try:
             return decode_bundle(tile, self._fetcher.read(tile.bundle_path, BUNDLE_LIMIT))
+        except PublicationMissing as missing:
+            raise PublicationMissing(f"{missing}; it holds {self._rows_of(tile)}") from None
         except TileError as error:
             raise PublicationUnavailable(f"{self._fetcher.display('')}{error}: a damaged bundle") from None
+
+    def _rows_of(self, tile: Tile) -> str:
+        """The rows (1-based seqs) under `tile` in this publication, as a missing file's message names them: the
+        operator restores the file, or knows which rows no audit could check."""
+        last = min(self.size, tile.start + (tile.width << (TILE_HEIGHT * tile.level)))
+        return f"rows {tile.start + 1}..{last}"
 
 
 def entry_row(entry: bytes, seq: int) -> tuple[Any, ...]:
