@@ -241,3 +241,56 @@ def test_a_bad_policy_file_is_one_line_naming_its_line_on_every_command(run_cli:
     assert err.count("\n") == 1
     assert "does not exist" in err
     assert not (tmp_path / "s.db").exists()  # no command made a store on the way to its refusal
+
+
+@pytest.mark.parametrize("store_target", ["sqlite", "postgresql"], indirect=True)
+def test_a_policy_of_several_logs_serves_each_and_needs_origin_offline(
+    witness_servers: WitnessFactory, run_cli: Run, writer: Path, store_target: str, tmp_path: Path
+) -> None:
+    """One policy may name every log its witnesses follow: a store takes its own log's key; verify-proof needs
+    --origin to know which (exit 2 without), then verifies; witness submit --policy sends only a note the
+    policy's log key signed (no 'unverified' warning)."""
+    servers = _serve(witness_servers)
+    policy = _policy(tmp_path / "policy.txt", _urls(servers))
+    other = SignerKey.from_seed("example.org/other", bytes(range(7, 39))).verifier().format()
+    policy.write_text(policy.read_text().replace(f"log {WRITER_KEY}\n", f"log {other}\nlog {WRITER_KEY}\n"))
+    ids, _ = _record(run_cli, store_target, writer, 2, "night1", policy)
+    status, report, err = _audit(run_cli, store_target, "--policy", str(policy))
+    assert status == 0, (report, err)
+    assert report["witnessed_size"] == 2
+    receipt = tmp_path / "r.json"
+    receipt.write_text(run_cli("prove", ids[0], "--db", store_target, "--policy", str(policy))[1])
+    status, _, err = run_cli("verify-proof", str(receipt), "--policy", str(policy))
+    assert status == 2
+    assert "the policy names 2 logs: give --origin NAME" in err
+    status, out, err = run_cli("verify-proof", str(receipt), "--policy", str(policy), "--origin", ORIGIN)
+    assert (status, err) == (0, "")
+    assert out.startswith("valid: ")
+    _record_unwitnessed(run_cli, store_target, writer, "more")
+    status, out, err = run_cli("witness", "submit", "--db", store_target, "--policy", str(policy))
+    assert status == 0, err
+    assert "unverified" not in err  # the policy's log key chose the note sent
+    assert "witness policy: quorum met" in out
+
+
+def test_a_policy_witness_url_is_taken_whole_and_its_name_never_drives_the_terminal(
+    run_cli: Run, tmp_path: Path
+) -> None:
+    """A witness line's URL may hold `=` (in a password or a path): it is never split there, and its password is
+    never shown; a witness name is shown escaped (a C1 control, U+009B, cannot start a terminal sequence)."""
+    from compute_budget.cli.commands import submit_targets
+
+    policy = tmp_path / "p.txt"
+    policy.write_bytes(
+        f"witness a {A1.verifier().format()} http://alice:s3cr=et@127.0.0.1:9/path=x\n".encode()
+        + f"witness \u009b31mEVIL {A2.verifier().format()}\nquorum a\n".encode()
+    )
+    targets, _ = submit_targets(str(policy), ())
+    assert [(target.url, target.key) for target in targets] == [  # type: ignore[union-attr]
+        ("http://alice:s3cr=et@127.0.0.1:9/path=x", A1.verifier())
+    ]
+    status, out, err = run_cli("witness", "submit", "--db", str(tmp_path / "none.db"), "--policy", str(policy))
+    assert (status, out) == (2, "")
+    assert "\u009b" not in err
+    assert "\\u009b31mEVIL" in err  # named, escaped
+    assert "s3cr" not in err

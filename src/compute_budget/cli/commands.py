@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from compute_budget.core.log.cosignature import WitnessKey
     from compute_budget.core.log.witness_policy import TlogPolicy
     from compute_budget.core.policy.lines import GateLine
+    from compute_budget.witness.client import WitnessTarget
 
 
 @click.group(cls=BudgetGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -224,11 +225,13 @@ def witness_role_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 def submit_targets(
     policy_path: str | None, witnesses: tuple[str, ...]
-) -> tuple[tuple[str, ...], TlogPolicy | None]:
+) -> tuple[tuple[str | WitnessTarget, ...], TlogPolicy | None]:
     """The witnesses a writer sends to (``URL=KEY``): `--witness`, or those of the `--policy` file with a URL, each
     once; and that policy (None without one). Both at once: exit 2. A policy witness with no URL cannot be asked:
     said once, on stderr."""
+    from compute_budget.core.log.witness_policy import shown
     from compute_budget.keys.policy_file import load_policy
+    from compute_budget.witness.client import WitnessTarget
 
     if policy_path is None:
         return witnesses, None
@@ -236,10 +239,12 @@ def submit_targets(
         raise click.BadParameter("a policy file names the witnesses to ask: give --policy or --witness, not both",
                                  param_hint="--policy")
     policy = load_policy(policy_path)
-    unreachable = [witness.name for witness in policy.witnesses if witness.url is None]
+    unreachable = [shown(witness.name) for witness in policy.witnesses if witness.url is None]
     if unreachable:
         say(f"warning: the policy gives no URL for witness(es) {', '.join(unreachable)}: they are not asked")
-    return tuple(f"{witness.url}={witness.key.format()}" for witness in policy.witnesses if witness.url), policy
+    # Built from the URL and the key as the file gives them apart: an `=` in a URL is never a separator.
+    targets = tuple(WitnessTarget.of(witness.url, witness.key) for witness in policy.witnesses if witness.url)
+    return targets, policy
 
 
 def policy_verdict(policy: TlogPolicy, cosigned_by: Iterable[WitnessKey]) -> str:

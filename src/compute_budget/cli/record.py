@@ -120,10 +120,10 @@ def record_command(
     from compute_budget.store import BudgetStore
 
     _check_options(input_path, db, on_conflict, rejects_path, signing_key, adopt_unsigned, unsigned)
-    witnesses, policy = submit_targets(policy_path, witnesses)
+    targets, policy = submit_targets(policy_path, witnesses)
     opened = BudgetStore.open(
         db, origin=origin, signing_key=signing_key, writer_state=writer_state, init_writer_state=init_writer_state,
-        peer_keys=peer_keys, allow_unsigned=unsigned, witnesses=witnesses, witness_timeout=witness_timeout,
+        peer_keys=peer_keys, allow_unsigned=unsigned, witnesses=targets, witness_timeout=witness_timeout,
     )
     with contextlib.ExitStack() as context:
         try:

@@ -16,6 +16,8 @@ from compute_budget.cli.serve import WORKBENCH_PACKAGES
 
 if TYPE_CHECKING:
     from compute_budget.core.log.note import VerifierKey
+    from compute_budget.core.log.witness_policy import TlogPolicy
+    from compute_budget.witness.client import Submitted
     from compute_budget.witness.state import WitnessState
 
 DEFAULT_STATE = "witness.db"
@@ -165,17 +167,18 @@ def witness_submit_command(
     --policy, an optional witness (one its quorum does not reach) that does not cosign is a warning only, and exit
     1 also when the quorum is not met.
     """
-    from compute_budget.cli.commands import policy_verdict, submit_targets
+    from compute_budget.auditor.checkpoints import policy_log_keys
+    from compute_budget.cli.commands import submit_targets
     from compute_budget.keys.key_files import verifier_key
     from compute_budget.store import BudgetStore
     from compute_budget.store.backend import locate
     from compute_budget.witness.client import witness_targets
 
-    witnesses, policy = submit_targets(policy_path, witnesses)
-    if not witnesses:
+    asked, policy = submit_targets(policy_path, witnesses)
+    if not asked:
         raise click.BadParameter("give the witnesses to send to: --witness URL=KEY, or a --policy whose witnesses "
                                  "have URLs", param_hint="--witness")
-    targets = witness_targets(witnesses)  # a malformed URL=KEY is said before the store is looked at
+    targets = witness_targets(asked)  # a malformed URL=KEY is said before the store is looked at
     keys = [verifier_key(item) for item in trusted_keys]
     sqlite_path = locate(db).sqlite_path
     if sqlite_path is not None and not sqlite_path.exists():
@@ -183,6 +186,9 @@ def witness_submit_command(
             pass  # the reader's own "does not exist" message; a writer would create an empty file
     with BudgetStore.open(db, allow_unsigned=True) as store:
         try:
+            # A policy's log keys are the writer's (named by the store's origin, else refused): only a note one
+            # of them signed is sent, as with --trusted-key.
+            keys = policy_log_keys(keys, policy, store.origin())
             submitted = store.submit_to_witnesses(targets, timeout=witness_timeout, trusted_keys=keys)
         except BaseException:
             store.discard_if_unused()  # a mistyped --db must not leave an empty database behind
@@ -190,6 +196,15 @@ def witness_submit_command(
     if not keys:  # a planted newer note would have been sent as it is (issue 28 r): said once, after it was sent
         _say("warning: without --trusted-key the checkpoint sent is the newest stored one, unverified: give the "
              "writer's verifier key to send only one it signed")
+    if _said_submitted(submitted, policy):
+        click.get_current_context().exit(1)
+
+
+def _said_submitted(submitted: list[Submitted], policy: TlogPolicy | None) -> bool:
+    """One line per witness (an optional one tagged so), the policy's verdict; True when it is a failure: a
+    counted witness that did not cosign, or the quorum not met."""
+    from compute_budget.cli.commands import policy_verdict
+
     optional = {witness.key for witness in policy.witnesses
                 if witness.name in policy.optional_witnesses()} if policy is not None else set()
     for item in submitted:
@@ -203,8 +218,7 @@ def witness_submit_command(
         cosigned = [item.witness.key for item in submitted if item.reason is None]
         click.echo(policy_verdict(policy, cosigned))
         failed = failed or not policy.evaluate(policy.names_of(cosigned)).met
-    if failed:
-        click.get_current_context().exit(1)
+    return failed
 
 
 def _register() -> None:

@@ -66,6 +66,12 @@ class WitnessTarget:
         url, equals, key_text = text.partition("=")
         if not equals or not key_text:
             raise InputError(f"{_shown(text)!r} is not URL=WITNESS_KEY (a witness's URL, '=', its verifier key)")
+        return cls.of(url, witness_key(key_text))
+
+    @classmethod
+    def of(cls, url: str, key: WitnessKey) -> WitnessTarget:
+        """A witness at the http(s) prefix `url` with `key`, the URL checked (a policy's witness line gives both
+        apart, so an ``=`` in its URL is never taken for the separator)."""
         shown = _shown(url)
         try:
             parts = urllib.parse.urlsplit(url)
@@ -75,7 +81,7 @@ class WitnessTarget:
             raise InputError(f"witness URL {shown!r} is not a URL: {reason}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
             raise InputError(f"witness URL {shown!r} is not an http:// or https:// prefix (no query or fragment)")
-        return cls(url.rstrip("/"), witness_key(key_text))
+        return cls(url.rstrip("/"), key)
 
     def __repr__(self) -> str:
         return f"WitnessTarget(url={self.shown_url!r}, key={self.key!r})"

@@ -222,8 +222,8 @@ def test_the_identity_is_the_sha256_of_the_files_bytes_and_rendering_reads_back(
 
 
 def test_a_log_key_must_be_named_after_the_stores_origin() -> None:
-    """Each log line's key name is the log's origin: a store gets the keys when every one is named after its
-    origin; a key named otherwise is refused, naming its line and `keygen ORIGIN`."""
+    """Each log line's key name is the log's origin: a store gets the keys named after its origin; a policy whose
+    log lines name none is refused, naming the line and `keygen ORIGIN`."""
     policy = parse_policy(policy_text(TWO_GROUPS))
     assert policy.store_log_keys(ORIGIN) == (LOG,)
     with pytest.raises(PolicyOriginMismatch) as caught:
@@ -232,9 +232,14 @@ def test_a_log_key_must_be_named_after_the_stores_origin() -> None:
     assert caught.value.problem is PolicyProblem.ORIGIN_MISMATCH
     assert str(caught.value).startswith("line 2: the log key is named example.com/budget-log, not this store's")
     assert "keygen ORIGIN" in str(caught.value)
+    # One policy may name every log its witnesses follow: each store takes its own log's keys, and a store none
+    # of the lines names is refused, naming the first.
     mixed = parse_policy(policy_text(f"log <log>\n\nlog {OTHER_LOG.format()}\nquorum none\n"))
-    with pytest.raises(PolicyOriginMismatch, match=r"^line 3: the log key is named example.org/other"):
-        mixed.store_log_keys(ORIGIN)
+    assert mixed.store_log_keys(ORIGIN) == (LOG,)
+    assert mixed.store_log_keys("example.org/other") == (OTHER_LOG,)
+    with pytest.raises(PolicyOriginMismatch, match=r"^line 1: the log key is named example.com/budget-log, not "
+                       r"this store's origin example.net/third, and no log line names it"):
+        mixed.store_log_keys("example.net/third")
     assert mixed.log_keys_by_origin() == {ORIGIN: (LOG,), "example.org/other": (OTHER_LOG,)}
     assert parse_policy(b"quorum none\n").store_log_keys(ORIGIN) == ()
 

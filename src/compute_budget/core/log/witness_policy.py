@@ -367,21 +367,25 @@ class TlogPolicy:
         return {origin: tuple(keys) for origin, keys in found.items()}
 
     def store_log_keys(self, origin: str) -> tuple[VerifierKey, ...]:
-        """The log keys, for a store whose origin is `origin`: every `log` line's key must be named `origin`
-        (C2SP: a log key's name is the log's origin), else `PolicyOriginMismatch` naming the first line that is
-        not. A policy with no log line gives (): the writer keys then come from elsewhere (`--trusted-key`)."""
-        for log in self.logs:
-            if log.key.name != origin:
-                where = f"line {log.line}: " if log.line is not None else ""
-                refused = PolicyOriginMismatch(
-                    PolicyProblem.ORIGIN_MISMATCH,
-                    f"{f'policy file {self.source}, ' if self.source else ''}{where}the log key is named "
-                    f"{shown(log.key.name)}, not this store's origin {shown(origin)}; a policy names each log by its "
-                    "origin, so make the store's writer key with `compute-budget keygen ORIGIN` (or drop this line)",
-                )
-                refused.line = log.line
-                raise refused
-        return tuple(log.key for log in self.logs)
+        """The log keys of the log named `origin` (C2SP: a log key's name is the log's origin); the lines of other
+        logs are theirs (one policy may name every log its witnesses follow). A policy with log lines of which
+        none is `origin`'s is `PolicyOriginMismatch`, naming the first: a writer key made under another name. A
+        policy with no log line gives (): the writer keys then come from elsewhere (`--trusted-key`)."""
+        if not self.logs:
+            return ()
+        mine = tuple(log.key for log in self.logs if log.key.name == origin)
+        if mine:
+            return mine
+        first = self.logs[0]
+        where = f"line {first.line}: " if first.line is not None else ""
+        refused = PolicyOriginMismatch(
+            PolicyProblem.ORIGIN_MISMATCH,
+            f"{f'policy file {self.source}, ' if self.source else ''}{where}the log key is named "
+            f"{shown(first.key.name)}, not this store's origin {shown(origin)}, and no log line names it; a policy "
+            "names each log by its origin, so make the store's writer key with `compute-budget keygen ORIGIN`",
+        )
+        refused.line = first.line
+        raise refused
 
     def render(self) -> bytes:
         """The policy as a C2SP tlog-policy file (logs, witnesses, groups, the quorum; no comments), which
