@@ -5,7 +5,6 @@ nightly audit with `--since`), on both backends, and fails on 600e1f3."""
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 import urllib.parse
@@ -20,7 +19,7 @@ from compute_budget.core.log.cosignature import valid_cosignatures
 from compute_budget.core.log.note import SignerKey, format_checkpoint, parse_note, sign_note
 from tests.backends import execute, query
 from tests.conftest import gate_lines
-from tests.witnessing import LOG, ORIGIN, WITNESS, Served
+from tests.witnessing import LOG, ORIGIN, WITNESS, Served, free_port, witness_process
 
 Run = Callable[..., tuple[int, str, str]]
 WITNESS_KEY = WITNESS.verifier().format()
@@ -440,7 +439,6 @@ def test_the_readmes_witnessing_recipe_runs_for_three_nights(tmp_path: Path) -> 
     `witness serve`, records sent to it, the first night's full audit keeping witnessed.note and its .head, two
     nightly `--since` audits moving both, and the receipt verified with the witness's quorum said. The third night,
     rows the second night saw and no witness cosigned since (its .head made a day older) are unwitnessed_rows."""
-    import socket
     import subprocess
 
     from tests.e2e.test_docs import OPERATIONS, commands, fenced, shell
@@ -450,9 +448,7 @@ def test_the_readmes_witnessing_recipe_runs_for_three_nights(tmp_path: Path) -> 
     keygen, serve, record, submit, first_night, nightly, verify = steps
     assert "--since witnessed.note" in nightly
     assert "mv witnessed.next.head witnessed.note.head" in nightly
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
 
     def local(command: str) -> str:
         return (command.replace("witness.internal:7380", f"127.0.0.1:{port}")
@@ -469,21 +465,7 @@ def test_the_readmes_witnessing_recipe_runs_for_three_nights(tmp_path: Path) -> 
 
     run("compute-budget keygen writer/prod > writer.pub")
     run(keygen)
-    from tests.e2e.test_docs import BIN
-
-    environment = {**os.environ, "PATH": BIN + os.pathsep + os.environ.get("PATH", "")}
-    log = tmp_path / "witness.log"
-    with log.open("w") as errors:
-        server = subprocess.Popen(["bash", "-c", "exec " + local(serve)], cwd=tmp_path, env=environment,
-                                  stdout=subprocess.DEVNULL, stderr=errors)
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with socket.socket() as client:
-                if client.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert server.poll() is None, log.read_text()
-            time.sleep(0.1)
+    with witness_process(local(serve), tmp_path, port):
         gates("day0", 4)
         run(record)
         run(submit)
@@ -506,9 +488,6 @@ def test_the_readmes_witnessing_recipe_runs_for_three_nights(tmp_path: Path) -> 
         assert done.returncode == 1, done.stderr
         assert "unwitnessed_rows" in done.stdout
         assert "rows 8..9 (2 rows) are unwitnessed" in done.stdout
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 def test_the_python_api_reads_the_head_beside_a_since_path_and_takes_one_given(
