@@ -224,6 +224,8 @@ class TlogPolicy:
     quorum: str
     sha256: str
     source: str | None = field(default=None, compare=False)  # the file it was read from, for messages
+    # The witnesses the quorum reaches, worked out once: every tally of an audit's cosignature scan asks for them.
+    _counted: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Hold the value to the format's rules, whoever built it (the parser already did, line by line)."""
@@ -235,6 +237,7 @@ class TlogPolicy:
         for group in self.groups:
             rules.group(group)
         rules.set_quorum(self.quorum, None)
+        object.__setattr__(self, "_counted", self._reached_witnesses())
 
     @classmethod
     def from_witness_keys(cls, keys: Iterable[WitnessKey], quorum: int | None = None) -> TlogPolicy:
@@ -269,6 +272,9 @@ class TlogPolicy:
 
     def counted_witnesses(self) -> tuple[str, ...]:
         """The witnesses the quorum reaches through its groups, in file order: the ones that count."""
+        return self._counted
+
+    def _reached_witnesses(self) -> tuple[str, ...]:
         members = {group.name: group.members for group in self.groups}
         reached: set[str] = set()
         stack = [self.quorum]
@@ -280,8 +286,7 @@ class TlogPolicy:
 
     def optional_witnesses(self) -> tuple[str, ...]:
         """The witnesses defined but not reached from the quorum, in file order: asked, reported, never counted."""
-        counted = set(self.counted_witnesses())
-        return tuple(witness.name for witness in self.witnesses if witness.name not in counted)
+        return tuple(witness.name for witness in self.witnesses if witness.name not in self._counted)
 
     def evaluate(self, cosigned: Iterable[str]) -> QuorumVerdict:
         """Whether the witnesses named `cosigned` (their cosignatures verified) meet the quorum, groups and
