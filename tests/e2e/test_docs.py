@@ -1,6 +1,6 @@
-"""The docs cannot rot: every Python block of the README and of docs/*.md, the quick start, the command line's
-shell transcript, the nightly recipe (three nights), the PostgreSQL section and the keys recipe are run as they
-stand, in temporary folders (issues 11 and 29)."""
+"""The docs cannot rot: every Python block of the README, of docs/*.md and of docs/design/*.md, the quick start,
+the command line's shell transcript, the nightly recipe (three nights), the PostgreSQL section and the keys recipe
+are run as they stand, in temporary folders (issues 11 and 29)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ import pytest
 from tests.backends import tamper
 from tests.conftest import REPO_ROOT, gate_lines
 
-DOC_PATHS = ["README.md", *sorted(str(path.relative_to(REPO_ROOT)) for path in (REPO_ROOT / "docs").glob("*.md"))]
+# The README, docs/*.md, and the design's pages under docs/design/.
+DOC_PATHS = ["README.md", *sorted(str(path.relative_to(REPO_ROOT)) for folder in ("docs", "docs/design")
+                                  for path in (REPO_ROOT / folder).glob("*.md"))]
 DOCS = {name: (REPO_ROOT / name).read_text(encoding="utf-8") for name in DOC_PATHS}
 README = DOCS["README.md"]
 OPERATIONS = "docs/operations.md"

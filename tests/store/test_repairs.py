@@ -187,7 +187,7 @@ def test_a_writer_refuses_to_sign_until_after_repair_and_then_signs(store: str, 
 
 
 def test_unsigned_appends_and_checkpoint_signing_are_refused_too(store: str, tmp_path: Path) -> None:
-    """The choice documented in docs/design.md: every append waits for the acknowledgement, not only a signed one
+    """The choice documented in docs/design/store.md: every append waits for the acknowledgement, not only a signed one
     (rows appended on an edited row are rows a salvage must re-record); `signed_checkpoint` signs nothing."""
     _drop_guard(store)
     repair = _migrated(store)

@@ -9,7 +9,7 @@ A proof is lines separated by newlines (U+000A), in this order:
     <empty line>
     <the log's checkpoint, a signed note, verbatim>
 
-Followed exactly as C2SP/C2SP ``tlog-proof.md`` at commit 0065ea5 says (see docs/design.md). The checkpoint is a
+Followed exactly as C2SP/C2SP ``tlog-proof.md`` at commit 0065ea5 says (see docs/design/log.md). The checkpoint is a
 C2SP ``tlog-checkpoint``, which is a signed note: its text (origin, size, root, extension lines, none empty), one
 empty line, one or more signature lines, and nothing after them. This module knows nothing of the store: what
 ``extra`` means (here, a row's leaf input) and whether the proof holds are `core.receipts`' business.

@@ -2,7 +2,7 @@
 
 The backend is chosen here, once, from SQLAlchemy's dialect name, and handed to the rest of the store: this is the
 one place that asks which database it is. Adding a backend is one module with a `Backend` subclass, one entry in
-`_BACKENDS`, and one parameter of the tests' `store_target` fixture (docs/design.md, "Adding a backend").
+`_BACKENDS`, and one parameter of the tests' `store_target` fixture (docs/design/store.md, "Adding a backend").
 """
 
 from __future__ import annotations
