@@ -66,15 +66,42 @@ def db_path(tmp_path: Path) -> Path:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """--no-postgres: the explicit way for a developer without PostgreSQL to skip its tests."""
+    """--no-postgres: the explicit way for a developer without PostgreSQL to skip its tests; --all-backends: every
+    backend-parametrized test on every backend, not only the store's own tests and the PostgreSQL smoke set."""
     parser.addoption(
         "--no-postgres", action="store_true", default=False,
         help="skip the PostgreSQL tests (CI never does)",
     )
+    parser.addoption(
+        "--all-backends", action="store_true", default=False,
+        help="run every store_target test on PostgreSQL too, not only tests/store/ and the postgres_smoke set",
+    )
+
+
+# Where PostgreSQL runs a backend-parametrized test: the store's own tests (the contract every backend keeps) and the
+# tests marked `postgres_smoke` (a named few per package, each reaching backend code the store's tests do not).
+# Everywhere else the store is only the place the rows sit, and SQLite stands for both.
+POSTGRES_EVERYWHERE_UNDER = ("tests/store/",)
+
+
+def _on_postgres_only_by_parameter(item: pytest.Item) -> bool:
+    """True for the PostgreSQL instance of a `store_target` test outside the store's tests and the smoke set."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or "postgresql" not in (callspec.params.get("store_target"),
+                                                 callspec.params.get("new_store_target")):
+        return False
+    relative = Path(str(item.path)).resolve().relative_to(REPO_ROOT).as_posix()
+    return not relative.startswith(POSTGRES_EVERYWHERE_UNDER) and item.get_closest_marker("postgres_smoke") is None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip the postgres-marked tests, and only them, when --no-postgres is given."""
+    """Keep PostgreSQL where its code is reached (see `POSTGRES_EVERYWHERE_UNDER`), unless --all-backends; skip the
+    postgres-marked tests, and only them, when --no-postgres is given."""
+    if not config.getoption("--all-backends"):
+        deselected = [item for item in items if _on_postgres_only_by_parameter(item)]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = [item for item in items if not _on_postgres_only_by_parameter(item)]
     if not config.getoption("--no-postgres"):
         return
     skip = pytest.mark.skip(reason="--no-postgres given")
@@ -83,52 +110,143 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-@pytest.fixture(scope="session")
-def pg_admin_url() -> Iterator[str]:
-    """An admin URL of a PostgreSQL server: $COMPUTE_BUDGET_TEST_PG_URL, else a throwaway local cluster."""
+def pytest_configure(config: pytest.Config) -> None:
+    """In the controlling process: name the folder where the first test process that needs PostgreSQL starts one
+    throwaway cluster for every process of the run (pytest-xdist's workers inherit the variable)."""
     import os
     import tempfile
+
+    if hasattr(config, "workerinput") or os.environ.get("COMPUTE_BUDGET_TEST_PG_URL"):
+        return
+    folder = Path(tempfile.gettempdir()) / f"compute-budget-pg-{os.getpid()}"
+    os.environ["COMPUTE_BUDGET_TEST_PG_CLUSTER"] = str(folder)
+    config.stash[_CLUSTER_KEY] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop the run's cluster, if a test process started one (`pg_cluster.stop` removes only a folder it made)."""
+    import os
+
+    folder = config.stash.get(_CLUSTER_KEY, None)
+    if folder is None:
+        return
+    os.environ.pop("COMPUTE_BUDGET_TEST_PG_CLUSTER", None)
+    from tests import pg_cluster
+
+    if (folder / "url").exists():
+        pg_cluster.stop(folder)
+    else:
+        import contextlib
+
+        with contextlib.suppress(OSError):
+            (folder.parent / (folder.name + ".lock")).unlink()
+
+
+_CLUSTER_KEY = pytest.StashKey[Path]()
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url() -> str:
+    """An admin URL of a PostgreSQL server: $COMPUTE_BUDGET_TEST_PG_URL, else the run's throwaway local cluster,
+    started by the first test process that asks (the others wait on a lock and share it)."""
+    import fcntl
+    import os
 
     from tests import pg_cluster
 
     url = os.environ.get("COMPUTE_BUDGET_TEST_PG_URL")
     if url:
-        yield url
-        return
+        return url
     if not pg_cluster.available():
         if os.environ.get("CI"):
             pytest.fail("CI must run the PostgreSQL tests, but PostgreSQL's server programs are not installed")
         pytest.skip("PostgreSQL is not installed here: install it, or pass --no-postgres to skip explicitly")
-    folder = Path(tempfile.mkdtemp(prefix="compute-budget-pg-"))
-    try:
-        yield pg_cluster.start(folder)
-    finally:
-        pg_cluster.stop(folder)
+    folder = Path(os.environ["COMPUTE_BUDGET_TEST_PG_CLUSTER"])
+    with (folder.parent / (folder.name + ".lock")).open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / "url").exists():
+            started = pg_cluster.start(folder)
+            (folder / "url").write_text(started)
+        return (folder / "url").read_text()
 
 
-@pytest.fixture
-def pg_url(pg_admin_url: str) -> Iterator[str]:
-    """A URL of a fresh, empty PostgreSQL database, dropped after the test."""
+def _pg_database(admin_url: str, *, template: str | None = None) -> Iterator[str]:
+    """A new PostgreSQL database (empty, or a copy of `template`), dropped afterwards: its URL."""
     import uuid
 
     from sqlalchemy import create_engine
     from sqlalchemy.engine import make_url
 
     name = f"cbt_{uuid.uuid4().hex[:16]}"
-    admin = create_engine(pg_admin_url, isolation_level="AUTOCOMMIT")
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as connection:
-        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        connection.exec_driver_sql(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
     try:
-        yield make_url(pg_admin_url).set(database=name).render_as_string(hide_password=False)
+        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
     finally:
         with admin.connect() as connection:
             connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.dispose()
 
 
+@pytest.fixture
+def pg_url(pg_admin_url: str) -> Iterator[str]:
+    """A URL of a fresh, empty PostgreSQL database, dropped after the test."""
+    yield from _pg_database(pg_admin_url)
+
+
+@pytest.fixture(scope="session")
+def pg_template(pg_admin_url: str) -> Iterator[str]:
+    """The name of a PostgreSQL database holding an empty store at the schema head, made once per test process by
+    the migrations: `CREATE DATABASE … TEMPLATE` copies it in a fraction of a migration's time."""
+    from sqlalchemy.engine import make_url
+
+    from compute_budget import BudgetStore
+
+    for url in _pg_database(pg_admin_url):
+        BudgetStore.open(url).close()  # closes its engine: a template may have no open connection
+        yield str(make_url(url).database)
+
+
+@pytest.fixture
+def pg_store_url(pg_admin_url: str, pg_template: str) -> Iterator[str]:
+    """A URL of a new PostgreSQL database holding an empty store at the schema head (a copy of `pg_template`)."""
+    yield from _pg_database(pg_admin_url, template=pg_template)
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty SQLite store at the schema head, made once per test process by the migrations: copying it (a few
+    milliseconds) stands in for migrating a new file (about 0.14 s) wherever a test only needs an empty store."""
+    from compute_budget import BudgetStore
+
+    path = tmp_path_factory.mktemp("template") / "store.db"
+    BudgetStore.open(path).close()
+    assert not path.with_name("store.db-wal").exists()  # closed cleanly: the one file is the whole store
+    return path
+
+
+@pytest.fixture
+def empty_store_path(sqlite_template: Path, tmp_path: Path) -> Path:
+    """An empty SQLite store at the schema head (a copy of `sqlite_template`), as a writer's first open leaves it."""
+    import shutil
+
+    return Path(shutil.copyfile(sqlite_template, tmp_path / "store.db"))
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A location for a new, empty store on each backend under test (a path for SQLite, a URL for PostgreSQL)."""
+def store_target(request: pytest.FixtureRequest) -> str:
+    """An empty store at the schema head on each backend under test (a path for SQLite, a URL for PostgreSQL), as
+    a writer's first open leaves a new location; `new_store_target` where nothing may exist yet."""
+    if request.param == "sqlite":
+        return str(request.getfixturevalue("empty_store_path"))
+    return str(request.getfixturevalue("pg_store_url"))
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def new_store_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A location with nothing there yet on each backend (a path with no file, an empty PostgreSQL database), for
+    the tests of creating a store."""
     if request.param == "sqlite":
         return str(tmp_path / "store.db")
     return str(request.getfixturevalue("pg_url"))

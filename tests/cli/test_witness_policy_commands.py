@@ -183,13 +183,14 @@ def test_receipts_consistency_and_publish_judge_by_the_policy(
     assert "3 cosignature(s) toward the quorum all of A, B" in err
 
 
-@pytest.mark.parametrize("store_target", ["sqlite", "postgresql"], indirect=True)
+@pytest.mark.parametrize("new_store_target", ["sqlite", "postgresql"], indirect=True)
 def test_a_log_line_not_named_by_the_stores_origin_is_refused_naming_it(
-    run_cli: Run, writer: Path, store_target: str, tmp_path: Path
+    run_cli: Run, writer: Path, new_store_target: str, tmp_path: Path
 ) -> None:
     """C2SP names a log key by its log's origin: a policy whose log key has another name is refused on every
     command, one line naming the line and saying to make the writer key with `keygen ORIGIN`; record writes
     nothing."""
+    store_target = new_store_target
     other = SignerKey.from_seed("someone.else/log", bytes(range(5, 37))).verifier().format()
     policy = tmp_path / "wrong.txt"
     policy.write_text(f"# another log's key\nlog {other}\nquorum none\n")
