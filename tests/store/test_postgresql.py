@@ -212,7 +212,7 @@ def test_reading_the_whole_table_needs_no_temporary_file(pg_url: str, tmp_path: 
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
 
-    from compute_budget.auditor.copy import copy_store
+    from compute_budget.store.copy import copy_store
 
     with BudgetStore.open(pg_url) as store:
         store.record_many(gate_lines(6000))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from compute_budget import BudgetStore, InputError, RepairNotAcknowledged, StoreDamaged, StoreUnavailable, audit
-from compute_budget.auditor.copy import copy_store
+from compute_budget.store.copy import copy_store
 from tests.backends import execute, is_postgres, query, rows
 from tests.conftest import REPO_ROOT, gate_lines
 from tests.sealing import rewrite_consistently, signer

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from compute_budget import BudgetStore, StoreDamaged, StoreError, audit
-from compute_budget.auditor.copy import copy_store
 from compute_budget.core.leaf import row_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.merkle import EMPTY_ROOT, MemoryTree
 from compute_budget.core.log.note import verify_note
 from compute_budget.errors import CopyVerificationFailed, InputError, UnsignedAppendRefused
+from compute_budget.store.copy import copy_store
 from compute_budget.store.migrations import head_revision
 from tests.backends import execute, insert_sql, is_postgres, query, rows, tamper_all
 from tests.conftest import gate_lines

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from compute_budget import BudgetStore, audit, decide
-from compute_budget.auditor.copy import copy_store
+from compute_budget.store.copy import copy_store
 from compute_budget.store.text_codec import MARK, decode_row, decode_text, encode_rows, encode_text
 from tests.conftest import make_gate
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from compute_budget.auditor.head_note import HeadNote, head_signature_findings, load_head_note, parse_head_note
-from compute_budget.auditor.source import AuditSnapshot
+from compute_budget.auditor.source import LogView
 from compute_budget.auditor.witness_rules import (
     WitnessPolicy,
 )
@@ -67,7 +67,7 @@ def witness_answer(index: int, item: WitnessAnswer) -> tuple[str, Checkpoint | s
 
 
 def hold_given(
-    snapshot: AuditSnapshot,
+    snapshot: LogView,
     sources: list[tuple[str, Checkpoint | None]],
     head: HeadNote | None,
     origin: str | None,
@@ -148,7 +148,7 @@ def policy_log_keys(keys: list[VerifierKey], rule: TlogPolicy | None, origin: st
     return list(dict.fromkeys([*keys, *rule.store_log_keys(origin or "")]))
 
 
-def check_provenance(snapshot: AuditSnapshot) -> tuple[dict[str, Any] | None, list[Finding]]:
+def check_provenance(snapshot: LogView) -> tuple[dict[str, Any] | None, list[Finding]]:
     """The salvaged store's provenance (spec 9.8) for the report, and a finding when its row no longer names the
     chain hash stored at its size (the copied history changed after it was salvaged)."""
     try:
@@ -190,7 +190,7 @@ def check_provenance(snapshot: AuditSnapshot) -> tuple[dict[str, Any] | None, li
     return document, []
 
 
-def _check_checkpoint(snapshot: AuditSnapshot, proof: Checkpoint, max_seq: int) -> list[Finding]:
+def _check_checkpoint(snapshot: LogView, proof: Checkpoint, max_seq: int) -> list[Finding]:
     """A checkpoint holds iff the stored row at its `seq` carries its chain hash (seq 0: the genesis)."""
     if proof.seq == 0:
         if proof.chain_hash == GENESIS_CHAIN_HASH:
@@ -263,7 +263,7 @@ def _check_given_signature(proof: Checkpoint, keys: list[VerifierKey]) -> list[F
 
 
 def attestation(
-    snapshot: AuditSnapshot, keys: list[VerifierKey], origin: str | None, max_seq: int
+    snapshot: LogView, keys: list[VerifierKey], origin: str | None, max_seq: int
 ) -> tuple[dict[str, tuple[int, int]], list[Finding]]:
     """For each trusted key, the newest stored checkpoint of this origin whose signature by it verifies: label ->
     (tree size, checkpoint id). Newer ones claiming the key whose signature fails are `bad_signature`."""
@@ -309,7 +309,7 @@ def bad_stored(stored: StoredCheckpoint, problem: str) -> Finding:
 
 
 def unattested_findings(
-    snapshot: AuditSnapshot, keys: list[VerifierKey], attested: dict[str, tuple[int, int]], max_seq: int
+    snapshot: LogView, keys: list[VerifierKey], attested: dict[str, tuple[int, int]], max_seq: int
 ) -> list[Finding]:
     """The rows after the newest stored checkpoint a trusted key signed, as one finding naming the first."""
     if not keys:

@@ -17,7 +17,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from compute_budget.auditor.source import AuditSnapshot
+from compute_budget.auditor.source import LogView
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.note import VerifierKey, parse_note
 from compute_budget.core.seal_checks import trusted_signers
@@ -126,7 +126,7 @@ def head_signature_findings(head: HeadNote, keys: Sequence[VerifierKey]) -> list
     )]
 
 
-def writer_signed_head(snapshot: AuditSnapshot, text: str, size: int, keys: Sequence[VerifierKey]) -> str | None:
+def writer_signed_head(snapshot: LogView, text: str, size: int, keys: Sequence[VerifierKey]) -> str | None:
     """The head's checkpoint `text` with the stored signatures of it that verify under the trusted writer `keys`
     (each once), or None when no stored checkpoint of it carries one."""
     wanted = {(key.name, key.key_hash): key for key in keys}

@@ -17,7 +17,7 @@ import base64
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from compute_budget.auditor.source import AuditSnapshot as Snapshot
+from compute_budget.auditor.source import LogView as Snapshot
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.key_states import (
     KeyState,

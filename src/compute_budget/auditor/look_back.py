@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from compute_budget.auditor.report import LookBack
-from compute_budget.auditor.source import AuditSnapshot, AuditSource
+from compute_budget.auditor.source import AuditSource, LogView
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.head import GENESIS_CHAIN_HASH
 from compute_budget.core.log.merkle import CompactRange
@@ -49,7 +49,7 @@ LookedBack = tuple[LookBack, list[Finding], list[str]]  # what `look_below` foun
 
 
 def look_below(
-    snapshot: AuditSnapshot, since: Checkpoint, n: int, day: int, max_seq: int
+    snapshot: LogView, since: Checkpoint, n: int, day: int, max_seq: int
 ) -> LookedBack:
     """Re-check today's slice of the tiles below `since` (see the module docstring): the summary, the findings
     (row findings first, then the tree's) and warnings for the report."""
@@ -88,7 +88,7 @@ def look_below(
     return summary, findings, walk.warnings
 
 
-def _walk_full_tiles(snapshot: AuditSnapshot, walk: _Walk, size: int, due: range, n: int) -> None:
+def _walk_full_tiles(snapshot: LogView, walk: _Walk, size: int, due: range, n: int) -> None:
     """Every full tile below `size`, in order: the due ones re-checked from their rows, the others' hashes from the
     stored tree (a tile whose stored hash is missing or unreadable is re-checked too, and is a finding)."""
     full = size >> TILE_LEVEL
@@ -116,7 +116,7 @@ def _walk_full_tiles(snapshot: AuditSnapshot, walk: _Walk, size: int, due: range
             walk.tiles.extend([_check_tile(snapshot, walk, tile, size).root()])
 
 
-def _stored_tiles(snapshot: AuditSnapshot, count: int) -> Iterator[bytes | None]:
+def _stored_tiles(snapshot: LogView, count: int) -> Iterator[bytes | None]:
     """The stored hash of each tile 0..count-1 in order (None where none is stored or it is not a hash)."""
     expected = 0
     if count:
@@ -137,7 +137,7 @@ def _hash(value: str) -> bytes | None:
         return None
 
 
-def _check_tile(snapshot: AuditSnapshot, walk: _Walk, tile: int, size: int) -> CompactRange:
+def _check_tile(snapshot: LogView, walk: _Walk, tile: int, size: int) -> CompactRange:
     """Re-derive and re-link the rows of `tile` (up to `size`), each against the stored row before it; returns the
     tree of their leaves (the tile's hash is its root when the tile is full)."""
     low = tile << TILE_LEVEL

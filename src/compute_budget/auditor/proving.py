@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable
 from compute_budget.auditor.checkpoints import CheckpointLike, as_checkpoint, policy_log_keys, witness_policy
 from compute_budget.auditor.key_states import note_problem
 from compute_budget.auditor.report import AuditReport
+from compute_budget.auditor.source import LogView as Snapshot
+from compute_budget.auditor.source import open_source
 from compute_budget.auditor.witness_rules import WitnessPolicy
 from compute_budget.core.leaf import row_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint
@@ -45,8 +47,6 @@ from compute_budget.errors import (
     UnknownBudgetId,
 )
 from compute_budget.keys.key_files import verifier_key
-from compute_budget.store import BudgetStore
-from compute_budget.store.snapshot import Snapshot
 
 
 def prove(
@@ -77,7 +77,7 @@ def prove(
     """
     writers = [verifier_key(item) for item in trusted_keys]  # read (a bad key is one error) before the store opens
     policy = _policy(witness_keys, witness_quorum, witness_policy)
-    with BudgetStore.open(target, readonly=True) as store, store.snapshot() as snapshot:  # origin: the log keys' name
+    with open_source(target) as store, store.snapshot() as snapshot:  # origin: the log keys' name
         given, keys = _given_and_keys(checkpoint, policy_log_keys(writers, witness_policy, snapshot.origin()))
         raw = snapshot.raw_row(budget_id)
         if raw is None:
@@ -297,7 +297,7 @@ def prove_consistency(
         _check_auditor_line(checkpoint, parsed, verifier_key(auditor_key))
     body = checkpoint.body()
     policy = _policy(witness_keys, witness_quorum, witness_policy)
-    with BudgetStore.open(target, readonly=True) as store, store.snapshot() as snapshot:
+    with open_source(target) as store, store.snapshot() as snapshot:
         if policy is not None:
             tally = _old_cosignatures(snapshot, checkpoint, parsed, policy)
             if not tally.met:
@@ -387,7 +387,7 @@ def cosign(
     text = checkpoint.note_text()
     size = checkpoint.seq
     verifier = signer.verifier()
-    with BudgetStore.open(target, readonly=True) as store, store.snapshot() as snapshot:
+    with open_source(target) as store, store.snapshot() as snapshot:
         olds: list[tuple[str, Checkpoint]] = []
         for stored in snapshot.newest_by_key(verifier):
             found = Checkpoint.from_note(stored.note)

@@ -1,24 +1,23 @@
-"""The audit of a publication (`audit --tiles`, spec 10.2), as the one audit sees it: the publication is opened
-once, its checkpoint read and pinned (every worker reads the same tree), and given to the audit as the checkpoint
-to hold (trusted keys and witness quorum, as for `--checkpoint`). The witnesses' answers are judged here, against
-the published size (`freshness`), not by the database rule that the store extends them."""
+"""The audit of a source read from its published checkpoint (`audit --tiles`, spec 10.2), as the one audit sees it:
+the source is opened once, its checkpoint read, parsed and pinned (every worker reads the same tree), and given to
+the audit as the checkpoint to hold (trusted keys and witness quorum, as for `--checkpoint`). The witnesses'
+answers are judged here, against the published size (`freshness`), not by the database rule that the store
+extends them."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 
-from compute_budget.auditor.checkpoints import as_checkpoint, witness_answer
 from compute_budget.auditor.freshness import NOT_CHECKED, freshness_findings
 from compute_budget.auditor.report import AuditReport
-from compute_budget.auditor.request import AuditRequest
+from compute_budget.auditor.request import AuditInputs, AuditRequest
 from compute_budget.auditor.witness_rules import WitnessPolicy
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.witness_policy import TlogPolicy
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import ArgumentTypeError, StoreUnavailable
 from compute_budget.keys.key_files import witness_key
-from compute_budget.publication.snapshot import Publication, PublicationTarget
 
 PUBLISHED_LABEL = "the published checkpoint"
 
@@ -32,41 +31,24 @@ class Pinned:
     answers: tuple[tuple[str, str], ...]
 
 
-def pin(request: AuditRequest) -> Pinned:
-    """Open the publication `request.target` names and prepare its audit (`StoreUnavailable`: it cannot run)."""
-    target = request.target
-    assert isinstance(target, PublicationTarget)
-    if request.checkpoint is not None:
+def pin(request: AuditRequest, inputs: AuditInputs, published: Checkpoint) -> tuple[Pinned, AuditInputs]:
+    """Prepare the audit of a source read from its `published` checkpoint (`StoreUnavailable`: it cannot run):
+    the request and inputs that hold it as the checkpoint, parsed once when it was read."""
+    if inputs.checkpoint is not None:
         raise ArgumentTypeError("a publication's audit holds its own checkpoint: give no other checkpoint")
     if request.expected_origin is None:
         raise ArgumentTypeError("auditing a publication needs the log's origin (--origin NAME)")
     if not request.trusted_keys:
         raise ArgumentTypeError("auditing a publication needs the writer's key (--trusted-key KEY)")
-    publication = Publication.open(target)
-    chains = target.chains
-    if request.since is not None:  # the rows after a verified --since link from its chain hash
-        since = as_checkpoint(request.since)
-        chains = (*chains, (since.seq, since.chain_hash)) if 0 < since.seq < publication.size else chains
-    pinned = dataclasses.replace(target, checkpoint=publication.note, chains=chains)
     answers = []
-    for index, item in enumerate(request.witnessed_checkpoints):
-        source, answer = witness_answer(index, item)
+    for source, answer in inputs.answers:
         if not isinstance(answer, str):
             raise StoreUnavailable(f"{source}: a witness's answer is its note text")
         answers.append((source, answer))
-    return Pinned(
-        dataclasses.replace(request, target=pinned, checkpoint=publication.note, witnessed_checkpoints=()),
-        publication.checkpoint,
-        tuple(answers),
+    pinned = Pinned(
+        dataclasses.replace(request, checkpoint=published, witnessed_checkpoints=()), published, tuple(answers)
     )
-
-
-def unpinned(request: AuditRequest) -> AuditRequest:
-    """The request of a full audit after a broken --since: no chain hash taken from it."""
-    target = request.target
-    if isinstance(target, PublicationTarget):
-        return dataclasses.replace(request, target=dataclasses.replace(target, chains=()))
-    return request
+    return pinned, dataclasses.replace(inputs, checkpoint=published, answers=[], checkpoint_label=PUBLISHED_LABEL)
 
 
 def with_freshness(report: AuditReport, pinned: Pinned, now: int) -> AuditReport:

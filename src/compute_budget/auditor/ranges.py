@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from typing import Literal
 
-from compute_budget.auditor.source import AuditSnapshot
+from compute_budget.auditor.source import LogView
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
 from compute_budget.core.verify import Finding, FindingKind
@@ -37,7 +37,7 @@ class AuditPlan:
 
 
 def plan_ranges(
-    snapshot: AuditSnapshot, since: Checkpoint | None, jobs: int | Literal["auto"], through: int | None = None
+    snapshot: LogView, since: Checkpoint | None, jobs: int | Literal["auto"], through: int | None = None
 ) -> AuditPlan:
     """Split the rows after `since` (through `through`) into ranges: `jobs` of them at most, fewer when a range
     would not pay for its process (`MIN_ROWS_PER_JOB`; with "auto", `AUTO_ROWS_PER_JOB` per CPU)."""
@@ -53,7 +53,7 @@ def plan_ranges(
     return AuditPlan(start, max_seq, end, [(bounds[index], bounds[index + 1]) for index in range(parts)])
 
 
-def stored_row_head(snapshot: AuditSnapshot, max_seq: int) -> ChainHead | None:
+def stored_row_head(snapshot: LogView, max_seq: int) -> ChainHead | None:
     """The stored row at the highest seq, when it is readable (the report's head when no row is scanned)."""
     if max_seq == 0:
         return None
@@ -63,16 +63,18 @@ def stored_row_head(snapshot: AuditSnapshot, max_seq: int) -> ChainHead | None:
     return ChainHead(row[0], row[1], row[2])
 
 
-def range_anchor(snapshot: AuditSnapshot, low: int, since: Checkpoint | None) -> tuple[int, str]:
+def range_anchor(snapshot: LogView, low: int, since: Checkpoint | None) -> tuple[int, str]:
     """The (seq, chain_hash) a range starts from: the stored row just before it, or genesis."""
     if since is not None and low == since.seq:
         return since.seq, since.chain_hash
     return snapshot.link_at_or_before(low) or (0, GENESIS_CHAIN_HASH)
 
 
-def misplaced_row_findings(snapshot: AuditSnapshot, plan: AuditPlan) -> list[Finding]:
-    """Rows no `seq` range covers: a seq that is missing, not a positive integer, or beyond the head."""
-    rows = snapshot.misplaced_rows(plan.max_seq)
+def misplaced_row_findings(snapshot: LogView, plan: AuditPlan) -> list[Finding]:
+    """Rows no `seq` range covers: a seq that is missing, not a positive integer, or beyond the head (only a
+    database can hold such a row: a source without one places each row at its seq)."""
+    health = snapshot.health()
+    rows = health.misplaced_rows(plan.max_seq) if health is not None else []
     return [
         Finding(FindingKind.MALFORMED_ROW, str(budget_id), None, f"seq {seq!r} is not a positive integer in 1..head")
         for budget_id, seq in rows

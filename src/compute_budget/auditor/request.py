@@ -21,6 +21,7 @@ from compute_budget.auditor.checkpoints import (
 )
 from compute_budget.auditor.head_note import HeadNote
 from compute_budget.auditor.look_back import check_look_back, day_number
+from compute_budget.auditor.source import AuditSource, SourceLocation
 from compute_budget.auditor.witness_rules import DEFAULT_MAX_WITNESS_AGE, WitnessPolicy
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey
@@ -29,7 +30,6 @@ from compute_budget.core.log.note import VerifierKey, valid_origin
 from compute_budget.core.log.witness_policy import TlogPolicy
 from compute_budget.errors import ArgumentTypeError
 from compute_budget.keys.key_files import verifier_key
-from compute_budget.publication.snapshot import PublicationTarget
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +39,12 @@ class AuditRequest:
     `trusted_keys`, `witness_keys`: verifier and witness keys, their text or files holding them.
     `witnessed_checkpoints`: what witnesses served (`--witness-url`), each a note or a (source, note) pair.
     `look_back`: N of spec 9.9.7 (0: off); `look_back_day` overrides the UTC day number of the audit's start.
-    `target` a `PublicationTarget`: audit a published log (spec 10.2) instead of a database.
+    `target`: a database's path or URL, or a source's location (a `publication.snapshot.PublicationTarget`: audit
+    a published log, spec 10.2), opened once; `source`: a source opened already, read instead (the caller closes
+    it: the command line opens its source once).
     """
 
-    target: str | os.PathLike[str] | PublicationTarget | None = None
+    target: str | os.PathLike[str] | SourceLocation | None = None
     checkpoint: CheckpointLike | None = None
     since: CheckpointLike | None = None
     jobs: int | Literal["auto"] = 1
@@ -65,6 +67,7 @@ class AuditRequest:
     # A C2SP tlog-policy (issue 31): its witnesses, groups and quorum instead of witness_keys/witness_quorum, and
     # its `log` keys beside trusted_keys.
     witness_policy: TlogPolicy | None = None
+    source: AuditSource | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,7 @@ from compute_budget.auditor.checkpoints import (
 from compute_budget.auditor.head_note import HeadNote
 from compute_budget.auditor.key_states import KeyStateLike, configured_states, survey_key_states
 from compute_budget.auditor.look_back import LookedBack, look_back_in
-from compute_budget.auditor.published import PUBLISHED_LABEL, Pinned, another_log, pin, unpinned, with_freshness
+from compute_budget.auditor.published import another_log, pin, with_freshness
 from compute_budget.auditor.ranges import (
     AuditPlan,
     count_mismatch,
@@ -53,7 +53,7 @@ from compute_budget.auditor.ranges import (
 )
 from compute_budget.auditor.report import AuditReport, utc_now
 from compute_budget.auditor.request import AuditInputs, AuditRequest, parse_inputs
-from compute_budget.auditor.source import AuditSnapshot, AuditSource, open_source
+from compute_budget.auditor.source import AuditSource, LogView, open_source
 from compute_budget.auditor.tree import Seal, plan_seal, prove_tree
 from compute_budget.auditor.witness_rules import (
     DEFAULT_MAX_WITNESS_AGE,
@@ -71,8 +71,6 @@ from compute_budget.core.log.witness_policy import TlogPolicy
 from compute_budget.core.seal_checks import TreeOutcome
 from compute_budget.core.verify import Finding, FindingKind, RangeResult
 from compute_budget.errors import ComputeBudgetError, NoHistory
-from compute_budget.publication.snapshot import PublicationTarget
-from compute_budget.store import BudgetStore
 
 
 def audit(
@@ -150,48 +148,63 @@ def run_audit(request: AuditRequest) -> AuditReport:
     `on_progress(rows_done, rows_total)` is called after every batch this process checks (with `jobs`, it checks
     the first range itself) and as each worker's range completes.
     """
-    pinned: Pinned | None = None
-    label = "--checkpoint"
-    if isinstance(request.target, PublicationTarget):  # spec 10.2: the same audit, over a published log
-        pinned = pin(request)
-        request, label = pinned.request, PUBLISHED_LABEL
-    report = _audit_escalating(request, label)
-    if pinned is not None:
-        report = with_freshness(report, pinned, int(time.time()))
-    return report
-
-
-def _audit_escalating(request: AuditRequest, label: str) -> AuditReport:
-    """`run_audit` once its source is known (a publication pinned already): once, and again in full when the
-    --since checkpoint does not hold."""
     head = head_note_for(request.since, request.since_head, bool(request.witness_keys))
-    report = _audit_once(request, head, label)
+    clock = time.perf_counter(), utc_now()
+    inputs = parse_inputs(request, head, "--checkpoint")  # checked before a source opens
+    if request.source is not None:  # opened by the caller (the command line), which closes it
+        return _audit_source(request.source, request, inputs, clock)
+    try:
+        opened = open_source(request.target)
+    except NoHistory as gone:
+        proofs = [proof for proof in (inputs.checkpoint, inputs.since) if proof is not None and proof.seq > 0]
+        if not proofs:
+            raise
+        return _history_gone(gone, proofs, inputs.checkpoint, inputs.since, clock[0])
+    with opened as source:
+        return _audit_source(source, request, inputs, clock)
+
+
+_Clock = tuple[float, str]  # when the audit started: perf_counter() and UTC text
+
+
+def _audit_source(source: AuditSource, request: AuditRequest, inputs: AuditInputs, clock: _Clock) -> AuditReport:
+    """`run_audit` once its source is open: a source read from a published checkpoint (spec 10.2) is audited
+    against it, the rows after --since linked from its chain hash, and the witnesses judged on its freshness."""
+    published = source.published()
+    if published is None:
+        return _audit_escalating(source, request, inputs, clock)
+    pinned, inputs = pin(request, inputs, published)
+    report = _audit_escalating(source.linked_from(inputs.since), pinned.request, inputs, clock)
+    return with_freshness(report, pinned, int(time.time()))
+
+
+def _audit_escalating(source: AuditSource, request: AuditRequest, inputs: AuditInputs, clock: _Clock) -> AuditReport:
+    """The audit once, and again in full when the --since checkpoint does not hold."""
+    report = _audit_once(source, request, inputs, clock)
     if report.since is None or request.through is not None or not _since_broken(report):
-        return _with_rewritten_range(request.target, report)
+        return _with_rewritten_range(source, report)
     # The rows before --since were trusted, and the checkpoint says they changed: check every row, so the report
     # names the rows themselves, not only the checkpoint they no longer match.
     given: list[WitnessAnswer] = [("--checkpoint", report.checkpoint)] if report.checkpoint is not None else []
-    full = _audit_once(
-        dataclasses.replace(
-            unpinned(request), checkpoint=report.since, since=None, look_back=0, look_back_day=None,
-            witnessed_checkpoints=(*given, *request.witnessed_checkpoints),
-        ),
-        head,
-        checkpoint_label="--since",
+    full_request = dataclasses.replace(
+        request, checkpoint=report.since, since=None, look_back=0, look_back_day=None,
+        witnessed_checkpoints=(*given, *request.witnessed_checkpoints),
     )
-    return _with_rewritten_range(request.target, dataclasses.replace(
+    full_source = source.linked_from(None)  # no chain hash taken from the --since that did not hold
+    full = _audit_once(full_source, full_request, parse_inputs(full_request, inputs.head, "--since"),
+                       (time.perf_counter(), utc_now()))
+    return _with_rewritten_range(full_source, dataclasses.replace(
         full, checkpoint=report.checkpoint, since=report.since, escalated=True, look_back=report.look_back,
         elapsed_seconds=report.elapsed_seconds + full.elapsed_seconds, started_at=report.started_at,
     ))
 
 
-def _with_rewritten_range(
-    target: str | os.PathLike[str] | PublicationTarget | None, report: AuditReport
-) -> AuditReport:
+def _with_rewritten_range(source: AuditSource, report: AuditReport) -> AuditReport:
     """A history rewritten consistently (every row re-derives and links) cannot be named by rows; the checkpoints
     it no longer matches can bound it: the first rewritten row lies after the newest stored checkpoint below the
-    smallest mismatched size, and at or before that size."""
-    if report.affected_rows or isinstance(target, PublicationTarget):
+    smallest mismatched size, and at or before that size. A published checkpoint is the only one: it bounds
+    nothing."""
+    if report.affected_rows or source.published() is not None:
         return report
     # A checkpoint past the store's end is truncation, not a rewrite: it bounds nothing among the rows there are.
     mismatched = [
@@ -203,7 +216,7 @@ def _with_rewritten_range(
         return report
     upper = min(mismatched)
     try:
-        with BudgetStore.open(target, readonly=True) as store, store.snapshot() as snapshot:
+        with source.snapshot() as snapshot:
             below = snapshot.newest_covering(1, upper - 1) if upper > 1 else None
     except ComputeBudgetError:
         return report
@@ -243,33 +256,23 @@ class _Survey:
     witness_warnings: list[str] = field(default_factory=list)
 
 
-def _audit_once(request: AuditRequest, head: HeadNote | None, checkpoint_label: str = "--checkpoint") -> AuditReport:
+def _audit_once(source: AuditSource, request: AuditRequest, inputs: AuditInputs, clock: _Clock) -> AuditReport:
     """One audit as `run_audit` describes, without the escalation from a broken --since."""
-    started = time.perf_counter()
-    started_at = utc_now()
-    inputs = parse_inputs(request, head, checkpoint_label)
-    try:
-        opened = open_source(request.target)
-    except NoHistory as gone:
-        proofs = [proof for proof in (inputs.checkpoint, inputs.since) if proof is not None and proof.seq > 0]
-        if not proofs:
-            raise
-        return _history_gone(gone, proofs, inputs.checkpoint, inputs.since, started)
-    with opened as store:
-        with store.snapshot() as snapshot:
-            survey = _survey(snapshot, request, inputs)
-        results, looked_back = _check_rows(store, request, inputs, survey)
-        tree_findings, frontier = prove_tree(store, survey.plan, survey.seal, [outcome for _, outcome in results])
-        database = store.location.display
+    started, started_at = clock
+    with source.snapshot() as snapshot:
+        survey = _survey(snapshot, request, inputs, source.published() is not None)
+    results, looked_back = _check_rows(source, request, inputs, survey)
+    tree_findings, frontier = prove_tree(source, survey.plan, survey.seal, [outcome for _, outcome in results])
     report = _report(survey, inputs, results, looked_back, tree_findings)
     return dataclasses.replace(
-        report, database=database, elapsed_seconds=time.perf_counter() - started, started_at=started_at,
-        finished_at=utc_now(), root=frontier.root() if frontier is not None else None,
+        report, database=source.location.display, elapsed_seconds=time.perf_counter() - started,
+        started_at=started_at, finished_at=utc_now(), root=frontier.root() if frontier is not None else None,
     )
 
 
-def _survey(snapshot: AuditSnapshot, request: AuditRequest, inputs: AuditInputs) -> _Survey:
-    """Plan the ranges and make every finding that needs no row checked, in the order the report gives them."""
+def _survey(snapshot: LogView, request: AuditRequest, inputs: AuditInputs, published: bool) -> _Survey:
+    """Plan the ranges and make every finding that needs no row checked, in the order the report gives them
+    (`published`: the source is read from its published checkpoint)."""
     since = inputs.since
     plan = plan_ranges(snapshot, since, request.jobs, request.through)
     anchors = [range_anchor(snapshot, low, since) for low, _ in plan.ranges]
@@ -279,17 +282,18 @@ def _survey(snapshot: AuditSnapshot, request: AuditRequest, inputs: AuditInputs)
     keys = inputs.keys
     provenance, findings = check_provenance(snapshot)
     if request.expected_origin is not None and origin != request.expected_origin:
-        published = plan.max_seq if isinstance(request.target, PublicationTarget) else None
-        findings.append(another_log(origin, request.expected_origin, published))
+        findings.append(another_log(origin, request.expected_origin, plan.max_seq if published else None))
     held, given_findings = _given(snapshot, inputs, origin, plan.max_seq)
     findings += given_findings
     outliers = _outliers(snapshot, plan, since)
     stored_head = stored_row_head(snapshot, plan.end_seq)
-    findings += [
-        Finding(FindingKind.SCHEMA_TAMPERED, None, None, problem)
-        for problem in snapshot.schema_problems() + snapshot.repair_problems()  # spec 9.9.10
-    ]
-    privileges = snapshot.write_privileges()
+    health = snapshot.health()  # a database's own state, beside its log
+    if health is not None:
+        findings += [
+            Finding(FindingKind.SCHEMA_TAMPERED, None, None, problem)
+            for problem in health.schema_problems() + health.repair_problems()  # spec 9.9.10
+        ]
+    privileges = health.write_privileges() if health is not None else []
     seal = plan_seal(snapshot, plan, since, distinct_given(held), origin, keys, request.all_signatures)
     findings += seal.findings
     attested, attestation_findings = attestation(snapshot, keys, origin, plan.max_seq)
@@ -305,7 +309,7 @@ def _survey(snapshot: AuditSnapshot, request: AuditRequest, inputs: AuditInputs)
 
 
 def _given(
-    snapshot: AuditSnapshot, inputs: AuditInputs, origin: str | None, max_seq: int
+    snapshot: LogView, inputs: AuditInputs, origin: str | None, max_seq: int
 ) -> tuple[list[Checkpoint], list[Finding]]:
     """The given checkpoints and witness answers the store holds, and the findings of the rest."""
     findings: list[Finding] = []
@@ -318,7 +322,7 @@ def _given(
     return held, findings + given_findings
 
 
-def _outliers(snapshot: AuditSnapshot, plan: AuditPlan, since: Checkpoint | None) -> list[Finding]:
+def _outliers(snapshot: LogView, plan: AuditPlan, since: Checkpoint | None) -> list[Finding]:
     """The rows no range covers (a full audit), or the row count against the head (an incremental one)."""
     if plan.end_seq != plan.max_seq:
         return []  # a range audit (the Workbench's) judges only the rows of its range
@@ -334,7 +338,7 @@ def _outliers(snapshot: AuditSnapshot, plan: AuditPlan, since: Checkpoint | None
 
 
 def _witness_survey(
-    snapshot: AuditSnapshot, request: AuditRequest, inputs: AuditInputs, held: list[Checkpoint], survey: _Survey
+    snapshot: LogView, request: AuditRequest, inputs: AuditInputs, held: list[Checkpoint], survey: _Survey
 ) -> None:
     """With witness keys: the given notes' cosignatures, and the rows no quorum of witnesses cosigned in time."""
     assert inputs.policy is not None

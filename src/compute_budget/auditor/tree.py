@@ -14,7 +14,7 @@ from compute_budget.auditor.ranges import (
     BATCH_ROWS,
     AuditPlan,
 )
-from compute_budget.auditor.source import AuditSnapshot, AuditSource
+from compute_budget.auditor.source import AuditSource, LogView
 from compute_budget.core.leaf import unreadable_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.merkle import CompactRange, root_from_reader
@@ -63,7 +63,7 @@ class Seal:
 
 
 def plan_seal(
-    snapshot: AuditSnapshot,
+    snapshot: LogView,
     plan: AuditPlan,
     since: Checkpoint | None,
     held: list[Checkpoint],
@@ -92,7 +92,7 @@ def plan_seal(
     return seal
 
 
-def _claimed_start(snapshot: AuditSnapshot, low: int) -> tuple[int, list[str]] | None:
+def _claimed_start(snapshot: LogView, low: int) -> tuple[int, list[str]] | None:
     """The frontier the stored tree claims at a range's first row (proven later), or None when it cannot say."""
     try:
         frontier = snapshot.frontier(low)
@@ -101,7 +101,7 @@ def _claimed_start(snapshot: AuditSnapshot, low: int) -> tuple[int, list[str]] |
     return frontier.size, frontier.to_hex()
 
 
-def _unmet_entries(snapshot: AuditSnapshot, max_seq: int, nodes: bool) -> list[Finding]:
+def _unmet_entries(snapshot: LogView, max_seq: int, nodes: bool) -> list[Finding]:
     """The stored tree entries no range will meet: unreadable checkpoints, checkpoints beyond the rows, misplaced
     nodes."""
     findings: list[Finding] = []
@@ -125,8 +125,9 @@ def _unmet_entries(snapshot: AuditSnapshot, max_seq: int, nodes: bool) -> list[F
                 f"but the store ends at seq {max_seq}: history was truncated",
             )
         )
-    if nodes:
-        for level, index in snapshot.misplaced_nodes(max_seq):
+    health = snapshot.health()  # only a database can hold a node outside its place
+    if nodes and health is not None:
+        for level, index in health.misplaced_nodes(max_seq):
             findings.append(
                 Finding(
                     FindingKind.CHECKPOINT_MISMATCH,
@@ -139,7 +140,7 @@ def _unmet_entries(snapshot: AuditSnapshot, max_seq: int, nodes: bool) -> list[F
 
 
 def _since_frontier(
-    snapshot: AuditSnapshot, since: Checkpoint, max_seq: int
+    snapshot: LogView, since: Checkpoint, max_seq: int
 ) -> tuple[CompactRange, Finding | None]:
     """The tree's frontier at an incremental audit's checkpoint: from the stored tree, proven by the checkpoint's
     root when it has one; recomputed from the rows when the stored tree cannot give it or does not prove out."""
@@ -163,7 +164,7 @@ def _since_frontier(
     return recomputed, None
 
 
-def _prefix_frontier(snapshot: AuditSnapshot, size: int) -> CompactRange:
+def _prefix_frontier(snapshot: LogView, size: int) -> CompactRange:
     """The frontier of the first `size` rows, recomputed from them (a stored tree that cannot be used)."""
     frontier = CompactRange()
     for batch in snapshot.rows_between(0, size):
@@ -172,7 +173,7 @@ def _prefix_frontier(snapshot: AuditSnapshot, size: int) -> CompactRange:
     return frontier
 
 
-def _claimed_root_check(snapshot: AuditSnapshot, proof: Checkpoint, max_seq: int) -> list[Finding]:
+def _claimed_root_check(snapshot: LogView, proof: Checkpoint, max_seq: int) -> list[Finding]:
     """A given checkpoint before an incremental audit's rows: its root against the stored tree's."""
     try:
         root = root_from_reader(snapshot.tree(max_seq), proof.seq)
@@ -190,7 +191,7 @@ def _claimed_root_check(snapshot: AuditSnapshot, proof: Checkpoint, max_seq: int
     ]
 
 
-def tree_check(snapshot: AuditSnapshot, low: int, high: int, task: SealTask, frontier: CompactRange) -> TreeCheck:
+def tree_check(snapshot: LogView, low: int, high: int, task: SealTask, frontier: CompactRange) -> TreeCheck:
     """The core's tree check over rows low < seq <= high, from `frontier`, with what `task` asks of it."""
     keys = [VerifierKey.parse(text) for text in task.keys]
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from compute_budget.auditor.source import AuditSnapshot
+from compute_budget.auditor.source import LogView
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey, is_fresh
 from compute_budget.core.log.merkle import root_from_reader
@@ -113,7 +113,7 @@ class WitnessPolicy:
         return self.rule.tally(newest)
 
 
-def given_note_findings(proof: Checkpoint, snapshot: AuditSnapshot, policy: WitnessPolicy) -> list[Finding]:
+def given_note_findings(proof: Checkpoint, snapshot: LogView, policy: WitnessPolicy) -> list[Finding]:
     """A given `--since`/`--checkpoint` must carry K valid cosignatures (its own lines and the store's)."""
     tally = _given_tally(proof, snapshot, policy)
     if tally.met:
@@ -125,7 +125,7 @@ def given_note_findings(proof: Checkpoint, snapshot: AuditSnapshot, policy: Witn
     )]
 
 
-def _given_tally(proof: Checkpoint, snapshot: AuditSnapshot, policy: WitnessPolicy) -> QuorumTally:
+def _given_tally(proof: Checkpoint, snapshot: LogView, policy: WitnessPolicy) -> QuorumTally:
     if proof.note is None:
         return policy.rule.tally({})
     try:
@@ -137,7 +137,7 @@ def _given_tally(proof: Checkpoint, snapshot: AuditSnapshot, policy: WitnessPoli
 
 
 def witnessed(
-    snapshot: AuditSnapshot,
+    snapshot: LogView,
     policy: WitnessPolicy,
     origin: str | None,
     given: Iterable[Checkpoint],
@@ -182,7 +182,7 @@ def witnessed(
 
 
 def _age_findings(
-    snapshot: AuditSnapshot, policy: WitnessPolicy, size: int, kth: int | None, max_seq: int,
+    snapshot: LogView, policy: WitnessPolicy, size: int, kth: int | None, max_seq: int,
     head: tuple[int, int] | None,
 ) -> list[Finding]:
     """The `unwitnessed_rows` finding (at most one: its first row, the range in detail) of spec 9.3 and 9.9.2."""
@@ -227,7 +227,7 @@ class _CosignatureScan:
     """The stored cosignatures read so far: valid ones by the size they cosign, and the findings of the rest."""
 
     def __init__(
-        self, snapshot: AuditSnapshot, policy: WitnessPolicy, origin: str | None, max_seq: int, findings: list[Finding]
+        self, snapshot: LogView, policy: WitnessPolicy, origin: str | None, max_seq: int, findings: list[Finding]
     ) -> None:
         self._snapshot, self._policy, self._origin, self._max_seq = snapshot, policy, origin, max_seq
         self._findings = findings
@@ -289,7 +289,7 @@ class _CosignatureScan:
 
 
 def _placement(
-    snapshot: AuditSnapshot, origin: str | None, filed: int, text: str, max_seq: int
+    snapshot: LogView, origin: str | None, filed: int, text: str, max_seq: int
 ) -> tuple[int | None, Finding | None]:
     """Where a validly cosigned checkpoint `text`, stored under size `filed`, counts: its own size when it is this
     store's checkpoint there; a finding when it is another log's or no checkpoint (`bad_signature`: it cosigns
@@ -322,7 +322,7 @@ def _placement(
     return body.size, None
 
 
-def _unwitnessed(snapshot: AuditSnapshot, first: int, last: int, why: str) -> Finding:
+def _unwitnessed(snapshot: LogView, first: int, last: int, why: str) -> Finding:
     link = snapshot.link_at(first)
     budget_id = link[2] if link is not None and isinstance(link[2], str) else None
     count = last - first + 1
@@ -333,7 +333,7 @@ def _unwitnessed(snapshot: AuditSnapshot, first: int, last: int, why: str) -> Fi
 
 
 def witnessed_note(
-    snapshot: AuditSnapshot,
+    snapshot: LogView,
     policy: WitnessPolicy,
     size: int,
     given: Iterable[Checkpoint],
@@ -385,7 +385,7 @@ def _checked_line(text: str, line: str, policy: WitnessPolicy, writers: Sequence
 MAX_SIZE_WARNINGS = 20  # stored witness sizes named one by one; the rest are counted
 
 
-def witness_size_warnings(snapshot: AuditSnapshot, policy: WitnessPolicy | None) -> list[str]:
+def witness_size_warnings(snapshot: LogView, policy: WitnessPolicy | None) -> list[str]:
     """Spec 9.9.1: a warning for each stored witness size that no valid stored cosignature of that witness at exactly
     that size backs (a planted row, or a 409's word stored by an earlier release). With the witness's key among the
     policy's, the cosignature must verify under it; without it, one claiming that witness (name and key ID) must be
@@ -407,7 +407,7 @@ def witness_size_warnings(snapshot: AuditSnapshot, policy: WitnessPolicy | None)
     return warnings
 
 
-def _size_backed(snapshot: AuditSnapshot, policy: WitnessPolicy | None, name: str, key_id: str, size: int) -> bool:
+def _size_backed(snapshot: LogView, policy: WitnessPolicy | None, name: str, key_id: str, size: int) -> bool:
     keys = policy.keys if policy is not None else ()
     key = next((item for item in keys if (item.name, f"{item.key_id:08x}") == (name, key_id)), None)
     for text, line in snapshot.cosignatures_filed_at(size):
@@ -426,7 +426,7 @@ def _size_backed(snapshot: AuditSnapshot, policy: WitnessPolicy | None, name: st
 
 
 def judge_witness_answer(
-    snapshot: AuditSnapshot,
+    snapshot: LogView,
     source: str,
     answer: Checkpoint | str,
     origin: str | None,

@@ -17,11 +17,10 @@ from compute_budget.auditor.ranges import (
     BATCH_ROWS,
     FORKED_WORKERS,
 )
-from compute_budget.auditor.source import AuditSource, open_source, own_findings
+from compute_budget.auditor.source import AuditSource, SourceLocation
 from compute_budget.auditor.tree import Seal, SealTask, tree_check
 from compute_budget.core.seal_checks import TreeOutcome
 from compute_budget.core.verify import RangeResult, check_row
-from compute_budget.publication.snapshot import PublicationTarget
 
 ORPHAN_POLL_SECONDS = 0.2
 
@@ -41,7 +40,7 @@ def run_parallel(
     total = sum(high - low for low, high, _ in tasks)
     with worker_pool(len(tasks) - 1) as pool:
         pending = [
-            pool.apply_async(_audit_range_in_worker, (store.location.target, low, high, anchor, seal.task(index)))
+            pool.apply_async(_audit_range_in_worker, (store.location, low, high, anchor, seal.task(index)))
             for index, (low, high, anchor) in enumerate(tasks)
             if index > 0
         ]
@@ -88,9 +87,9 @@ def _quiet_worker() -> None:
 
 
 def _audit_range_in_worker(
-    url: str | PublicationTarget, low: int, high: int, anchor: tuple[int, str], task: SealTask
+    location: SourceLocation, low: int, high: int, anchor: tuple[int, str], task: SealTask
 ) -> tuple[RangeResult, TreeOutcome | None]:
-    with open_source(url) as store:
+    with location.reopen() as store:
         return audit_range(store, low, high, anchor, None, 0, task)
 
 
@@ -112,7 +111,7 @@ def audit_range(
         tree = tree_check(snapshot, low, high, task, frontier) if frontier is not None else None
         leaves = result.leaves
         for batch in store.scan(low, high, batch_rows=BATCH_ROWS):
-            result.findings += own_findings(store)  # a publication's entries that differ from their tiles
+            result.findings += store.take_findings()  # e.g. a publication's entries that differ from their tiles
             for row in batch:
                 prev_seq, prev_chain = check_row(row, prev_seq, prev_chain, result)
             if tree is not None:

@@ -194,8 +194,8 @@ def copy_command(source: str, destination: str, through: int | None, new_origin:
 
     Exit 0 copied; 1 a source row failed verification (nothing copied); 2 cannot run.
     """
-    from compute_budget.auditor.copy import copy_store
     from compute_budget.errors import CopyVerificationFailed
+    from compute_budget.store.copy import copy_store
 
     if new_origin is not None and through is None:
         raise click.UsageError("--origin goes with --through: a whole copy keeps the source's origin")

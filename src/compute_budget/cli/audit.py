@@ -30,10 +30,10 @@ if TYPE_CHECKING:
     from compute_budget.auditor.head_note import HeadNote
     from compute_budget.auditor.report import AuditReport
     from compute_budget.auditor.request import AuditRequest
+    from compute_budget.auditor.source import AuditSource
     from compute_budget.core.log.checkpoint import Checkpoint
     from compute_budget.core.log.note import SignerKey, VerifierKey
     from compute_budget.core.log.witness_policy import TlogPolicy
-    from compute_budget.publication.snapshot import PublicationTarget
 
 
 def _report_spec(value: str) -> tuple[str, str]:
@@ -329,16 +329,16 @@ def _load(line: _CommandLine) -> _Loaded:
 
 
 def _request(
-    line: _CommandLine, loaded: _Loaded, on_progress: Callable[[int, int], None] | None
+    line: _CommandLine, loaded: _Loaded, on_progress: Callable[[int, int], None] | None, source: AuditSource | None
 ) -> AuditRequest:
-    """The one `AuditRequest` of this command line."""
+    """The one `AuditRequest` of this command line, reading `source` (None: the database, opened by the audit)."""
     from compute_budget.auditor.key_states import configured_states
     from compute_budget.auditor.request import AuditRequest
-    from compute_budget.cli.audit_tiles import tiles_target, url_keys
+    from compute_budget.cli.audit_tiles import url_keys
 
     tiles = line.tiles is not None
     return AuditRequest(
-        tiles_target(line.tiles, line.fetch_timeout) if line.tiles is not None else line.db,
+        line.db, source=source,
         freshness_keys=url_keys(line.witness_urls) if tiles else (), checkpoint=loaded.checkpoint,
         since=loaded.since, jobs=line.jobs, on_progress=on_progress,
         trusted_keys=tuple(loaded.keys), all_signatures=line.all_signatures, expected_origin=line.expected_origin,
@@ -354,15 +354,18 @@ def _audit_and_report(line: _CommandLine, targets: list[tuple[str, str]], unwrit
     from compute_budget.errors import AuditError, StoreDamaged
 
     loaded = _load(line)
-    with audit_progress() as on_progress:
-        report = run_audit(_request(line, loaded, on_progress))
-    for warning in report.warnings:
-        say(f"warning: {warning}")
-    kept, refusal = None, None
-    try:
-        kept = _checkpoint_to_keep(line, report, loaded)
-    except (AuditError, StoreDamaged) as refused:  # nothing to keep; the reports still say what the audit found
-        refusal = refused
+    from compute_budget.sources import opened_once
+
+    with opened_once(line.db, tiles=line.tiles, timeout=line.fetch_timeout) as source:
+        with audit_progress() as on_progress:
+            report = run_audit(_request(line, loaded, on_progress, source))
+        for warning in report.warnings:
+            say(f"warning: {warning}")
+        kept, refusal = None, None
+        try:
+            kept = _checkpoint_to_keep(line, report, loaded, source)
+        except (AuditError, StoreDamaged) as refused:  # nothing to keep; the reports still say what the audit found
+            refusal = refused
     if kept is not None and loaded.cosigner is not None:  # the reports embed the auditor's note (`checkpoint_note`)
         report = dataclasses.replace(report, checkpoint_note=kept[0])
     failed = _write_reports(line, report, targets, dict(unwritten))
@@ -436,7 +439,7 @@ def _since_head(
 
 
 def _checkpoint_to_keep(
-    line: _CommandLine, report: AuditReport, loaded: _Loaded
+    line: _CommandLine, report: AuditReport, loaded: _Loaded, source: AuditSource | None
 ) -> tuple[str, int, str | None] | None:
     """What --save-checkpoint writes, its size, and with witness keys the text of FILE.head (spec 9.9.2); None
     (said on stderr) when nothing is. Made before the reports are written, so that they can embed the auditor's
@@ -448,7 +451,8 @@ def _checkpoint_to_keep(
         say(f"audit not clean: checkpoint {save_path} was not written")
         return None
     if loaded.witnessing is not None:
-        return witnessed_to_keep(_source(line, report), report, save_path, cosigner, loaded.given(), loaded.witnessing)
+        assert source is not None  # a store whose history is gone is never clean
+        return witnessed_to_keep(source, report, save_path, cosigner, loaded.given(), loaded.witnessing)
     if cosigner is not None:
         from compute_budget.auditor.proving import cosign
 
@@ -459,15 +463,6 @@ def _checkpoint_to_keep(
 
         return published_to_keep(report)
     return report.head_checkpoint().to_json() + "\n", report.head.seq, None
-
-
-def _source(line: _CommandLine, report: AuditReport) -> str | PublicationTarget | None:
-    """What the audit read: the database, or the publication pinned to the checkpoint it audited."""
-    if line.tiles is None:
-        return line.db
-    from compute_budget.cli.audit_tiles import tiles_target
-
-    return tiles_target(line.tiles, line.fetch_timeout, report)
 
 
 def _log_keys(rule: TlogPolicy | None) -> list[VerifierKey]:

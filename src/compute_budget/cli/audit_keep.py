@@ -10,14 +10,14 @@ from compute_budget.cli.io import write_atomically
 
 if TYPE_CHECKING:
     from compute_budget.auditor.report import AuditReport
+    from compute_budget.auditor.source import AuditSource
     from compute_budget.core.log.checkpoint import Checkpoint
     from compute_budget.core.log.note import SignerKey, VerifierKey
     from compute_budget.core.log.witness_policy import TlogPolicy
-    from compute_budget.publication.snapshot import PublicationTarget
 
 
 def witnessed_to_keep(
-    db: str | PublicationTarget | None,
+    source: AuditSource,
     report: AuditReport,
     save_path: str,
     cosigner: SignerKey | None,
@@ -29,7 +29,6 @@ def witnessed_to_keep(
     import time
 
     from compute_budget.auditor.head_note import format_head_note, head_path, writer_signed_head
-    from compute_budget.auditor.source import open_source
     from compute_budget.auditor.witness_rules import WitnessPolicy, witnessed_note
     from compute_budget.core.log.note import VerifierKey, add_signature
     from compute_budget.errors import StoreDamaged
@@ -38,7 +37,7 @@ def witnessed_to_keep(
     note = head = None
     writers = [VerifierKey.parse(text) for text in report.trusted_keys]
     if report.witnessed_size:
-        with open_source(db) as store, store.snapshot() as snapshot:
+        with source.snapshot() as snapshot:  # the source the audit read, opened once by the command line
             note = witnessed_note(snapshot, policy, report.witnessed_size, given, writers)
             head = writer_signed_head(snapshot, report.head_checkpoint().note_text(), report.head.seq, writers)
     if note is None or not report.witnessed_size:

@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from compute_budget.core.log.cosignature import WitnessKey
     from compute_budget.core.log.witness_policy import TlogPolicy
     from compute_budget.core.receipts import ProofBundle
-    from compute_budget.publication.snapshot import PublicationTarget
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")  # RFC 3986's scheme, as a location's start
 
@@ -72,14 +71,6 @@ def check_location(tiles: str) -> None:
             "or an http(s):// prefix",
             param_hint="--tiles",
         )
-
-
-def tiles_target(tiles: str, fetch_timeout: float, report: AuditReport | None = None) -> PublicationTarget:
-    """The publication to audit; after the audit, pinned to the checkpoint it audited (`report`)."""
-    from compute_budget.publication.snapshot import PublicationTarget
-
-    note = report.checkpoint.note if report is not None and report.checkpoint is not None else None
-    return PublicationTarget(tiles, timeout=fetch_timeout, checkpoint=note)
 
 
 def url_keys(urls: tuple[str, ...]) -> tuple[WitnessKey, ...]:

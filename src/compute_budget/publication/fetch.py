@@ -1,4 +1,5 @@
-"""Fetching one resource of a publication (spec 10.2), from a folder or an ``http(s)://`` prefix, bounded.
+"""Fetching one resource of a publication (spec 10.2), from a folder or an ``http(s)://`` prefix, bounded: each
+behind the one `Transport` (`get(path, limit) -> bytes | None`), where a bucket's reader will stand too.
 
 HTTP uses the standard library (`urllib.request`): a publication is a few kinds of static file, and one GET with
 a timeout, a size bound and gzip is all it needs. Every limit applies to the bytes after decoding, and a gzip
@@ -17,6 +18,7 @@ import urllib.parse
 import urllib.request
 import zlib
 from dataclasses import dataclass
+from typing import Protocol
 
 from compute_budget.errors import PublicationUnavailable, clip
 
@@ -37,32 +39,57 @@ class _Transient(Exception):
     """A failure worth retrying (a timeout, a reset, a 5xx)."""
 
 
+class Transport(Protocol):
+    """How the files of a publication are read, whatever holds them (a folder, an HTTP server, next a bucket): one
+    file at a time, bounded, a missing one None; every other failure `PublicationUnavailable`, in one line."""
+
+    def display(self, path: str) -> str: ...
+    def get(self, path: str, limit: int) -> bytes | None: ...
+
+
 @dataclass(frozen=True, slots=True)
-class Fetcher:
-    """Reads files of the publication at `location` (a folder, or a URL prefix)."""
+class FolderTransport:
+    """The files of a publication in a folder."""
+
+    location: str
+
+    def display(self, path: str) -> str:
+        """Where `path` is, as messages name it."""
+        return os.path.join(self.location, path)
+
+    def get(self, path: str, limit: int) -> bytes | None:
+        """The bytes of `path` (at most `limit`), or None when there is no such file."""
+        full = os.path.join(self.location, *path.split("/"))
+        try:
+            with open(full, "rb") as handle:
+                data = handle.read(limit + 1)
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            raise PublicationUnavailable(f"{full} cannot be read: {error.strerror or error}") from None
+        if len(data) > limit:
+            raise PublicationUnavailable(f"{full} holds more than {limit} bytes: it is not a file of a publication")
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class HttpTransport:
+    """The files of a publication under an ``http(s)://`` prefix: one GET each, `timeout` seconds in all, a failure
+    that may pass retried at most `retries` times."""
 
     location: str
     timeout: float = DEFAULT_TIMEOUT
     retries: int = DEFAULT_RETRIES
 
-    @property
-    def is_http(self) -> bool:
-        """True for an ``http://`` or ``https://`` prefix."""
-        return self.location.lower().startswith(("http://", "https://"))
-
     def display(self, path: str) -> str:
-        """Where `path` is, as messages name it (user information in a URL shown as ``***@``)."""
-        if not self.is_http:
-            return os.path.join(self.location, path)
+        """Where `path` is, as messages name it (user information in the URL shown as ``***@``)."""
         parts = urllib.parse.urlsplit(self.location.rstrip("/") + "/" + path)
         host = parts.netloc.rpartition("@")
         netloc = f"***@{host[2]}" if host[1] else parts.netloc
         return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
-    def read(self, path: str, limit: int) -> bytes:
-        """The bytes of `path` (at most `limit` after decoding); `PublicationUnavailable` in one line otherwise."""
-        if not self.is_http:
-            return self._read_file(path, limit)
+    def get(self, path: str, limit: int) -> bytes | None:
+        """The bytes of `path` (at most `limit` after decoding), or None on a 404."""
         attempt = 0
         while True:
             try:
@@ -75,20 +102,7 @@ class Fetcher:
                 time.sleep(_RETRY_PAUSE * (2**attempt))
                 attempt += 1
 
-    def _read_file(self, path: str, limit: int) -> bytes:
-        full = os.path.join(self.location, *path.split("/"))
-        try:
-            with open(full, "rb") as handle:
-                data = handle.read(limit + 1)
-        except FileNotFoundError:
-            raise PublicationMissing(f"{full} is missing from the publication") from None
-        except OSError as error:
-            raise PublicationUnavailable(f"{full} cannot be read: {error.strerror or error}") from None
-        if len(data) > limit:
-            raise PublicationUnavailable(f"{full} holds more than {limit} bytes: it is not a file of a publication")
-        return data
-
-    def _get(self, path: str, limit: int) -> bytes:
+    def _get(self, path: str, limit: int) -> bytes | None:
         url = self.location.rstrip("/") + "/" + path
         headers = {"Accept-Encoding": "gzip, identity", "User-Agent": "compute-budget"}
         parts = urllib.parse.urlsplit(url)
@@ -111,7 +125,7 @@ class Fetcher:
         except urllib.error.HTTPError as error:
             error.close()  # it holds the connection
             if error.code == 404:
-                raise PublicationMissing(f"{self.display(path)} is missing from the publication (404)") from None
+                return None
             if error.code >= 500 or error.code == 429:
                 raise _Transient(f"the server answered {error.code}") from None
             raise PublicationUnavailable(f"{self.display(path)}: the server answered {error.code}") from None
@@ -124,6 +138,46 @@ class Fetcher:
             raise PublicationUnavailable(
                 f"{self.display(path)} answered with an HTML page, not a file of a publication"
             )
+        return data
+
+
+def transport_for(location: str, timeout: float = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES) -> Transport:
+    """The transport of a publication's `location`: an ``http(s)://`` prefix, else a folder."""
+    if location.lower().startswith(("http://", "https://")):
+        return HttpTransport(location, timeout, retries)
+    return FolderTransport(location)
+
+
+@dataclass(frozen=True, slots=True)
+class Fetcher:
+    """Reads files of the publication at `location` (a folder, or a URL prefix) through its `Transport`."""
+
+    location: str
+    timeout: float = DEFAULT_TIMEOUT
+    retries: int = DEFAULT_RETRIES
+
+    @property
+    def is_http(self) -> bool:
+        """True for an ``http://`` or ``https://`` prefix."""
+        return isinstance(self.transport, HttpTransport)
+
+    @property
+    def transport(self) -> Transport:
+        """How the files are read."""
+        return transport_for(self.location, self.timeout, self.retries)
+
+    def display(self, path: str) -> str:
+        """Where `path` is, as messages name it (user information in a URL shown as ``***@``)."""
+        return self.transport.display(path)
+
+    def read(self, path: str, limit: int) -> bytes:
+        """The bytes of `path` (at most `limit` after decoding); `PublicationMissing` when there is no such file,
+        `PublicationUnavailable` in one line otherwise."""
+        transport = self.transport
+        data = transport.get(path, limit)
+        if data is None:
+            suffix = " (404)" if isinstance(transport, HttpTransport) else ""
+            raise PublicationMissing(f"{transport.display(path)} is missing from the publication{suffix}")
         return data
 
 

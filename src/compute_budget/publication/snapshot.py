@@ -1,11 +1,13 @@
 """`Publication` and `PublicationSnapshot`: a published log (spec section 10) as a source the auditor reads through
-the same interface as a database snapshot (`auditor.source.AuditSnapshot`).
+the same interface as a database snapshot (`auditor.source.AuditSource`, `LogView`).
 
 Rows come from the entry bundles: each entry is a row's leaf input (section 8, the 17 keys), so the row is its
 values; its chain hash is recomputed from the row before it, and the last row's is the checkpoint's ``chain``
 line, so a chain that does not reach that line is a `chain_break` at the last row. Tree nodes come from the hash
 tiles; the published checkpoint is the one stored checkpoint. An entry whose leaf hash differs from its level-0
-tile is a `published_mismatch`, collected as the rows are read (`take_findings`).
+tile is a `published_mismatch`, collected as the rows are read (`take_findings`). The checkpoint is read and parsed
+once, when the publication opens; every later copy (a worker's, `linked_from`) carries the parsed value. A
+publication has no database of its own: its view's `health` is None.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.entry_bundle import decode_bundle
 from compute_budget.core.log.head import GENESIS_CHAIN_HASH
 from compute_budget.core.log.merkle import CompactRange
-from compute_budget.core.log.note import VerifierKey, parse_note
+from compute_budget.core.log.note import Signature, VerifierKey
 from compute_budget.core.log.tiles import TILE_HEIGHT, TILE_WIDTH, Tile, check_tile
 from compute_budget.core.seal_checks import StoredCheckpoint
 from compute_budget.core.verify import Finding, FindingKind
@@ -50,14 +52,23 @@ _VALUES = operator.itemgetter(*LEAF_KEYS)  # a row's 17 values from its entry, i
 @dataclass(frozen=True, slots=True)
 class PublicationTarget:
     """What opens a publication: its `location` (a folder or an http(s) prefix), the fetch bounds, and once opened
-    the `checkpoint` text read (so every process of one audit reads the same tree) and chain hashes known at
-    some sizes (`chains`: a verified --since, or computed by the parent for its workers)."""
+    the `checkpoint` read (parsed, or its text: so every process of one audit reads the same tree) and chain
+    hashes known at some sizes (`chains`: a verified --since, or computed by the parent for its workers)."""
 
     location: str
     timeout: float = DEFAULT_TIMEOUT
     retries: int = DEFAULT_RETRIES
-    checkpoint: str | None = None
+    checkpoint: Checkpoint | str | None = None
     chains: tuple[tuple[int, str], ...] = ()
+
+    @property
+    def display(self) -> str:
+        """Where the publication is, as reports name it (a URL's user information hidden)."""
+        return Fetcher(self.location, self.timeout, self.retries).display("")
+
+    def reopen(self) -> Publication:
+        """The publication this names (`PublicationUnavailable` when its checkpoint cannot be read)."""
+        return Publication(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,24 +78,35 @@ class PublicationLocation:
     display: str
     target: PublicationTarget
 
+    def reopen(self) -> Publication:
+        """The same publication, in another process: its checkpoint and the chain hashes known, not read again."""
+        return Publication(self.target)
+
 
 class Publication:
     """An opened publication: the checkpoint read once; `snapshot()` and `scan()` as a store's (see the module)."""
 
     def __init__(self, target: PublicationTarget) -> None:
         self._fetcher = Fetcher(target.location, target.timeout, target.retries)
-        text = target.checkpoint
+        self.checkpoint = self._read_checkpoint(target.checkpoint)
+        assert self.checkpoint.note is not None  # read from a note
+        self.note = self.checkpoint.note
+        self.size = self.checkpoint.seq
+        self._snapshot = PublicationSnapshot(self, dict(target.chains))
+        self._target = dataclasses.replace(target, checkpoint=self.checkpoint)
+        self._findings: list[Finding] = []
+
+    def _read_checkpoint(self, given: Checkpoint | str | None) -> Checkpoint:
+        """The checkpoint as read already (parsed), or read now from its text or the publication's file."""
+        if isinstance(given, Checkpoint):
+            return given
+        text = given
         if text is None:
             text = self._fetcher.read("checkpoint", CHECKPOINT_LIMIT).decode("utf-8", "replace")
         try:
-            self.checkpoint = Checkpoint.from_note(text, source=self._fetcher.display("checkpoint"))
+            return Checkpoint.from_note(text, source=self._fetcher.display("checkpoint"))
         except (CheckpointError, NoteError) as error:
             raise PublicationUnavailable(f"{clip(str(error), 200)}: not a signed checkpoint") from None
-        self.note = text
-        self.size = self.checkpoint.seq
-        self._snapshot = PublicationSnapshot(self, dict(target.chains))
-        self._target = dataclasses.replace(target, checkpoint=text)
-        self._findings: list[Finding] = []
 
     @classmethod
     def open(cls, target: PublicationTarget) -> Publication:
@@ -116,6 +138,18 @@ class Publication:
     def tree(self) -> PublishedTree:
         """A `NodeReader` over the whole published tree, from its tiles."""
         return self._snapshot.tree(self.size)
+
+    def published(self) -> Checkpoint:
+        """The checkpoint the publication is read from, which the audit holds its rows against."""
+        return self.checkpoint
+
+    def linked_from(self, since: Checkpoint | None) -> Publication:
+        """This publication, its rows after a verified `since` (below its size) linked from its chain hash: the
+        chain is recomputed from the entries, and would otherwise be walked from the genesis."""
+        chains = self._target.chains
+        if since is not None and 0 < since.seq < self.size:
+            chains = (*chains, (since.seq, since.chain_hash))
+        return Publication(dataclasses.replace(self._target, chains=chains))
 
     def take_findings(self) -> list[Finding]:
         """The `published_mismatch` findings of the rows scanned since the last call."""
@@ -268,15 +302,19 @@ class PublicationSnapshot:
         values = entry_row(self._entries(number, None)[(seq - 1) & 0xFF], seq)
         return seq, self.chain_at(seq), values[_BUDGET_ID]
 
+    def raw_row(self, budget_id: str) -> tuple[Any, ...] | None:
+        """The row with this budget_id (17 values, chain hash), found by reading the entries in order, or None."""
+        for batch in self.rows(0, self._size, 2000):
+            for row in batch:
+                if row[_BUDGET_ID] == budget_id:
+                    return row
+        return None
+
     def link_at_or_before(self, seq: int) -> tuple[int, str] | None:
         """(seq, chain hash) of the last row at or before `seq`."""
         seq = min(seq, self._size)
         chain = self.chain_at(seq) if seq > 0 else None
         return None if chain is None else (seq, chain)
-
-    def misplaced_rows(self, max_seq: int) -> list[tuple[Any, Any]]:
-        """None: an entry's place is its seq."""
-        return []
 
     # -- the tree -----------------------------------------------------------------------------------------------
 
@@ -303,10 +341,6 @@ class PublicationSnapshot:
             if (index + 1) << level > self._size:
                 return
             yield index, tree.node(level, index).hex()
-
-    def misplaced_nodes(self, size: int) -> list[tuple[Any, Any]]:
-        """None: a tile holds only the nodes of its place."""
-        return []
 
     # -- the checkpoint -----------------------------------------------------------------------------------------
 
@@ -373,25 +407,13 @@ class PublicationSnapshot:
         """None: a publication keeps no witness sizes."""
         return []
 
-    def _signatures(self) -> list[Any]:
-        try:
-            return list(parse_note(self._publication.note).signatures)
-        except NoteError:
-            return []
+    def _signatures(self) -> list[Signature]:
+        return self._publication.checkpoint.signatures()  # parsed once, when the checkpoint was read
 
-    # -- what only a database has --------------------------------------------------------------------------------
-
-    def schema_problems(self) -> list[str]:
-        """None: a publication has no schema."""
-        return []
-
-    def repair_problems(self) -> list[str]:
-        """None: a publication has no repairs table."""
-        return []
-
-    def write_privileges(self) -> list[str]:
-        """None: the audit only reads files."""
-        return []
+    def health(self) -> None:
+        """None: a publication is files, with no schema, guard, repairs or grants, and an entry's place is its seq
+        and a tile's nodes are those of its place (nothing can be misplaced)."""
+        return
 
 
 def _published_mismatch(entry: bytes, seq: int) -> Finding:

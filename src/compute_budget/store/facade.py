@@ -26,6 +26,7 @@ from compute_budget.core.log.note import SignerKey, VerifierKey
 from compute_budget.core.policy.rules import V1, BudgetPolicy
 from compute_budget.core.policy.types import ComputeBudgetStatus
 from compute_budget.core.row import StoredDecision
+from compute_budget.core.verify import Finding
 from compute_budget.store import seal_tables as sealing
 from compute_budget.store.backend import Location
 from compute_budget.store.browse import Browsing, DecisionFilter, Link, Page
@@ -319,6 +320,18 @@ class BudgetStore:
         """Raw rows with low < seq <= high in seq order, as batches of plain tuples, streamed: SQLite's own
         cursor (the fastest way through the rows), a server-side cursor elsewhere."""
         return self._scans.scan(low, high, batch_rows=batch_rows)
+
+    def published(self) -> None:
+        """None: a database serves no checkpoint to read first; its signed checkpoints are stored with its rows."""
+        return
+
+    def linked_from(self, since: Checkpoint | None) -> Self:
+        """This store: each row stores its own chain hash, so none is taken from a checkpoint."""
+        return self
+
+    def take_findings(self) -> list[Finding]:
+        """Nothing: a database's rows are read as stored, and the audit checks them."""
+        return []
 
     @property
     def engine(self) -> Engine:

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import URL
+
+if TYPE_CHECKING:
+    from compute_budget.store.facade import BudgetStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,3 +32,9 @@ class Location:
         if self.sqlite_path is not None:
             return str(self.sqlite_path)
         return self.url.render_as_string(hide_password=False)
+
+    def reopen(self) -> BudgetStore:
+        """The store here, opened read-only (an audit's worker process reads it so)."""
+        from compute_budget.store.facade import BudgetStore  # here: the backends import this module
+
+        return BudgetStore.open(self.target, readonly=True)

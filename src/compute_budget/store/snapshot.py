@@ -167,6 +167,12 @@ class Snapshot:
             return None
         return row[0], row[1]
 
+    # -- the database's own health (`auditor.source.DatabaseHealth`) ------------------------------------------------
+
+    def health(self) -> Snapshot:
+        """This snapshot: a database answers the health checks itself, in the same transaction as its rows."""
+        return self
+
     def schema_problems(self) -> list[str]:
         """How the guard and the guarded tables differ from what this release creates (empty: they do not)."""
         return schema_problems(self._connection)

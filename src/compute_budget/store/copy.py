@@ -19,7 +19,7 @@ from compute_budget.core.log.merkle import CompactRange
 from compute_budget.core.seal_checks import TreeCheck
 from compute_budget.core.verify import RangeResult, check_row
 from compute_budget.errors import CopyVerificationFailed, InputError, StoreUnavailable
-from compute_budget.store import BudgetStore
+from compute_budget.store.facade import BudgetStore
 from compute_budget.store.seal_tables import check_origin_name
 from compute_budget.store.seal_tables import new_origin as fresh_origin
 from compute_budget.store.snapshot import Snapshot
