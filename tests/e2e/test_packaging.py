@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+import email.parser
+import importlib.metadata
 import re
 import subprocess
 import sys
@@ -9,14 +12,16 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.conftest import REPO_ROOT
 
 
-@pytest.mark.slow
-def test_wheel_records_and_audits_outside_the_checkout(tmp_path: Path) -> None:
-    """A non-editable wheel, unpacked away from the repository, creates its database by migrations."""
-    wheels = tmp_path / "wheels"
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project built as a wheel, once for this module."""
+    wheels = tmp_path_factory.mktemp("wheels")
     built = subprocess.run(
         # No build isolation: the build backend comes from the test environment, so no network is needed.
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
@@ -24,7 +29,13 @@ def test_wheel_records_and_audits_outside_the_checkout(tmp_path: Path) -> None:
         capture_output=True, text=True, check=False,
     )
     assert built.returncode == 0, built.stderr
-    (wheel,) = wheels.glob("compute_budget-*.whl")
+    (found,) = wheels.glob("compute_budget-*.whl")
+    return found
+
+
+@pytest.mark.slow
+def test_wheel_records_and_audits_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:
+    """A non-editable wheel, unpacked away from the repository, creates its database by migrations."""
     names = zipfile.ZipFile(wheel).namelist()
     assert "compute_budget/store/alembic/env.py" in names
     assert "compute_budget/store/alembic/script.py.mako" in names
@@ -50,36 +61,76 @@ def test_wheel_records_and_audits_outside_the_checkout(tmp_path: Path) -> None:
     assert (work / "compute_budget.db").is_file()
 
 
-@pytest.mark.slow
-def test_the_test_extra_alone_runs_a_test_that_needs_mypy(tmp_path: Path) -> None:
-    """Issue 18: the package built into a fresh virtual environment with only `[test]` (nothing of `[dev]`, nothing
-    of this environment) runs tests/e2e/test_public_api.py, which type-checks a client with mypy. A tool a test needs
-    but only `[dev]` installs fails here, as it would on a newcomer's machine."""
-    import os
+def _requirements(wheel: Path) -> list[Requirement]:
+    """The wheel's `Requires-Dist` lines, parsed."""
+    archive = zipfile.ZipFile(wheel)
+    (metadata_name,) = [name for name in archive.namelist() if name.endswith(".dist-info/METADATA")]
+    metadata = email.parser.Parser().parsestr(archive.read(metadata_name).decode("utf-8"))
+    return [Requirement(line) for line in metadata.get_all("Requires-Dist") or []]
 
-    venv = tmp_path / "venv"
-    made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, check=False)
-    assert made.returncode == 0, made.stderr
-    python = str(venv / "bin" / "python")
-    installed = subprocess.run(
-        [python, "-m", "pip", "install", "-q", f"{REPO_ROOT}[test]"], capture_output=True, text=True, check=False,
-        timeout=1200,
-    )
-    assert installed.returncode == 0, installed.stderr
-    where = subprocess.run([python, "-c", "import compute_budget; print(compute_budget.__file__)"],
-                           cwd=tmp_path, capture_output=True, text=True, check=False)
-    assert where.returncode == 0, where.stderr
-    assert where.stdout.startswith(str(venv)), where.stdout  # the built package, not this checkout's src/
-    environment = {key: value for key, value in os.environ.items()
-                   if not key.startswith(("PYTEST_", "COMPUTE_BUDGET_", "COV_", "VIRTUAL_ENV"))}
-    public_api = REPO_ROOT / "tests" / "e2e" / "test_public_api.py"
-    done = subprocess.run(
-        [python, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(public_api)],
-        cwd=REPO_ROOT, env=environment, capture_output=True, text=True, check=False, timeout=900,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert re.search(r"\b[1-9]\d* passed\b", done.stdout), done.stdout[-500:]
-    assert not re.search(r"\b(failed|error|errors|skipped)\b", done.stdout.splitlines()[-1]), done.stdout[-500:]
+
+def _installed_by(requirements: list[Requirement], extra: str) -> set[str]:
+    """The distributions `pip install 'compute-budget[extra]'` asks for by name: the dependencies, the extra's, and
+    those of the project's own extras it names (`compute-budget[workbench]`)."""
+    wanted, extras, seen = set(), [extra], set()
+    while extras:
+        current = extras.pop()
+        seen.add(current)
+        for requirement in requirements:
+            marker = requirement.marker
+            if marker is not None and not marker.evaluate({"extra": current}):
+                continue
+            name = canonicalize_name(requirement.name)
+            if name == "compute-budget":
+                extras += [item for item in requirement.extras if item not in seen]
+            else:
+                wanted.add(name)
+    return wanted
+
+
+def _third_party_modules_the_tests_use() -> set[str]:
+    """Top-level modules the test files import, or run with `python -m`, that are neither the standard library
+    nor this project's."""
+    found = set()
+    for path in (REPO_ROOT / "tests").rglob("*.py"):
+        source = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                found.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+        # a module a Python interpreter is told to run (`[sys.executable, "-m", "mypy", ...]`), not a program's -m
+        found.update(re.findall(r'(?:executable|python), "-m", "([A-Za-z_][A-Za-z0-9_]*)"', source))
+    # pip comes with every virtual environment (`python3 -m venv`), as the README's test command makes it
+    ours_or_given = ("compute_budget", "tests", "pip")
+    return {name for name in found if name not in sys.stdlib_module_names and name not in ours_or_given}
+
+
+@pytest.mark.slow
+def test_the_test_extra_installs_every_package_a_test_uses(wheel: Path) -> None:
+    """The wheel's `test` extra names, directly or through the project's own extras, a distribution for every
+    third-party module the tests import or run (mypy, pytest, playwright, ...): a tool only `dev` installs fails
+    here, as it would on a newcomer's machine that ran the README's test command. (CI runs that command in a fresh
+    environment with `[test]` alone, which is the end-to-end check of the same rule.)"""
+    test_extra = _installed_by(_requirements(wheel), "test")
+    assert {"pytest", "mypy", "hypothesis", "pytest-xdist", "playwright", "starlette"} <= test_extra
+    providers = importlib.metadata.packages_distributions()
+    uncovered = []
+    for module in sorted(_third_party_modules_the_tests_use()):
+        distributions = {canonicalize_name(name) for name in providers.get(module, [])}
+        assert distributions, f"no installed distribution provides {module!r}, which a test uses"
+        if not distributions & test_extra:
+            uncovered.append(f"{module} (from {', '.join(sorted(distributions))})")
+    assert uncovered == [], "modules the tests use that the `test` extra does not install"
+
+
+def test_the_extra_check_sees_what_only_dev_installs() -> None:
+    """The check above is not vacuous: ruff is in `dev` only, so a test importing it would be reported."""
+    requirements = [Requirement('ruff>=0.5; extra == "dev"'), Requirement('pytest>=8.0; extra == "test"'),
+                    Requirement('compute-budget[workbench]; extra == "test"'),
+                    Requirement('starlette>=0.40; extra == "workbench"')]
+    assert _installed_by(requirements, "test") == {"pytest", "starlette"}
+    assert "ruff" in _installed_by(requirements, "dev")
 
 
 @pytest.mark.slow
