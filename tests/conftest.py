@@ -131,15 +131,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if folder is None:
         return
     os.environ.pop("COMPUTE_BUDGET_TEST_PG_CLUSTER", None)
+    import contextlib
+
     from tests import pg_cluster
 
     if (folder / "url").exists():
         pg_cluster.stop(folder)
-    else:
-        import contextlib
-
-        with contextlib.suppress(OSError):
-            (folder.parent / (folder.name + ".lock")).unlink()
+    with contextlib.suppress(OSError):
+        (folder.parent / (folder.name + ".lock")).unlink()
 
 
 _CLUSTER_KEY = pytest.StashKey[Path]()

@@ -16,10 +16,18 @@ from compute_budget.core.log.key_states import (
     parse_key_state,
     signature_problem,
 )
-from compute_budget.core.log.note import VerifierKey, add_signature, format_checkpoint, generate_signer, sign_note
+from compute_budget.core.log.note import (
+    SignerKey,
+    VerifierKey,
+    add_signature,
+    format_checkpoint,
+    generate_signer,
+    sign_note,
+)
 from compute_budget.errors import KeyStateError, NoteError
 
-KEY = generate_signer("writer@example.org:8080").verifier()
+# A fixed seed: the key text is part of test ids, which every test process must collect alike (pytest-xdist).
+KEY = SignerKey.from_seed("writer@example.org:8080", bytes(range(32))).verifier()
 ROOT = bytes(range(32))
 ROOT_B64 = base64.b64encode(ROOT).decode("ascii")
 
