@@ -233,6 +233,34 @@ def empty_store_path(sqlite_template: Path, tmp_path: Path) -> Path:
     return Path(shutil.copyfile(sqlite_template, tmp_path / "store.db"))
 
 
+BuiltOnce = Callable[[str, Callable[[Path], None]], Path]
+
+
+@pytest.fixture(scope="module")
+def built_once(tmp_path_factory: pytest.TempPathFactory) -> BuiltOnce:
+    """`built_once(name, build)`: a folder `build(folder)` filled, made once per test module and name, for set-ups
+    that many tests only read (a signed SQLite store and its publication, say). A test copies it into its own
+    folder (`copy_built`) and changes only its copy."""
+    made: dict[str, Path] = {}
+
+    def get(name: str, build: Callable[[Path], None]) -> Path:
+        if name not in made:
+            folder = tmp_path_factory.mktemp(name)
+            build(folder)
+            made[name] = folder
+        return made[name]
+
+    return get
+
+
+def copy_built(built: Path, destination: Path) -> Path:
+    """Copy a `built_once` folder's files into `destination` (which may exist, holding an empty store to replace)."""
+    import shutil
+
+    shutil.copytree(built, destination, dirs_exist_ok=True)
+    return destination
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def store_target(request: pytest.FixtureRequest) -> str:
     """An empty store at the schema head on each backend under test (a path for SQLite, a URL for PostgreSQL), as

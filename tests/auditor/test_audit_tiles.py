@@ -14,28 +14,43 @@ import pytest
 from compute_budget.auditor.report import AuditReport
 from compute_budget.auditor.request import AuditRequest
 from compute_budget.auditor.scan import run_audit
-from compute_budget.core.log.note import SignerKey, generate_signer
+from compute_budget.core.log.note import SignerKey
 from compute_budget.errors import PublicationUnavailable
 from compute_budget.publication.snapshot import PublicationTarget
 from compute_budget.store import BudgetStore
-from tests.conftest import make_gate
+from tests.backends import is_postgres
+from tests.conftest import BuiltOnce, copy_built, make_gate
 from tests.publications import publish_store, served_folder
 
 ORIGIN = "example.org/budget-log"
 ROWS = 600
 
 
+# One writer for the module: the publication below is built once and copied, so every test must trust its key.
+WRITER = SignerKey.from_seed("writer", bytes(range(32)))
+
+
 @pytest.fixture
 def writer() -> SignerKey:
-    return generate_signer("writer")
+    return WRITER
+
+
+def _publish_signed_store(folder: Path, store: str) -> None:
+    """`ROWS` rows signed by `WRITER` into `store` (its writer state in `folder`), published into `published/`."""
+    with BudgetStore.open(store, origin=ORIGIN, signing_key=WRITER, writer_state=folder / "writer.state") as opened:
+        opened.record_many([make_gate(decision_id=f"row-{index}") for index in range(ROWS)])
+    publish_store(store, folder / "published", WRITER.verifier())
 
 
 @pytest.fixture
-def folder(store_target: str, tmp_path: Path, writer: SignerKey, writer_state_env: Path) -> Path:
-    """A signed store of `ROWS` rows on each backend, published."""
-    with BudgetStore.open(store_target, origin=ORIGIN, signing_key=writer) as store:
-        store.record_many([make_gate(decision_id=f"row-{index}") for index in range(ROWS)])
-    return publish_store(store_target, tmp_path / "published", writer.verifier())
+def folder(store_target: str, tmp_path: Path, built_once: BuiltOnce) -> Path:
+    """A signed store of `ROWS` rows on each backend, published (on SQLite, a copy of one built once per module)."""
+    if is_postgres(store_target):
+        _publish_signed_store(tmp_path, store_target)
+    else:
+        copy_built(built_once("published", lambda built: _publish_signed_store(built, str(built / "store.db"))),
+                   tmp_path)
+    return tmp_path / "published"
 
 
 @pytest.fixture

@@ -15,11 +15,11 @@ from xml.etree import ElementTree
 import pytest
 
 from compute_budget.core.leaf import leaf_input
-from compute_budget.core.log.note import SignerKey
-from compute_budget.keys.key_files import load_signer_key
+from compute_budget.core.log.note import SignerKey, generate_signer
+from compute_budget.keys.key_files import load_signer_key, write_new_signer_key
 from compute_budget.store import BudgetStore
-from tests.backends import tamper
-from tests.conftest import gate_lines
+from tests.backends import is_postgres, tamper
+from tests.conftest import BuiltOnce, copy_built, gate_lines
 from tests.e2e.test_docs import OPERATIONS, commands, fenced, shell
 from tests.publications import publish_store, served_folder, write_publication, write_tiles
 from tests.witnessing import LOG, WITNESS, Served
@@ -55,16 +55,31 @@ def _record(run_cli: Run, store: str, key_file: Path, count: int, prefix: str, *
     assert status == 0, err
 
 
+def _publish_signed_store(folder: Path, store: str) -> None:
+    """Into `folder`: a writer key (`writer.key`, its state beside it), `ROWS` signed rows recorded into `store`,
+    and their publication (`published/`)."""
+    key = generate_signer("writer")
+    write_new_signer_key(folder / "writer.key", key)
+    gates = [json.loads(line) for line in gate_lines(ROWS, prefix="night")]
+    with BudgetStore.open(store, signing_key=str(folder / "writer.key"), origin=ORIGIN) as opened:
+        opened.record_many(gates)
+    publish_store(store, folder / "published", key.verifier())
+
+
 @pytest.fixture
-def published(run_cli: Run, store_target: str, tmp_path: Path) -> Iterator[Published]:
-    """A signed store of `ROWS` rows on each backend, published into a folder served on loopback."""
+def published(store_target: str, tmp_path: Path, built_once: BuiltOnce) -> Iterator[Published]:
+    """A signed store of `ROWS` rows on each backend, published into a folder served on loopback (on SQLite, a copy
+    of one built once for this module)."""
+    if is_postgres(store_target):
+        _publish_signed_store(tmp_path, store_target)
+    else:
+        built = built_once("published", lambda folder: _publish_signed_store(folder, str(folder / "store.db")))
+        copy_built(built, tmp_path)
+        assert Path(store_target) == tmp_path / "store.db"
     key_file = tmp_path / "writer.key"
-    assert run_cli("keygen", "writer", "--out", str(key_file))[0] == 0
-    _record(run_cli, store_target, key_file, ROWS, "night", "--origin", ORIGIN)
     key = load_signer_key(str(key_file))
-    folder = publish_store(store_target, tmp_path / "published", key.verifier())
-    with served_folder(folder) as url:
-        yield Published(store_target, key_file, key, folder, url)
+    with served_folder(tmp_path / "published") as url:
+        yield Published(store_target, key_file, key, tmp_path / "published", url)
 
 
 def _kinds(report: dict) -> list[tuple[str, int | None]]:  # type: ignore[type-arg]

@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from compute_budget.keys.key_files import load_signer_key
-from tests.conftest import gate_lines
+from compute_budget.core.log.note import generate_signer
+from compute_budget.keys.key_files import load_signer_key, write_new_signer_key
+from compute_budget.store import BudgetStore
+from tests.backends import is_postgres
+from tests.conftest import BuiltOnce, copy_built, gate_lines
 from tests.publications import publish_store, served_folder
 from tests.witnessing import LOG, WITNESS, Served
 from tests.witnessing import ORIGIN as WITNESSED_ORIGIN
@@ -20,19 +23,28 @@ Run = Callable[..., tuple[int, str, str]]
 ORIGIN = "example.org/budget-log"
 
 
+def _publish_signed_store(folder: Path, store: str) -> None:
+    """Into `folder`: a writer key (`writer.key`, its state beside it), 300 signed rows recorded into `store`, and
+    their publication (`published/`)."""
+    key = generate_signer("writer")
+    write_new_signer_key(folder / "writer.key", key)
+    with BudgetStore.open(store, signing_key=str(folder / "writer.key"), origin=ORIGIN) as opened:
+        opened.record_many([json.loads(line) for line in gate_lines(300)])
+    publish_store(store, folder / "published", key.verifier())
+
+
 @pytest.fixture
-def publication(run_cli: Run, store_target: str, tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
-    """(URL, writer verifier key, folder) of a 300-row store published and served."""
-    key_file = tmp_path / "writer.key"
-    assert run_cli("keygen", "writer", "--out", str(key_file))[0] == 0
-    gates = tmp_path / "gates.jsonl"
-    gates.write_text("\n".join(gate_lines(300)) + "\n")
-    recorded = run_cli("record", str(gates), "--db", store_target, "--signing-key", str(key_file), "--origin", ORIGIN)
-    assert recorded[0] == 0
-    key = load_signer_key(str(key_file)).verifier()
-    folder = publish_store(store_target, tmp_path / "published", key)
-    with served_folder(folder) as url:
-        yield url, key.format(), folder
+def publication(store_target: str, tmp_path: Path, built_once: BuiltOnce) -> Iterator[tuple[str, str, Path]]:
+    """(URL, writer verifier key, folder) of a 300-row store published and served (on SQLite, a copy of one built
+    once for this module)."""
+    if is_postgres(store_target):
+        _publish_signed_store(tmp_path, store_target)
+    else:
+        copy_built(built_once("publication", lambda folder: _publish_signed_store(folder, str(folder / "store.db"))),
+                   tmp_path)
+    key = load_signer_key(str(tmp_path / "writer.key")).verifier()
+    with served_folder(tmp_path / "published") as url:
+        yield url, key.format(), tmp_path / "published"
 
 
 def test_a_receipt_by_seq_and_by_budget_id_verifies_in_both_formats(
