@@ -17,8 +17,7 @@ from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.key_states import KeyStates
 from compute_budget.core.log.note import Signature, VerifierKey, parse_note
 from compute_budget.core.seal_checks import trusted_signers
-from compute_budget.errors import CheckpointError, NoteError
-from compute_budget.publisher.errors import NothingToPublish
+from compute_budget.errors import CheckpointError, NoteError, NothingToPublish
 from compute_budget.store.snapshot import Snapshot
 
 MAX_CANDIDATES_PER_KEY = 1000  # a table of forged notes is passed over this far, then the publish stops and says so
