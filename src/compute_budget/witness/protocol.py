@@ -16,11 +16,13 @@ from compute_budget.core.log.cosignature import WitnessSigner
 from compute_budget.core.log.merkle import verify_consistency
 from compute_budget.core.log.note import (
     NoteVerification,
+    ParsedNote,
     Signature,
     TlogCheckpoint,
     VerifierKey,
     parse_note,
     parse_tlog_checkpoint,
+    verified_signatures,
     verify_note,
 )
 from compute_budget.errors import NoteError
@@ -192,14 +194,10 @@ class Witness:
 def _verified_lines(parsed: Submission, verification: NoteVerification) -> str:
     """The note's signature lines that verify under the log's keys: the first good line of each key, in key order.
     Junk lines (unknown keys, bad signatures) are dropped, so they cannot make one signed text many notes."""
-    keys = {(key.name, key.key_hash): key for key in verification.verified}
-    message = parsed.text.encode("utf-8")
     good: dict[tuple[str, int], Signature] = {}
-    for line in parsed.signatures:
-        slot = (line.name, line.key_hash)
-        key = keys.get(slot)
-        if slot not in good and key is not None and key.verify(message, line.signature):
-            good[slot] = line
+    note = ParsedNote(parsed.text, list(parsed.signatures))
+    for line in verified_signatures(parsed.text, [note], verification.verified):
+        good.setdefault((line.name, line.key_hash), line)
     return "".join(good[slot].line() for slot in sorted(good))
 
 
