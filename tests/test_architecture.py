@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import builtins
 import inspect
 import shutil
 import subprocess
@@ -114,43 +113,6 @@ def test_the_store_speaks_no_http() -> None:
     speaking = {path.name: _http_imports(path) for path in sorted(store.rglob("*.py")) if _http_imports(path)}
     assert speaking == {}
     assert _http_imports(REPO_ROOT / "src" / "compute_budget" / "witness" / "client.py") != []
-
-
-# The CLI's exits are Click's exceptions, which errors.py cannot hold without loading Click into the pure core; and
-# SIGTERM is raised as an interrupt, not an error.
-_EXCEPTIONS_OUTSIDE_ERRORS = {"cli/app.py": {"CannotRun", "Terminated"}, "cli/audit_reports.py": {"ReportsNotWritten"}}
-
-
-def _exception_classes() -> dict[str, set[str]]:
-    """The public exception classes each module of the package defines (by base name, followed to a fixpoint)."""
-    classes = {
-        path.relative_to(PACKAGE).as_posix(): [
-            (node.name, {ast.unparse(base).rpartition(".")[2] for base in node.bases})
-            for node in ast.parse(path.read_text(encoding="utf-8")).body
-            if isinstance(node, ast.ClassDef)
-        ]
-        for path in sorted(PACKAGE.rglob("*.py"))
-    }
-    known = {
-        name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, BaseException)
-    }
-    known.add("ClickException")
-    while True:
-        grown = known | {name for found in classes.values() for name, bases in found if bases & known}
-        if grown == known:
-            break
-        known = grown
-    return {
-        module: {name for name, _ in found if name in known and not name.startswith("_")}
-        for module, found in classes.items()
-    }
-
-
-def test_every_public_exception_class_is_defined_in_errors() -> None:
-    """Issue 35: one home per kind of thing. A module's private control-flow signals may stay beside their use."""
-    found = {module: names for module, names in _exception_classes().items() if names and module != "errors.py"}
-    assert found == _EXCEPTIONS_OUTSIDE_ERRORS
-    assert len(_exception_classes()["errors.py"]) > 40  # the check reads what it should
 
 
 def test_every_module_of_the_core_sits_in_a_room_the_contracts_name() -> None:

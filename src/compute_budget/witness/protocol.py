@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from compute_budget.core.log.cosignature import WitnessSigner
+from compute_budget.core.log.encoding import strict_b64decode
 from compute_budget.core.log.merkle import verify_consistency
 from compute_budget.core.log.note import (
     NoteVerification,
@@ -89,11 +90,8 @@ def parse_submission(body: bytes) -> Submission | Answer:
         return Answer(400, f"more than {MAX_PROOF_LINES} proof lines\n")
     proof: list[bytes] = []
     for line in lines[1:]:
-        try:
-            raw = base64.b64decode(line, validate=True)
-        except ValueError:
-            raw = b""
-        if len(raw) != 32 or base64.b64encode(raw).decode("ascii") != line:
+        raw = strict_b64decode(line)
+        if raw is None or len(raw) != 32:
             return Answer(400, "a proof line is not the base64 of a 32-byte hash\n")
         proof.append(raw)
     try:
