@@ -298,4 +298,4 @@ def gate_lines(count: int, *, prefix: str = "gate") -> list[str]:
     return lines
 
 
-from tests.witnessing import http_servers, served, witness_servers  # noqa: E402, F401  (witnesses served over HTTP, for every module)
+from tests.witnessing import http_servers, served, witness_servers, writer  # noqa: E402, F401  (witnesses served over HTTP, the writer's key file, for every module)

@@ -11,7 +11,7 @@ SPAWNS = ("subprocess.", "Popen", "ProcessPoolExecutor", "multiprocessing", '"--
 TESTS = REPO_ROOT / "tests"
 PACKAGE = REPO_ROOT / "src" / "compute_budget"
 # The checks of the whole house, which belong to no one room: the only test files that sit flat in tests/.
-HOUSE_WIDE = ("test_architecture.py", "test_suite_conventions.py")
+HOUSE_WIDE = ("test_architecture.py", "test_one_home.py", "test_suite_conventions.py")
 # Whole-system tests (processes, the docs' recipes, packaging, the browser): the one folder that is no room of the
 # package.
 WHOLE_SYSTEM = "e2e"

@@ -36,6 +36,18 @@ OTHER = SignerKey.from_seed("example.org/other", bytes(range(1, 33)))
 WITNESS = WitnessSigner.from_seed("witness.example/w1", bytes(32))
 TREE = MemoryTree(leaf_hash(b"row %d" % index) for index in range(64))
 FORK = MemoryTree(leaf_hash(b"row %d" % index if index < 5 else b"forged %d" % index) for index in range(64))
+WRITER_KEY = LOG.verifier().format()  # the writer's verifier key, as --trusted-key takes it
+WITNESS_KEY = WITNESS.verifier().format()
+
+
+@pytest.fixture
+def writer(tmp_path: Path) -> Path:
+    """The writer's key file: the log key (`LOG`) the witnesses trust for ORIGIN (every module gets it through
+    conftest)."""
+    key = tmp_path / "writer.key"
+    key.write_text(LOG.format() + "\n")
+    key.chmod(0o600)
+    return key
 
 
 def note(size: int, *, tree: MemoryTree = TREE, origin: str = ORIGIN, signer: SignerKey = LOG) -> str:

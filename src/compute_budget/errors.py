@@ -337,3 +337,49 @@ class PublicationUnavailable(StoreUnavailable):
     """A published log (spec section 10) cannot be read as one: a missing tile, bundle or checkpoint, a server that
     answers too slowly, too much or with HTML, or a file of the wrong size (`audit --tiles`, `prove --tiles`:
     exit 2)."""
+
+
+class PublicationMissing(PublicationUnavailable):
+    """The publication has no such file (a 404, or no such file in the folder)."""
+
+
+# What stops `publish` from running (exit 2), each one actionable line. Results a person must look at (the audit's
+# findings, `bad_signature`, `published_mismatch`) are not errors: they come back in `PublishOutcome` (exit 1).
+class PublishError(ComputeBudgetError):
+    """A publication cannot be written as asked; nothing was written."""
+
+
+class PublishFolderRefused(PublishError, InputError):
+    """DIR cannot be used: not a folder, a symbolic link inside it, a file that cannot be read or written."""
+
+
+class PublishBusy(PublishError):
+    """Another `publish` holds DIR/.publish.lock."""
+
+
+class NothingToPublish(PublishError, StoreError):
+    """The store holds no checkpoint that verifies under a trusted key (and, with witness keys, carries K valid
+    cosignatures)."""
+
+
+class EntryTooLong(PublishError, StoreError):
+    """A row whose leaf input is over 65,535 bytes (recorded before spec 9.9.8) cannot be a C2SP entry."""
+
+    def __init__(self, message: str, *, seq: int) -> None:
+        super().__init__(message)
+        self.seq = seq
+
+
+class CannotListen(ComputeBudgetError):
+    """A server cannot listen on the address asked for (the port is in use, or the host is unknown)."""
+
+
+# Two signals inside the HTTP servers, each answered there (a bare 400, a page saying which parameter): never raised
+# to a caller, so not under the root.
+class ClientGone(Exception):
+    """The client closed its connection before its whole request body arrived: nothing is done and nothing can be
+    answered (the servers reply with a bare 400 nobody reads, instead of logging a traceback)."""
+
+
+class BadQuery(ValueError):
+    """A query parameter of the Workbench's decisions page that cannot be used (the page says which, status 400)."""

@@ -11,11 +11,7 @@ import socket
 from collections.abc import AsyncIterator, Iterable, MutableMapping
 from typing import Any
 
-from compute_budget.errors import ComputeBudgetError
-
-
-class CannotListen(ComputeBudgetError):
-    """A server cannot listen on the address asked for (the port is in use, or the host is unknown)."""
+from compute_budget.errors import CannotListen, ClientGone
 
 
 def is_loopback(host: str) -> bool:
@@ -74,11 +70,6 @@ def host_of(scope: MutableMapping[str, Any]) -> str | None:
             found = _HOST_HEADER.fullmatch(value.decode("latin-1").lower())
             return found.group(1) if found else None
     return None
-
-
-class ClientGone(Exception):
-    """The client closed its connection before its whole request body arrived: nothing is done and nothing can be
-    answered (the servers reply with a bare 400 nobody reads, instead of logging a traceback)."""
 
 
 async def answer_client_gone(_request: Any, _error: Exception) -> Any:

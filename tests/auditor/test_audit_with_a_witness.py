@@ -15,20 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import gate_lines
-from tests.witnessing import LOG, ORIGIN, WITNESS, Served
+from tests.witnessing import ORIGIN, WITNESS, WITNESS_KEY, WRITER_KEY, Served
 
 Run = Callable[..., tuple[int, str, str]]
-WITNESS_KEY = WITNESS.verifier().format()
-WRITER_KEY = LOG.verifier().format()
-
-
-@pytest.fixture
-def writer(tmp_path: Path) -> Path:
-    """The writer's key file (the log key the witness trusts for ORIGIN)."""
-    key = tmp_path / "writer.key"
-    key.write_text(LOG.format() + "\n")
-    key.chmod(0o600)
-    return key
 
 
 def _record(run_cli: Run, db: Path, writer: Path, count: int, prefix: str, *witness: str) -> None:

@@ -19,21 +19,10 @@ from compute_budget.core.log.cosignature import valid_cosignatures
 from compute_budget.core.log.note import SignerKey, format_checkpoint, parse_note, sign_note
 from tests.backends import execute, query
 from tests.conftest import gate_lines
-from tests.witnessing import LOG, ORIGIN, WITNESS, Served, free_port, witness_process
+from tests.witnessing import LOG, ORIGIN, WITNESS, WITNESS_KEY, WRITER_KEY, Served, free_port, witness_process
 
 Run = Callable[..., tuple[int, str, str]]
-WITNESS_KEY = WITNESS.verifier().format()
-WRITER_KEY = LOG.verifier().format()
 AUDITOR = SignerKey.from_seed("auditor.example", bytes(range(2, 34)))
-
-
-@pytest.fixture
-def writer(tmp_path: Path) -> Path:
-    """The writer's key file (the log key the served witness trusts for ORIGIN)."""
-    key = tmp_path / "writer.key"
-    key.write_text(LOG.format() + "\n")
-    key.chmod(0o600)
-    return key
 
 
 @pytest.fixture

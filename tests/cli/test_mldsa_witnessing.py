@@ -19,22 +19,12 @@ from compute_budget import decide
 from compute_budget.core.log.cosignature import WitnessKey, WitnessSigner
 from compute_budget.core.log.mldsa_cosignature import ALGORITHM_MLDSA44_COSIGNATURE
 from tests.conftest import gate_lines
-from tests.witnessing import LOG, ORIGIN, WITNESS, Served, WitnessFactory
+from tests.witnessing import ORIGIN, WITNESS, WRITER_KEY, Served, WitnessFactory
 
 Run = Callable[..., tuple[int, str, str]]
 MLDSA = WitnessSigner.from_seed("witness.example/pq", bytes(range(32)), ALGORITHM_MLDSA44_COSIGNATURE)
 MLDSA_KEY = MLDSA.verifier().format()
 ED25519_KEY = WITNESS.verifier().format()
-WRITER_KEY = LOG.verifier().format()
-
-
-@pytest.fixture
-def writer(tmp_path: Path) -> Path:
-    """The writer's key file (the log key the witnesses trust for ORIGIN)."""
-    key = tmp_path / "writer.key"
-    key.write_text(LOG.format() + "\n")
-    key.chmod(0o600)
-    return key
 
 
 def _url(served: Served, key: str = MLDSA_KEY) -> str:

@@ -21,20 +21,9 @@ from tests.backends import insert_sql, tamper
 from tests.conftest import REPO_ROOT, gate_lines
 from tests.publishing_helpers import assert_valid_publication, leaf_inputs, published_files
 from tests.sealing import forged_row, signer
-from tests.witnessing import LOG, ORIGIN, WITNESS, Served
+from tests.witnessing import LOG, ORIGIN, WITNESS, WITNESS_KEY, WRITER_KEY, Served
 
 Run = Callable[..., tuple[int, str, str]]
-WRITER_KEY = LOG.verifier().format()
-WITNESS_KEY = WITNESS.verifier().format()
-
-
-@pytest.fixture
-def writer(tmp_path: Path) -> Path:
-    """The writer's key file (the log key the stand-in witness trusts for ORIGIN)."""
-    key = tmp_path / "writer.key"
-    key.write_text(LOG.format() + "\n")
-    key.chmod(0o600)
-    return key
 
 
 def _record(run_cli: Run, db: str, writer: Path, count: int, prefix: str, *witness: str) -> None:

@@ -16,23 +16,13 @@ from compute_budget import decide
 from compute_budget.core.log.cosignature import WitnessSigner
 from compute_budget.core.log.note import SignerKey
 from tests.conftest import gate_lines
-from tests.witnessing import LOG, ORIGIN, Served, WitnessFactory
+from tests.witnessing import ORIGIN, WRITER_KEY, Served, WitnessFactory
 
 Run = Callable[..., tuple[int, str, str]]
-WRITER_KEY = LOG.verifier().format()
 A1, A2, B1, B2, OPT = (WitnessSigner.from_seed(f"witness.example/{name}", bytes([number]) * 32)
                        for number, name in enumerate(("a1", "a2", "b1", "b2", "opt"), start=1))
 # "All of group A and 1 of group B"; b2 has no URL (never asked), opt is reached by no group (optional).
 TWO_GROUPS = "all of A, B (A = all of a1, a2; B = 1 of b1, b2)"
-
-
-@pytest.fixture
-def writer(tmp_path: Path) -> Path:
-    """The writer's key file (the log key the witnesses trust for ORIGIN)."""
-    key = tmp_path / "writer.key"
-    key.write_text(LOG.format() + "\n")
-    key.chmod(0o600)
-    return key
 
 
 def _policy(path: Path, urls: dict[str, str], *, quorum: str = "top", log: str | None = WRITER_KEY) -> Path:

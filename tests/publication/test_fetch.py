@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from compute_budget.errors import PublicationUnavailable
-from compute_budget.publication.fetch import BUNDLE_LIMIT, TILE_LIMIT, Fetcher, PublicationMissing
+from compute_budget.errors import PublicationMissing, PublicationUnavailable
+from compute_budget.publication.fetch import BUNDLE_LIMIT, TILE_LIMIT, Fetcher
 from tests.witnessing import HandlerFactory
 
 

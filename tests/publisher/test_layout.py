@@ -12,8 +12,7 @@ import pytest
 from compute_budget.core.leaf import leaf_input
 from compute_budget.core.log.merkle import MemoryTree
 from compute_budget.core.log.tiles import new_tiles
-from compute_budget.errors import StoreDamaged
-from compute_budget.publisher.errors import EntryTooLong
+from compute_budget.errors import EntryTooLong, StoreDamaged
 from compute_budget.publisher.layout import TreeBuilder, superseded
 from tests.publishing_helpers import expected_files
 

@@ -17,10 +17,9 @@ from compute_budget.core.log.cosignature import valid_cosignatures
 from compute_budget.core.log.note import parse_note
 from tests.backends import query
 from tests.conftest import gate_lines
-from tests.witnessing import LOG, ORIGIN, WITNESS, HandlerFactory, Served
+from tests.witnessing import LOG, ORIGIN, WITNESS, WITNESS_KEY, HandlerFactory, Served
 
 Run = Callable[..., tuple[int, str, str]]
-WITNESS_KEY = WITNESS.verifier().format()
 
 
 def _open(path: Path, *witnesses: str, timeout: float = 5.0) -> BudgetStore:

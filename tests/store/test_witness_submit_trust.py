@@ -24,10 +24,9 @@ from compute_budget import BudgetStore
 from compute_budget.core.log.note import SignerKey, parse_note, sign_note
 from tests.backends import execute, query
 from tests.conftest import gate_lines
-from tests.witnessing import FORK, LOG, ORIGIN, OTHER, WITNESS, HandlerFactory, Served
+from tests.witnessing import FORK, LOG, ORIGIN, OTHER, WITNESS, WITNESS_KEY, HandlerFactory, Served
 
 Run = Callable[..., tuple[int, str, str]]
-WITNESS_KEY = WITNESS.verifier().format()
 WITNESS_ID = f"{WITNESS.key_id:08x}"
 PLANT_SIZE = (
     "INSERT INTO compute_budget_witness_sizes (witness_name, witness_key_id, tree_size, recorded_at) "

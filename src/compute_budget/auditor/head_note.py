@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from compute_budget.auditor.source import LogView
 from compute_budget.core.log.checkpoint import Checkpoint
-from compute_budget.core.log.note import VerifierKey, parse_note
+from compute_budget.core.log.note import VerifierKey, parse_note, verified_signatures
 from compute_budget.core.seal_checks import trusted_signers
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import CheckpointError, NoteError
@@ -129,22 +129,8 @@ def head_signature_findings(head: HeadNote, keys: Sequence[VerifierKey]) -> list
 def writer_signed_head(snapshot: LogView, text: str, size: int, keys: Sequence[VerifierKey]) -> str | None:
     """The head's checkpoint `text` with the stored signatures of it that verify under the trusted writer `keys`
     (each once), or None when no stored checkpoint of it carries one."""
-    wanted = {(key.name, key.key_hash): key for key in keys}
-    message = text.encode("utf-8")
-    kept: list[str] = []
-    for stored in snapshot.checkpoints_at(size):
-        try:
-            stored_text, signatures = parse_note(stored.note)
-        except NoteError:
-            continue
-        if stored_text != text:
-            continue
-        for signature in signatures:
-            key = wanted.get((signature.name, signature.key_hash))
-            line = signature.line()
-            if key is not None and line not in kept and key.verify(message, signature.signature):
-                kept.append(line)
-    return text + "\n" + "".join(kept) if kept else None
+    kept = verified_signatures(text, [stored.note for stored in snapshot.checkpoints_at(size)], keys)
+    return text + "\n" + "".join(signature.line() for signature in kept) if kept else None
 
 
 __all__ = [

@@ -29,6 +29,7 @@ from compute_budget.core.log.note import (
     add_signature,
     parse_note,
     sign_note,
+    verified_signatures,
 )
 from compute_budget.core.log.witness_policy import QuorumTally, TlogPolicy
 from compute_budget.core.receipts import ConsistencyProof, ProofBundle, row_from_values
@@ -407,7 +408,7 @@ def cosign(
                     f"refusing to cosign with key {signer.name}: the store no longer extends {where}, which this key "
                     f"signed at size {old.seq} ({outcome.message})"
                 )
-        kept = _verified_lines(text, [stored.note for stored in snapshot.checkpoints_at(size)], trusted)
+        kept = verified_signatures(text, [stored.note for stored in snapshot.checkpoints_at(size)], trusted)
     if not kept:
         return sign_note(text, signer)
     return add_signature(text + "\n" + "".join(line.line() for line in kept), signer)
@@ -427,25 +428,6 @@ def _check_auditor(report: AuditReport, signer: SignerKey, trusted: list[Verifie
             f"refusing to cosign size {report.head.seq}: a trusted writer's stored checkpoint covers only "
             f"{report.attested_size or 0} rows"
         )
-
-
-def _verified_lines(text: str, notes: Iterable[str], trusted: Iterable[VerifierKey]) -> list[Signature]:
-    """The signatures of `text` among `notes` that verify under one of the `trusted` keys, each once."""
-    keys = {(key.name, key.key_hash): key for key in trusted}
-    message = text.encode("utf-8")
-    kept: list[Signature] = []
-    for note in notes:
-        try:
-            note_text, signatures = parse_note(note)
-        except NoteError:
-            continue
-        if note_text != text:
-            continue
-        for signature in signatures:
-            key = keys.get((signature.name, signature.key_hash))
-            if key is not None and signature not in kept and key.verify(message, signature.signature):
-                kept.append(signature)
-    return kept
 
 
 __all__ = ["ConsistencyProof", "ProofBundle", "cosign", "prove", "prove_consistency"]

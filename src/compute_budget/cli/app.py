@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import IO, Any, NoReturn
+from typing import IO, Any
 
 import click
 
@@ -21,7 +21,6 @@ from compute_budget.errors import ComputeBudgetError
 PROG = "compute-budget"
 
 CANNOT_RUN = 2
-FINDINGS = 1
 
 
 def say(message: str) -> None:
@@ -228,8 +227,3 @@ def run(command: BudgetGroup, argv: Sequence[str] | None = None) -> int:
     except SystemExit as done:
         return done.code if isinstance(done.code, int) else (0 if done.code is None else CANNOT_RUN)
     return 0  # pragma: no cover  (standalone main always exits)
-
-
-def fail(message: str) -> NoReturn:
-    """Stop the command: it cannot run (exit 2), for the reason given."""
-    raise CannotRun(message)

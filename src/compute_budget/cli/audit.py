@@ -20,10 +20,10 @@ from compute_budget.cli.audit_reports import (
     reports_for_usage_error,
     write_error_reports,
 )
-from compute_budget.cli.commands import cli, db_option, witness_role_options, witness_rule
+from compute_budget.cli.commands import cli, db_option
 from compute_budget.cli.io import check_keys_apart, check_writable, write_atomically
-from compute_budget.cli.key_options import key_state_options
 from compute_budget.cli.progress import audit_progress
+from compute_budget.cli.trust import TrustOptions, trust_options, trusted_key_option
 from compute_budget.errors import clip
 
 if TYPE_CHECKING:
@@ -132,12 +132,8 @@ class AuditCommand(click.Command):
     help="Processes to split the rows across (1 to 64); auto: one per CPU once the store is big enough to pay "
     "for processes, else 1.",
 )
-@click.option(
-    "--trusted-key",
-    "trusted_keys",
-    metavar="KEY",
-    multiple=True,
-    help="A verifier key (name+hash+key) or a file holding one, whose signatures vouch for the rows; repeatable.",
+@trusted_key_option(
+    "A verifier key (name+hash+key) or a file holding one, whose signatures vouch for the rows; repeatable."
 )
 @click.option(
     "--all-signatures", is_flag=True, help="Verify every stored checkpoint signed by a trusted key, not the newest."
@@ -155,8 +151,7 @@ class AuditCommand(click.Command):
     metavar="NAME",
     help="Require the store to be this log (its origin): another store put in its place is a finding.",
 )
-@witness_role_options
-@key_state_options
+@trust_options
 @click.option(
     "--max-witness-age", "max_witness_age", type=click.IntRange(min=0), default=86400, show_default=True,
     metavar="SECONDS", help="Rows after a checkpoint the witnesses cosigned longer ago than this are unwitnessed_rows.",
@@ -212,18 +207,13 @@ class _CommandLine:
     output_path: str | None
     reports: tuple[str, ...]
     jobs: int | Literal["auto"]
-    trusted_keys: tuple[str, ...]
+    trust: TrustOptions
     all_signatures: bool
     cosign_path: str | None
     expected_origin: str | None
-    witness_keys: tuple[str, ...]
-    witness_quorum: int | None
     max_witness_age: int
     witness_urls: tuple[str, ...]
     look_back: int
-    retired: tuple[str, ...] = ()
-    revoked: tuple[str, ...] = ()
-    policy_path: str | None = None
 
     def targets(self) -> list[tuple[str, str, str]]:
         """Every report file asked for: (option, format, path)."""
@@ -238,8 +228,9 @@ class _CommandLine:
     def key_files(self) -> list[tuple[str, str]]:
         """The key files named, which no output may replace, not even with an error report."""
         key_files = [("--cosign", self.cosign_path)] if self.cosign_path else []
-        policy = [("--policy", self.policy_path)] if self.policy_path else []
-        return key_files + policy + [("--trusted-key", item) for item in self.trusted_keys if os.path.exists(item)]
+        policy = [("--policy", self.trust.policy_path)] if self.trust.policy_path else []
+        trusted = [("--trusted-key", item) for item in self.trust.trusted_keys if os.path.exists(item)]
+        return key_files + policy + trusted
 
 
 def _check_outputs(line: _CommandLine, writable: list[tuple[str, str]]) -> None:
@@ -260,7 +251,8 @@ def _check_outputs(line: _CommandLine, writable: list[tuple[str, str]]) -> None:
             refused.append(error)
     if refused:
         raise refused[0]
-    witnessed = line.witness_keys or line.policy_path  # a policy may say `quorum none`: then FILE.head is not kept
+    # A policy may say `quorum none`: then FILE.head is not kept.
+    witnessed = line.trust.witness_keys or line.trust.policy_path
     saved = [save_path, save_path + ".head"] if save_path and witnessed else [save_path] if save_path else []
     distinct_outputs([path for _, _, path in targets] + saved)
     for path in saved:
@@ -294,14 +286,13 @@ def _load(line: _CommandLine) -> _Loaded:
     """Read the checkpoints, keys and witness answers the command line names, in the order their errors are said."""
     from compute_budget.auditor.scan import load_checkpoint
     from compute_budget.errors import CheckpointError
-    from compute_budget.keys.key_files import verifier_key
 
     db, since_path, save_path = line.db, line.since_path, line.save_path
-    rule = witness_rule(line.policy_path, line.witness_keys, line.witness_quorum)
+    rule = line.trust.witness_rule()
     if line.tiles is not None:
         from compute_budget.cli.audit_tiles import check_tiles_line
 
-        check_tiles_line(line.tiles, db=db, origin=line.expected_origin, trusted_keys=line.trusted_keys,
+        check_tiles_line(line.tiles, db=db, origin=line.expected_origin, trusted_keys=line.trust.trusted_keys,
                          checkpoint=line.checkpoint_path, cosign=line.cosign_path, policy=rule)
     if line.look_back and not since_path:  # a usage error: the look-back is below a --since checkpoint
         raise click.BadParameter("--look-back re-checks rows below a --since checkpoint: give --since FILE too",
@@ -316,7 +307,7 @@ def _load(line: _CommandLine) -> _Loaded:
         )
     since = load_checkpoint(since_path) if since_path else None
     # A policy's log keys must carry the store's origin; the audit refuses them once it reads it (naming the line).
-    keys = list(dict.fromkeys([*(verifier_key(item) for item in line.trusted_keys), *_log_keys(rule)]))
+    keys = list(dict.fromkeys([*line.trust.writer_keys(), *_log_keys(rule)]))
     if line.cosign_path and not save_path:
         raise click.BadParameter(
             "--cosign signs the checkpoint --save-checkpoint writes: give both", param_hint="--cosign"
@@ -332,7 +323,6 @@ def _request(
     line: _CommandLine, loaded: _Loaded, on_progress: Callable[[int, int], None] | None, source: AuditSource | None
 ) -> AuditRequest:
     """The one `AuditRequest` of this command line, reading `source` (None: the database, opened by the audit)."""
-    from compute_budget.auditor.key_states import configured_states
     from compute_budget.auditor.request import AuditRequest
     from compute_budget.cli.audit_tiles import url_keys
 
@@ -344,7 +334,7 @@ def _request(
         trusted_keys=tuple(loaded.keys), all_signatures=line.all_signatures, expected_origin=line.expected_origin,
         witness_policy=loaded.rule, max_witness_age=line.max_witness_age,
         witnessed_checkpoints=tuple(loaded.fetched), look_back=line.look_back,
-        since_head=loaded.since_head, key_states=configured_states(line.retired, line.revoked),
+        since_head=loaded.since_head, key_states=line.trust.key_states(),
     )
 
 

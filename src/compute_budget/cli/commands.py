@@ -204,25 +204,6 @@ def witness_submit_options(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
-def witness_role_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """`--witness-key KEY` (repeatable, type 0x04 or 0x06) and `--witness-quorum K` (spec 9.3), or `--policy FILE`
-    (a C2SP tlog-policy, issue 31); `witness_rule` reads them as one policy."""
-    command = click.option(
-        "--policy", "policy_path", metavar="FILE",
-        help="A C2SP tlog-policy file: its witnesses, groups and quorum decide whether a checkpoint is witnessed "
-        "(instead of --witness-key/--witness-quorum), and its log keys (each named by the store's origin) are "
-        "trusted writer keys.",
-    )(command)
-    command = click.option(
-        "--witness-quorum", "witness_quorum", type=int, metavar="K",
-        help="How many of the --witness-key witnesses must have cosigned [default: all of them].",
-    )(command)
-    return click.option(
-        "--witness-key", "witness_keys", metavar="KEY", multiple=True,
-        help="A witness's verifier key (type 0x04 or 0x06, keygen --witness) or a file holding one; repeatable.",
-    )(command)
-
-
 def submit_targets(
     policy_path: str | None, witnesses: tuple[str, ...]
 ) -> tuple[tuple[str | WitnessTarget, ...], TlogPolicy | None]:
@@ -259,31 +240,6 @@ def policy_verdict(policy: TlogPolicy, cosigned_by: Iterable[WitnessKey]) -> str
     if verdict.optional:
         line += f"; optional, not counted: {', '.join(shown(name) for name in verdict.optional)}"
     return line
-
-
-def witness_rule(
-    policy_path: str | None, witness_keys: tuple[str, ...], quorum: int | None
-) -> TlogPolicy | None:
-    """The witness policy of a command line: `--policy FILE`, or `--witness-key` keys with `--witness-quorum` of them
-    (default: all) as its one-group shorthand; None with neither. Both, or a quorum outside 1..N: exit 2."""
-    from compute_budget.core.log.witness_policy import TlogPolicy
-    from compute_budget.keys.key_files import witness_key
-    from compute_budget.keys.policy_file import load_policy
-
-    if policy_path is not None:
-        if witness_keys or quorum is not None:
-            raise click.BadParameter(
-                "a policy file names the witnesses and the quorum: give --policy or --witness-key/--witness-quorum, "
-                "not both", param_hint="--policy",
-            )
-        return load_policy(policy_path)
-    keys = list(dict.fromkeys(witness_key(item) for item in witness_keys))
-    if quorum is not None and not 1 <= quorum <= len(keys):
-        raise click.BadParameter(
-            f"{quorum} is not between 1 and the number of distinct --witness-key keys ({len(keys)})",
-            param_hint="--witness-quorum",
-        )
-    return TlogPolicy.from_witness_keys(keys, quorum) if keys else None
 
 
 SEQ = click.IntRange(min=0, max=2**62)

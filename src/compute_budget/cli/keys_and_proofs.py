@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import click
 
 from compute_budget.cli.app import say
-from compute_budget.cli.commands import cli, db_option, witness_role_options, witness_rule
-from compute_budget.cli.key_options import key_state_options
+from compute_budget.cli.commands import cli, db_option
+from compute_budget.cli.trust import TrustOptions, trust_options, trusted_key_option
 
 if TYPE_CHECKING:
     from compute_budget.core.log.note import VerifierKey
@@ -80,16 +80,11 @@ def verifier_key_command(key_path: str) -> None:
     metavar="FILE",
     help="Prove against this signed checkpoint [default: the newest stored one covering the row].",
 )
-@click.option(
-    "--trusted-key",
-    "trusted_keys",
-    metavar="KEY",
-    multiple=True,
-    help="Use only a checkpoint whose signature by this writer key verifies (verifier key text, else a file): "
-    "the newest stored one covering the row; repeatable. Without it the stored note is used unverified.",
+@trusted_key_option(
+    "Use only a checkpoint whose signature by this writer key verifies (verifier key text, else a file): "
+    "the newest stored one covering the row; repeatable. Without it the stored note is used unverified."
 )
-@witness_role_options
-@key_state_options
+@trust_options
 @click.option(
     "--format",
     "output_format",
@@ -104,12 +99,7 @@ def prove_command(
     tiles: str | None,
     seq: int | None,
     checkpoint_path: str | None,
-    trusted_keys: tuple[str, ...],
-    witness_keys: tuple[str, ...],
-    witness_quorum: int | None,
-    policy_path: str | None,
-    retired: tuple[str, ...],
-    revoked: tuple[str, ...],
+    trust: TrustOptions,
     output_format: str,
 ) -> None:
     """Print the receipt of decision BUDGET_ID (64 hex digits, or a unique prefix of 8 or more): the row, its
@@ -120,25 +110,23 @@ def prove_command(
     Exit 0 printed; 1 no such decision; 2 cannot run (a checkpoint that does not cover the row, say, or for a
     tlog-proof no signed checkpoint covering it).
     """
-    from compute_budget.auditor.key_states import configured_states
     from compute_budget.auditor.proving import prove
     from compute_budget.auditor.scan import load_checkpoint
     from compute_budget.errors import UnknownBudgetId
-    from compute_budget.keys.key_files import verifier_key
     from compute_budget.store import BudgetStore
 
-    rule = witness_rule(policy_path, witness_keys, witness_quorum)
+    rule = trust.witness_rule()
     wanted = _checked_budget_id(budget_id)
     if tiles is not None or seq is not None:  # spec 10.3: from a publication
         from compute_budget.cli.audit_tiles import prove_from_tiles
 
         bundle_from_tiles = prove_from_tiles(tiles, wanted, seq, db=db, checkpoint=checkpoint_path,
-                                             trusted_keys=trusted_keys, rule=rule)
+                                             trusted_keys=trust.trusted_keys, rule=rule)
         _print_receipt(bundle_from_tiles, output_format, verified=True)
         return
     if wanted is None:
         raise click.BadParameter("give the decision's budget_id", param_hint="BUDGET_ID")
-    keys = [verifier_key(item) for item in trusted_keys]
+    keys = trust.writer_keys()
     checkpoint = load_checkpoint(checkpoint_path) if checkpoint_path else None
     if len(wanted) < 64:
         with BudgetStore.open(db, readonly=True) as store:
@@ -148,7 +136,7 @@ def prove_command(
         wanted = found[0].decision.budget_id if found else wanted
     try:
         bundle = prove(wanted, db, checkpoint=checkpoint, trusted_keys=keys, witness_policy=rule,
-                       key_states=configured_states(retired, revoked))
+                       key_states=trust.key_states())
     except UnknownBudgetId as unknown:
         say(str(unknown))
         click.get_current_context().exit(1)
@@ -199,26 +187,12 @@ def _print_receipt(bundle: ProofBundle, output_format: str, *, verified: bool) -
 
 @cli.command("verify-proof")
 @click.argument("bundle_path", metavar="FILE")
-@click.option(
-    "--trusted-key",
-    "trusted_keys",
-    metavar="KEY",
-    multiple=True,
-    help="A verifier key (name+hash+key) or a file holding one; repeatable. Required unless --policy has a log line.",
+@trusted_key_option(
+    "A verifier key (name+hash+key) or a file holding one; repeatable. Required unless --policy has a log line."
 )
 @click.option("--origin", metavar="NAME", help="Also require the checkpoint to be of this log.")
-@witness_role_options
-@key_state_options
-def verify_proof_command(
-    bundle_path: str,
-    trusted_keys: tuple[str, ...],
-    origin: str | None,
-    witness_keys: tuple[str, ...],
-    witness_quorum: int | None,
-    policy_path: str | None,
-    retired: tuple[str, ...],
-    revoked: tuple[str, ...],
-) -> None:
+@trust_options
+def verify_proof_command(bundle_path: str, origin: str | None, trust: TrustOptions) -> None:
     """Check a receipt (FILE, '-' for stdin) offline, without any database: a proof bundle, or a C2SP tlog-proof
     (told apart by the first line). A trusted signature on its checkpoint, the inclusion path to the checkpoint's
     root, and the decision re-derived from its gate; a tlog-proof's extra data is hashed as the leaf at its index,
@@ -227,14 +201,12 @@ def verify_proof_command(
     Exit 0 valid; 1 invalid (the line says which check failed); 2 an unreadable or incomplete receipt (a
     tlog-proof without extra data: no entry).
     """
-    from compute_budget.auditor.key_states import configured_states
     from compute_budget.core.receipts import verify_proof
     from compute_budget.errors import InputUnreadable
-    from compute_budget.keys.key_files import verifier_key
 
-    rule = witness_rule(policy_path, witness_keys, witness_quorum)
-    keys, origin = _receipt_keys([verifier_key(item) for item in trusted_keys], rule, origin)
-    states = configured_states(retired, revoked)
+    rule = trust.witness_rule()
+    keys, origin = _receipt_keys(trust.writer_keys(), rule, origin)
+    states = trust.key_states()
     try:
         if bundle_path == "-":
             raw = sys.stdin.buffer.read(MAX_BUNDLE_BYTES + 1)
@@ -285,51 +257,33 @@ MAX_BUNDLE_BYTES = 256 << 20
 @cli.command("consistency")
 @click.argument("old_path", metavar="OLD")
 @db_option
-@click.option(
-    "--trusted-key",
-    "trusted_keys",
-    metavar="KEY",
-    multiple=True,
-    help="Require OLD to carry a valid signature by this key (a verifier key or a file); repeatable.",
-)
+@trusted_key_option("Require OLD to carry a valid signature by this key (a verifier key or a file); repeatable.")
 @click.option(
     "--auditor-key",
     "auditor_key",
     metavar="KEY",
     help="Also require OLD to carry a valid signature by this auditor (the verifier key of `audit --cosign`).",
 )
-@witness_role_options
-@key_state_options
-def consistency_command(
-    old_path: str,
-    db: str | None,
-    trusted_keys: tuple[str, ...],
-    auditor_key: str | None,
-    witness_keys: tuple[str, ...],
-    witness_quorum: int | None,
-    policy_path: str | None,
-    retired: tuple[str, ...],
-    revoked: tuple[str, ...],
-) -> None:
+@trust_options
+def consistency_command(old_path: str, db: str | None, auditor_key: str | None, trust: TrustOptions) -> None:
     """Prove that the store extends the older checkpoint OLD (a signed checkpoint, or a JSON checkpoint with a
     root) and print the checked consistency proof (JSON).
 
     Exit 0 the store extends OLD; 1 it does not (another log, untrusted, truncated or rewritten); 2 OLD unusable.
     """
-    from compute_budget.auditor.key_states import configured_states
     from compute_budget.auditor.proving import prove_consistency
     from compute_budget.auditor.scan import load_checkpoint
     from compute_budget.errors import NotConsistent
     from compute_budget.keys.key_files import verifier_key
 
-    rule = witness_rule(policy_path, witness_keys, witness_quorum)
+    rule = trust.witness_rule()
     old = load_checkpoint(old_path)
-    keys = [verifier_key(item) for item in trusted_keys]
+    keys = trust.writer_keys()
     try:
         proof = prove_consistency(
             old, db, trusted_keys=keys, witness_policy=rule,
             auditor_key=verifier_key(auditor_key) if auditor_key is not None else None,
-            key_states=configured_states(retired, revoked),
+            key_states=trust.key_states(),
         )
     except NotConsistent as failed:
         if failed.reason == "untrusted":  # not a verdict on the store: the old checkpoint is not the one asked for

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import click
 
 from compute_budget.cli.app import say
-from compute_budget.cli.commands import cli, db_option, witness_role_options, witness_rule
-from compute_budget.cli.key_options import key_state_options
+from compute_budget.cli.commands import cli, db_option
+from compute_budget.cli.trust import TrustOptions, trust_options, trusted_key_option
 
 if TYPE_CHECKING:
     from compute_budget.publisher.run import PublishOutcome
@@ -17,32 +17,26 @@ if TYPE_CHECKING:
 @cli.command("publish")
 @click.argument("folder", metavar="DIR")
 @db_option
-@click.option(
-    "--trusted-key", "trusted_keys", metavar="KEY", multiple=True,
-    help="A writer's verifier key (name+hash+key) or a file holding one: the checkpoint published is the newest "
+@trusted_key_option(
+    "A writer's verifier key (name+hash+key) or a file holding one: the checkpoint published is the newest "
     "stored one it signed, and DIR/checkpoint must verify under it; repeatable. Required unless --policy has a log "
-    "line.",
+    "line."
 )
-@witness_role_options
-@key_state_options
-def publish_command(
-    folder: str, db: str | None, trusted_keys: tuple[str, ...], witness_keys: tuple[str, ...],
-    witness_quorum: int | None, policy_path: str | None, retired: tuple[str, ...], revoked: tuple[str, ...],
-) -> None:
+@trust_options
+def publish_command(folder: str, db: str | None, trust: TrustOptions) -> None:
     """Publish the newest trusted checkpoint and every tile and entry bundle of its tree into DIR, for any
     static web server: exit 0 published (or already current), 1 findings (nothing written), 2 cannot run.
 
     Incremental (only the rows since DIR's checkpoint are read, audited as `audit --since` would, and written),
     atomic (DIR/checkpoint is renamed into place last) and immutable (a full tile in DIR is never rewritten).
     """
-    from compute_budget.auditor.key_states import configured_states
     from compute_budget.publisher import PublishRequest, publish
 
-    if witness_quorum is not None and not witness_keys:
+    if trust.witness_quorum is not None and not trust.witness_keys:
         raise click.BadParameter("a witness quorum needs --witness-key", param_hint="--witness-quorum")
-    rule = witness_rule(policy_path, witness_keys, witness_quorum)
+    rule = trust.witness_rule()
     outcome = publish(PublishRequest(
-        folder, db, trusted_keys=trusted_keys, witness_policy=rule, key_states=configured_states(retired, revoked),
+        folder, db, trusted_keys=trust.trusted_keys, witness_policy=rule, key_states=trust.key_states(),
     ))
     if not outcome.published:
         _refused(outcome)

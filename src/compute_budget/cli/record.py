@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from compute_budget.core.log.witness_policy import TlogPolicy
     from compute_budget.core.policy.lines import GateLine
     from compute_budget.store import BudgetStore
-    from compute_budget.store.results import BatchResult
+    from compute_budget.store.results import BatchResult, RecordOptions
 
 
 MAX_CONFLICTS_SHOWN = 20
@@ -119,7 +119,9 @@ def record_command(
     """
     from compute_budget.store import BudgetStore
 
-    _check_options(input_path, db, on_conflict, rejects_path, signing_key, adopt_unsigned, unsigned)
+    options = _record_options(
+        input_path, db, on_conflict, rejects_path, signing_key, adopt_unsigned, after_repair, unsigned
+    )
     targets, policy = submit_targets(policy_path, witnesses)
     opened = BudgetStore.open(
         db, origin=origin, signing_key=signing_key, writer_state=writer_state, init_writer_state=init_writer_state,
@@ -133,14 +135,13 @@ def record_command(
             raise
         store = context.enter_context(opened)
         _check_policy_logs(store, policy)
-        result = _record_input(store, raw, input_path, input_format, on_conflict, adopt_unsigned, after_repair)
-        _say_what_happened(store, result, input_path, input_format, adopt_unsigned)
-        total = result.new + result.present
-        if total == 0 and not result.conflicts and adopt_unsigned is None and after_repair is None:
+        result = _record_input(store, raw, input_path, input_format, options)
+        _say_what_happened(store, result, input_path, input_format, options)
+        if result.new + result.present == 0 and not result.conflicts and not options.signs_anyway:
             store.discard_if_unused()  # an empty input creates no store
             say(f"no gates in {input_label(input_path)}")
             return
-        _print_summary(store, result, on_conflict)
+        _print_summary(store, result, options)
         if rejects_path is not None:
             write_atomically(rejects_path, "".join(conflict.gate_input + "\n" for conflict in result.conflicts))
             say(f"wrote {_plural(len(result.conflicts), 'skipped gate')} to {rejects_path}")
@@ -164,12 +165,13 @@ def _check_policy_logs(store: BudgetStore, policy: TlogPolicy | None) -> None:
         raise
 
 
-def _check_options(
+def _record_options(
     input_path: str, db: str | None, on_conflict: str, rejects_path: str | None, signing_key: str | None,
-    adopt_unsigned: int | None, unsigned: bool,
-) -> None:
-    """The usage errors of `record`'s options, before any store is opened (exit 2)."""
+    adopt_unsigned: int | None, after_repair: int | None, unsigned: bool,
+) -> RecordOptions:
+    """The usage errors of `record`'s options, before any store is opened (exit 2); else how to record."""
     from compute_budget.keys.key_files import SIGNING_KEY_ENV_VAR
+    from compute_budget.store.results import RecordOptions
 
     if unsigned and signing_key is not None:
         raise click.UsageError("--unsigned and --signing-key contradict each other: give one")
@@ -179,11 +181,14 @@ def _check_options(
         check_writable("--rejects", rejects_path, db=db, keep=[("INPUT", input_path)], doing="recorded into")
     if adopt_unsigned is not None and (unsigned or (signing_key is None and not os.environ.get(SIGNING_KEY_ENV_VAR))):
         raise click.UsageError("--adopt-unsigned signs the rows it adopts: it needs --signing-key")
+    return RecordOptions(
+        on_conflict="skip" if on_conflict == "skip" else "raise", adopt_unsigned_through=adopt_unsigned,
+        after_repair=after_repair,
+    )
 
 
 def _record_input(
-    store: BudgetStore, raw: BinaryIO, input_path: str, input_format: str, on_conflict: str,
-    adopt_unsigned: int | None, after_repair: int | None,
+    store: BudgetStore, raw: BinaryIO, input_path: str, input_format: str, options: RecordOptions
 ) -> BatchResult:
     """Every gate of INPUT recorded in one `record_many` (all or nothing); a failure leaves no new, empty store."""
     arrays: list[int] = []  # where a gate of JSON Lines input was a JSON array: then a hint is said
@@ -193,9 +198,8 @@ def _record_input(
             "recording",
         ) as lines:
             return store.record_many(
-                _gates(lines, input_path, input_format, arrays),
-                on_conflict="skip" if on_conflict == "skip" else "raise", adopt_unsigned_through=adopt_unsigned,
-                after_repair=after_repair,
+                _gates(lines, input_path, input_format, arrays), on_conflict=options.on_conflict,
+                adopt_unsigned_through=options.adopt_unsigned_through, after_repair=options.after_repair,
             )
     except GateTooLarge as error:
         store.discard_if_unused()
@@ -209,12 +213,12 @@ def _record_input(
 
 
 def _say_what_happened(
-    store: BudgetStore, result: BatchResult, input_path: str, input_format: str, adopt_unsigned: int | None
+    store: BudgetStore, result: BatchResult, input_path: str, input_format: str, options: RecordOptions
 ) -> None:
     """On stderr: a writer state created, rows adopted, a repair acknowledged, and the conflicts skipped."""
     if result.writer_state_created:
         say(f"created writer state {store.writer_state} from the store's newest checkpoint signed by this key")
-    if adopt_unsigned is not None:
+    if options.adopt_unsigned_through is not None:
         first, last = result.adopted_after + 1, result.adopted_after + result.adopted
         say(f"adopted {_plural(result.adopted, 'row')} (seq {first}..{last})" if result.adopted else
             "adopted 0 rows (the head was already signed)")
@@ -234,10 +238,10 @@ def _say_what_happened(
         say(f"{_plural(len(result.conflicts), 'conflicting gate')} skipped{more}")
 
 
-def _print_summary(store: BudgetStore, result: BatchResult, on_conflict: str) -> None:
+def _print_summary(store: BudgetStore, result: BatchResult, options: RecordOptions) -> None:
     """The one stdout line: how many gates, new and present; the rows are committed whatever printing does."""
     total = result.new + result.present
-    skipped = f", {len(result.conflicts)} skipped as conflicts" if on_conflict == "skip" else ""
+    skipped = f", {len(result.conflicts)} skipped as conflicts" if options.skip_conflicts else ""
     summary = (
         f"recorded {total} gate{'s' if total != 1 else ''}: {result.new} new, {result.present} already present"
         f"{skipped} (head seq {result.head.seq}) in {store.location.display}"

@@ -8,7 +8,7 @@ import click
 
 from compute_budget.cli.app import say
 from compute_budget.cli.commands import cli, db_option, writer_options
-from compute_budget.cli.key_options import key_state_options
+from compute_budget.cli.trust import key_state_options
 
 
 @cli.command("rotate")

@@ -10,8 +10,7 @@ import contextlib
 
 import click
 
-from compute_budget.cli.commands import witness_role_options, witness_rule
-from compute_budget.cli.key_options import key_state_options
+from compute_budget.cli.trust import TrustOptions, trust_options, trusted_key_option
 
 # The packages the workbench extra brings; a missing one means the extra is not installed.
 WORKBENCH_PACKAGES = frozenset({"starlette", "jinja2", "uvicorn", "markupsafe", "anyio", "h11", "click"})
@@ -31,13 +30,7 @@ def _say(message: str) -> None:
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (no authentication!).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port to listen on.")
-@click.option(
-    "--trusted-key",
-    "trusted_keys",
-    metavar="KEY",
-    multiple=True,
-    help="A verifier key (or a file holding one) whose signed checkpoints you trust; repeatable.",
-)
+@trusted_key_option("A verifier key (or a file holding one) whose signed checkpoints you trust; repeatable.")
 @click.option(
     "--allow-host",
     "allow_hosts",
@@ -60,21 +53,15 @@ def _say(message: str) -> None:
     help="The auditor's verifier key (its --cosign key's; or a file holding it): a clean --audit-report is shown "
     "green only when it embeds a checkpoint note signed by this key that the store's rows still give.",
 )
-@witness_role_options
-@key_state_options
+@trust_options
 def serve_command(
     db: str | None,
     host: str,
     port: int,
-    trusted_keys: tuple[str, ...],
     allow_hosts: tuple[str, ...],
     audit_report: str | None,
     auditor_key: str | None,
-    witness_keys: tuple[str, ...],
-    witness_quorum: int | None,
-    policy_path: str | None,
-    retired: tuple[str, ...],
-    revoked: tuple[str, ...],
+    trust: TrustOptions,
 ) -> int:
     """Serve the read-only workbench: browse decisions, see why each was decided, run the replay audit.
 
@@ -88,13 +75,10 @@ def serve_command(
             raise
         _say("serve needs the workbench extra: pip install 'compute-budget[workbench]'")
         return 2
-    _check_keys(trusted_keys, witness_keys, witness_quorum, auditor_key)
-    from compute_budget.auditor.key_states import configured_states
-
+    _check_keys(trust, auditor_key)
     # Only a policy file is handed on: the --witness-key shorthand goes to the page's audit as it is.
-    policy = witness_rule(policy_path, witness_keys, witness_quorum) if policy_path else None
-
-    states = configured_states(retired, revoked)
+    policy = trust.witness_rule() if trust.policy_path else None
+    states = trust.key_states()
     if not is_loopback(host) and not allow_hosts:
         raise click.BadParameter(
             f"serving on {host}, not a loopback address: name the Host the browsers use with --allow-host NAME "
@@ -107,22 +91,21 @@ def serve_command(
             "reach this address can read every stored decision"
         )
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn shuts down cleanly, then re-raises it
-        serve(db, host=host, port=port, trusted_keys=trusted_keys, allow_hosts=allow_hosts, audit_report=audit_report,
-              witness_keys=witness_keys, witness_quorum=witness_quorum, auditor_key=auditor_key, say=_say,
-              key_states=states, witness_policy=policy)
+        serve(db, host=host, port=port, trusted_keys=trust.trusted_keys, allow_hosts=allow_hosts,
+              audit_report=audit_report, witness_keys=trust.witness_keys, witness_quorum=trust.witness_quorum,
+              auditor_key=auditor_key, say=_say, key_states=states, witness_policy=policy)
     _say("workbench stopped")
     return 0
 
 
-def _check_keys(
-    trusted_keys: tuple[str, ...], witness_keys: tuple[str, ...], quorum: int | None, auditor_key: str | None
-) -> None:
+def _check_keys(trust: TrustOptions, auditor_key: str | None) -> None:
     """Every key is read as the audit reads it, before anything is served: a FIFO, a device or garbage is one line
     now, not a page later (exit 2)."""
     from compute_budget.keys.key_files import verifier_key, witness_key
 
-    writers = [verifier_key(item) for item in trusted_keys]
-    witnesses = list(dict.fromkeys(witness_key(item) for item in witness_keys))
+    writers = trust.writer_keys()
+    witnesses = list(dict.fromkeys(witness_key(item) for item in trust.witness_keys))
+    quorum = trust.witness_quorum
     if quorum is not None and not 1 <= quorum <= len(witnesses):
         raise click.BadParameter(
             f"{quorum} is not between 1 and the number of distinct --witness-key keys ({len(witnesses)})",

@@ -29,7 +29,6 @@ notes) and ``proof`` (lowercase hex hashes, RFC 9162).
 from __future__ import annotations
 
 import base64
-import binascii
 import dataclasses
 import json
 import re
@@ -41,6 +40,7 @@ from compute_budget.core.chain import CHAINED_COLUMNS
 from compute_budget.core.leaf import leaf_input, row_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey
+from compute_budget.core.log.encoding import strict_b64decode
 from compute_budget.core.log.key_states import KeyStates
 from compute_budget.core.log.merkle import EMPTY_ROOT, leaf_hash, verify_inclusion
 from compute_budget.core.log.merkle import verify_consistency as merkle_verify_consistency
@@ -411,10 +411,7 @@ def verify_consistency(
 
 def _root(value: object, name: str) -> bytes:
     if isinstance(value, str):
-        try:
-            raw = base64.b64decode(value, validate=True)
-        except (binascii.Error, ValueError):
-            raw = b""
-        if len(raw) == 32 and base64.b64encode(raw).decode("ascii") == value:
+        raw = strict_b64decode(value)
+        if raw is not None and len(raw) == 32:
             return raw
     raise MalformedProof(f"{name} must be the standard base64 of a 32-byte hash")

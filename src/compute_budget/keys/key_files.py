@@ -80,22 +80,6 @@ def _load_secret(path: str | os.PathLike[str], what: str, parse: Callable[[str],
     return key
 
 
-def signer_key(value: SignerKey | str | os.PathLike[str]) -> SignerKey:
-    """A `SignerKey` as given, or read from the file it names."""
-    return value if isinstance(value, SignerKey) else load_signer_key(value)
-
-
-def signer_from_environment() -> SignerKey | None:
-    """The signer key named by `$COMPUTE_BUDGET_SIGNING_KEY` (a path), or None when it is not set."""
-    path = os.environ.get(SIGNING_KEY_ENV_VAR)
-    if not path:
-        return None
-    try:
-        return load_signer_key(path)
-    except InputError as error:
-        raise InputError(f"${SIGNING_KEY_ENV_VAR}: {error}") from None
-
-
 def verifier_key(value: VerifierKey | str | os.PathLike[str], *, what: str = "trusted key") -> VerifierKey:
     """A verifier key given as a `VerifierKey`, its text (``<name>+<hash>+<base64>``) or a file holding it.
 

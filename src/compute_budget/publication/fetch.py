@@ -20,7 +20,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Protocol
 
-from compute_budget.errors import PublicationUnavailable, clip
+from compute_budget.errors import PublicationMissing, PublicationUnavailable, clip
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_RETRIES = 3
@@ -29,10 +29,6 @@ TILE_LIMIT = 8192
 BUNDLE_LIMIT = 256 * 65_537
 _CHUNK = 64 * 1024
 _RETRY_PAUSE = 0.25  # seconds before the first retry; doubled for each next one
-
-
-class PublicationMissing(PublicationUnavailable):
-    """The publication has no such file (a 404, or no such file in the folder)."""
 
 
 class _Transient(Exception):

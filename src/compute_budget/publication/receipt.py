@@ -22,10 +22,10 @@ from compute_budget.errors import (
     MerkleError,
     NoteError,
     ProofError,
+    PublicationMissing,
     TileError,
     UnknownBudgetId,
 )
-from compute_budget.publication.fetch import PublicationMissing
 from compute_budget.publication.snapshot import Publication, PublicationTarget, entry_row
 
 _BUDGET_ID = LEAF_KEYS.index("budget_id")

@@ -31,7 +31,14 @@ from compute_budget.core.log.note import Signature, VerifierKey
 from compute_budget.core.log.tiles import TILE_HEIGHT, TILE_WIDTH, Tile, check_tile
 from compute_budget.core.seal_checks import StoredCheckpoint
 from compute_budget.core.verify import Finding, FindingKind
-from compute_budget.errors import CheckpointError, NoteError, PublicationUnavailable, TileError, clip
+from compute_budget.errors import (
+    CheckpointError,
+    NoteError,
+    PublicationMissing,
+    PublicationUnavailable,
+    TileError,
+    clip,
+)
 from compute_budget.publication.fetch import (
     BUNDLE_LIMIT,
     CHECKPOINT_LIMIT,
@@ -39,7 +46,6 @@ from compute_budget.publication.fetch import (
     DEFAULT_TIMEOUT,
     TILE_LIMIT,
     Fetcher,
-    PublicationMissing,
 )
 from compute_budget.publication.hash_tiles import PublishedTree
 

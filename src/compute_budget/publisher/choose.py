@@ -8,17 +8,16 @@ another key, is passed over, and a line the publisher cannot verify never reache
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from compute_budget.auditor.key_states import note_problem
 from compute_budget.auditor.witness_rules import WitnessPolicy
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.key_states import KeyStates
-from compute_budget.core.log.note import Signature, VerifierKey, parse_note
+from compute_budget.core.log.note import Signature, VerifierKey, parse_note, verified_signatures
 from compute_budget.core.seal_checks import trusted_signers
-from compute_budget.errors import CheckpointError, NoteError
-from compute_budget.publisher.errors import NothingToPublish
+from compute_budget.errors import CheckpointError, NoteError, NothingToPublish
 from compute_budget.store.snapshot import Snapshot
 
 MAX_CANDIDATES_PER_KEY = 1000  # a table of forged notes is passed over this far, then the publish stops and says so
@@ -117,7 +116,7 @@ def _kept_lines(
     witnesses' cosignatures (the note's own and the store's), each once."""
     size = Checkpoint.from_note(note).seq
     notes = [stored.note for stored in snapshot.checkpoints_at(size)] + [note]
-    writers = _verified(text, notes, keys)
+    writers = verified_signatures(text, notes, keys)
     if policy is None:
         return writers
     candidates = [line.line() for line in parse_note(note)[1]] + snapshot.cosignatures_of(text, size)
@@ -127,21 +126,3 @@ def _kept_lines(
             witnesses += [item for item in parse_note(text + "\n" + line)[1] if item not in witnesses]
     return writers + witnesses
 
-
-def _verified(text: str, notes: Iterable[str], keys: Sequence[VerifierKey]) -> list[Signature]:
-    """The signatures of `text` among `notes` that verify under one of `keys`, each once."""
-    known = {(key.name, key.key_hash): key for key in keys}
-    message = text.encode("utf-8")
-    kept: list[Signature] = []
-    for note in notes:
-        try:
-            note_text, signatures = parse_note(note)
-        except NoteError:
-            continue
-        if note_text != text:
-            continue
-        for signature in signatures:
-            key = known.get((signature.name, signature.key_hash))
-            if key is not None and signature not in kept and key.verify(message, signature.signature):
-                kept.append(signature)
-    return kept

@@ -24,8 +24,7 @@ from compute_budget.core.log.entry_bundle import bundle_leaf_hashes, encode_bund
 from compute_budget.core.log.merkle import CompactRange
 from compute_budget.core.log.tiles import TILE_HEIGHT, TILE_WIDTH, Tile, new_tiles, tile_hash
 from compute_budget.core.row import CHAINED_COUNT
-from compute_budget.errors import StoreDamaged
-from compute_budget.publisher.errors import EntryTooLong
+from compute_budget.errors import EntryTooLong, StoreDamaged
 from compute_budget.store.snapshot import Snapshot
 
 HASH_SIZE = 32

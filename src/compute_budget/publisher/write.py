@@ -17,8 +17,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from compute_budget.errors import clip
-from compute_budget.publisher.errors import PublishBusy, PublishFolderRefused
+from compute_budget.errors import PublishBusy, PublishFolderRefused, clip
 
 LOCK_NAME = ".publish.lock"
 CHECKPOINT_NAME = "checkpoint"

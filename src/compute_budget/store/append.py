@@ -45,6 +45,7 @@ from compute_budget.store.grants import Role
 from compute_budget.store.plan import ChunkPlan, plan_chunk, prepared_chunks
 from compute_budget.store.reads import stored_root
 from compute_budget.store.repairs import Repair
+from compute_budget.store.results import RecordOptions
 from compute_budget.store.schema_check import schema_problems
 from compute_budget.store.session import StoreSession, read_head, utc_now
 from compute_budget.store.statements import Statements
@@ -104,17 +105,7 @@ class Appender:
         self.verified_notes: set[tuple[str, VerifierKey]] = set()
         self._last_signed: tuple[str, ChainHead] | None = None  # the note this process signed last, and its head
 
-    def append(
-        self,
-        gates: Iterable[object],
-        *,
-        results: bool,
-        ahead: bool,
-        skip_conflicts: bool,
-        on_progress: Callable[[int], None] | None = None,
-        adopt_through: int | None = None,
-        after_repair: int | None = None,
-    ) -> Appended:
+    def append(self, gates: Iterable[object], options: RecordOptions) -> Appended:
         """Append in one write transaction, a chunk of gates at a time (all or nothing)."""
         self._session.require_open()
         location = self._session.location
@@ -123,9 +114,11 @@ class Appender:
         # Decide the first chunk before taking the append lock: a single batch then holds the lock only to
         # chain and insert, and concurrent writers wait less.
         # Checked at each append, not at open: what is recorded must re-derive under the policy registered now.
-        chunks = prepared_chunks(gates, ahead=ahead, policy=registered_policy(self.policy))
+        chunks = prepared_chunks(gates, ahead=options.ahead, policy=registered_policy(self.policy))
         first = next(chunks, None)
-        appended = Appended(EMPTY_HEAD, results=[] if results else None, conflicts=[] if skip_conflicts else None)
+        appended = Appended(
+            EMPTY_HEAD, results=[] if options.results else None, conflicts=[] if options.skip_conflicts else None
+        )
         writer = self.writer
         note: str | None = None
         # Spec 9.1: the state file's lock is taken before the transaction begins and released after the state was
@@ -134,13 +127,13 @@ class Appender:
         try:
             with state_lock:
                 with begin_write(self._session.engine) as connection:
-                    head, origin, frontier, to_keep = self._begin(connection, appended, adopt_through, after_repair)
+                    head, origin, frontier, to_keep = self._begin(connection, appended, options)
                     if appended.acknowledging is not None:
                         self._acknowledge(connection, appended.acknowledging, head, frontier)
                     start = head
                     prepared_all = itertools.chain([first] if first is not None else [], chunks)
-                    head = self._write_chunks(connection, prepared_all, head, frontier, appended, on_progress)
-                    if writer is not None and (head != start or adopt_through is not None or after_repair is not None):
+                    head = self._write_chunks(connection, prepared_all, head, frontier, appended, options.on_progress)
+                    if writer is not None and (head != start or options.signs_anyway):
                         note = sealing.signed_note(origin, head, frontier.root(), [writer.signer])
                         sealing.insert_checkpoint(connection, self._seal, head.seq, writer.signer, note, utc_now())
                         to_keep = note
@@ -177,7 +170,7 @@ class Appender:
         appended.cosigned_by = tuple(item.witness.key for item in submitted if item.cosigned)
 
     def _begin(
-        self, connection: Connection, appended: Appended, adopt_through: int | None, after_repair: int | None
+        self, connection: Connection, appended: Appended, options: RecordOptions
     ) -> tuple[ChainHead, str, CompactRange, str | None]:
         """Lock, check the guard, refuse while a repair waits for its acknowledgement (spec 9.9.10), read the head,
         origin and frontier, and check the writer's authority (spec 9.1). Returns them with the note the writer
@@ -185,7 +178,7 @@ class Appender:
         location = self._session.location
         self._session.backend.lock_for_append(connection)
         require_guard_once(connection, location)
-        appended.acknowledging = repairs.require_acknowledged(connection, location.display, after_repair)
+        appended.acknowledging = repairs.require_acknowledged(connection, location.display, options.after_repair)
         head = read_head(connection, self._sql)
         origin = sealing.ensure_origin(connection, self._seal, self._wanted_origin, create=True)
         assert origin is not None
@@ -199,10 +192,10 @@ class Appender:
                     "append unsigned rows anyway; nothing was written"
                 )
             return head, origin, frontier, None
-        if adopt_through is not None or not self._still_signed_by_me(connection, head):
+        if options.adopt_unsigned_through is not None or not self._still_signed_by_me(connection, head):
             authorised = check_signed_head(
-                connection, self._sql, self._seal, writer, origin, head, frontier,
-                verified=self.verified_notes, adopt_through=adopt_through, decode=self._session.logical,
+                connection, self._sql, self._seal, writer, origin, head, frontier, verified=self.verified_notes,
+                adopt_through=options.adopt_unsigned_through, decode=self._session.logical,
             )
             appended.adopted, appended.adopted_after = authorised.adopted, authorised.signed_size
         to_keep = check_state(

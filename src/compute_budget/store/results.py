@@ -1,13 +1,44 @@
-"""What recording and checking return: plain frozen values, no connection behind them."""
+"""How a batch is recorded, and what recording and checking return: plain frozen values, no connection behind them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from compute_budget.core.log.cosignature import WitnessKey
 from compute_budget.core.log.head import ChainHead
 from compute_budget.core.policy.types import ComputeBudgetDecision
 from compute_budget.core.verify import Finding
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOptions:
+    """How one append records its gates: `BudgetStore.record_many`'s keyword arguments (see its docstring), made
+    once where they come in and handed down whole. `ahead` decides the next chunk while one is written (a batch;
+    not one gate)."""
+
+    on_progress: Callable[[int], None] | None = None
+    results: bool = False
+    on_conflict: Literal["raise", "skip"] = "raise"
+    adopt_unsigned_through: int | None = None
+    after_repair: int | None = None
+    ahead: bool = True
+
+    def __post_init__(self) -> None:
+        if self.on_conflict not in ("raise", "skip"):
+            raise ValueError(f"on_conflict must be 'raise' or 'skip', not {self.on_conflict!r}")
+
+    @property
+    def skip_conflicts(self) -> bool:
+        """True when a conflicting gate is left out (`on_conflict="skip"`) instead of stopping the batch."""
+        return self.on_conflict == "skip"
+
+    @property
+    def signs_anyway(self) -> bool:
+        """True when a signing writer signs the head even if no gate is new (adopting rows, acknowledging a
+        repair)."""
+        return self.adopt_unsigned_through is not None or self.after_repair is not None
 
 
 @dataclass(frozen=True, slots=True)

@@ -111,7 +111,6 @@ class SealStatements:
             f"SELECT id, tree_size, key_name, key_hash, note, recorded_at FROM {CHECKPOINTS_TABLE} WHERE id > {m} "
             f"ORDER BY id LIMIT {PAGE_ROWS}"
         )
-        self.count_checkpoints = f"SELECT count(*) FROM {CHECKPOINTS_TABLE}"
         self.get_provenance = (
             f"SELECT source_origin, through_seq, root, chain_hash, recorded_at FROM {PROVENANCE_TABLE} WHERE id = 1"
         )

@@ -92,8 +92,6 @@ checkpoints = Table(
     CheckConstraint("tree_size >= 0", name="tree_size_non_negative"),
 )
 
-SEAL_TABLES: tuple[str, ...] = (ORIGIN_TABLE, NODES_TABLE, CHECKPOINTS_TABLE)
-
 # Salvage (spec 9.8, migration 0004): where a store made by `copy --through` came from. At most one row.
 PROVENANCE_TABLE = "compute_budget_provenance"
 

@@ -18,7 +18,7 @@ from compute_budget.store.append import Appender
 from compute_budget.store.authorship import signing_writers, writer_keys
 from compute_budget.store.opening import open_engine
 from compute_budget.store.plan import collector_paused
-from compute_budget.store.results import BatchResult, GateResult, RecordResult, SkippedConflict
+from compute_budget.store.results import BatchResult, GateResult, RecordOptions, RecordResult, SkippedConflict
 from compute_budget.store.rotation import Rotated, rotate
 from compute_budget.store.session import StoreSession
 from compute_budget.witness.client import Submitted, WitnessTarget, witness_targets
@@ -93,7 +93,7 @@ class Writing:
 
     def record(self, gate: object) -> RecordResult:
         """Decide and append one gate (a no-op returning the stored decision when it is recorded)."""
-        appended = self._appender.append([gate], results=True, ahead=False, skip_conflicts=False)
+        appended = self._appender.append([gate], RecordOptions(results=True, ahead=False))
         assert appended.results is not None
         _, item, new, seq = appended.results[0]
         return RecordResult(item.decision, new, seq, appended.witness_warnings, appended.witnessed,
@@ -110,18 +110,14 @@ class Writing:
         after_repair: int | None,
     ) -> BatchResult:
         """Decide and append every gate atomically (all or none), streaming any iterable."""
-        if on_conflict not in ("raise", "skip"):
-            raise ValueError(f"on_conflict must be 'raise' or 'skip', not {on_conflict!r}")
+        options = RecordOptions(on_progress, results, on_conflict, adopt_unsigned_through, after_repair)
         if adopt_unsigned_through is not None:
             if self._appender.writer is None:
                 raise InputError("adopting unsigned rows signs them: it needs a signing key (--signing-key)")
             if type(adopt_unsigned_through) is not int or adopt_unsigned_through < 0:
                 raise InputError(f"adopt_unsigned_through must be a row number, not {adopt_unsigned_through!r}")
         with collector_paused():
-            appended = self._appender.append(
-                gates, results=results, ahead=True, skip_conflicts=on_conflict == "skip", on_progress=on_progress,
-                adopt_through=adopt_unsigned_through, after_repair=after_repair,
-            )
+            appended = self._appender.append(gates, options)
         per_gate = tuple(
             GateResult(index, item.decision.budget_id, seq, new, item.line)
             for index, item, new, seq in appended.results or ()

@@ -29,8 +29,8 @@ from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.key_states import KeyStates
 from compute_budget.core.log.witness_policy import TlogPolicy
 from compute_budget.core.policy.types import ComputeBudgetStatus
-from compute_budget.errors import ComputeBudgetError
-from compute_budget.serving import ClientGone, allowed_hosts, answer_client_gone, read_body
+from compute_budget.errors import BadQuery, ClientGone, ComputeBudgetError
+from compute_budget.serving import allowed_hosts, answer_client_gone, read_body
 from compute_budget.store import BudgetStore
 from compute_budget.store.browse import DecisionFilter, Page
 from compute_budget.web import charts, checkpoints, decision, queries, rows, verdicts
@@ -192,7 +192,7 @@ class Workbench:
     def _query(self, request: Request, *, api: bool = False) -> queries.Query | Response:
         try:
             return queries.parse_query(request.query_params)
-        except queries.BadQuery as error:
+        except BadQuery as error:
             if api:
                 return JSONResponse({"error": str(error)}, status_code=400)
             return self.render("error.html", 400, nav="decisions", title="Bad request", message=str(error))
@@ -249,7 +249,7 @@ class Workbench:
         try:
             after = queries.int_param(params, "after_seq", low=0, high=queries.SEQ_LIMIT) or 0
             through = queries.int_param(params, "through_seq", low=0, high=queries.SEQ_LIMIT)
-        except queries.BadQuery as error:
+        except BadQuery as error:
             return 400, str(error)
         through = head_seq if through is None else through
         if after > through:

@@ -9,16 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from compute_budget.core.policy.types import ComputeBudgetStatus
+from compute_budget.errors import BadQuery
 from compute_budget.store.browse import MAX_PAGE_ROWS, DecisionFilter
 
 PAGE_ROWS = 50
 MAX_FILTER_TEXT = 1000
 SEQ_LIMIT = 2**63 - 1
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-
-
-class BadQuery(ValueError):
-    """A query parameter that cannot be used (the page says which, with status 400)."""
 
 
 @dataclass(frozen=True, slots=True)

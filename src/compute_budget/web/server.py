@@ -13,7 +13,6 @@ from compute_budget.serving import (
     CONNECTION_LIMIT,
     HEADER_TIMEOUT_SECONDS,
     IDLE_TIMEOUT_SECONDS,
-    CannotListen,
     allowed_hosts,
     bind,
     header_timeout_protocol,
@@ -21,7 +20,7 @@ from compute_budget.serving import (
 )
 from compute_budget.web.app import create_app
 
-__all__ = ["CannotListen", "bind", "is_loopback", "serve", "server_config"]
+__all__ = ["bind", "is_loopback", "serve", "server_config"]
 
 
 def server_config(app: Any, *, header_timeout: float = HEADER_TIMEOUT_SECONDS) -> uvicorn.Config:

@@ -12,7 +12,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from compute_budget.serving import ClientGone, allowed_hosts, answer_client_gone, host_of, read_body
+from compute_budget.errors import ClientGone
+from compute_budget.serving import allowed_hosts, answer_client_gone, host_of, read_body
 from compute_budget.witness.protocol import MAX_BODY_BYTES, TEXT, Answer, Witness
 
 __all__ = ["HostGuard", "allowed_hosts", "create_witness_app"]

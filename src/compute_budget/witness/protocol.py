@@ -13,14 +13,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from compute_budget.core.log.cosignature import WitnessSigner
+from compute_budget.core.log.encoding import strict_b64decode
 from compute_budget.core.log.merkle import verify_consistency
 from compute_budget.core.log.note import (
     NoteVerification,
+    ParsedNote,
     Signature,
     TlogCheckpoint,
     VerifierKey,
     parse_note,
     parse_tlog_checkpoint,
+    verified_signatures,
     verify_note,
 )
 from compute_budget.errors import NoteError
@@ -87,11 +90,8 @@ def parse_submission(body: bytes) -> Submission | Answer:
         return Answer(400, f"more than {MAX_PROOF_LINES} proof lines\n")
     proof: list[bytes] = []
     for line in lines[1:]:
-        try:
-            raw = base64.b64decode(line, validate=True)
-        except ValueError:
-            raw = b""
-        if len(raw) != 32 or base64.b64encode(raw).decode("ascii") != line:
+        raw = strict_b64decode(line)
+        if raw is None or len(raw) != 32:
             return Answer(400, "a proof line is not the base64 of a 32-byte hash\n")
         proof.append(raw)
     try:
@@ -192,14 +192,10 @@ class Witness:
 def _verified_lines(parsed: Submission, verification: NoteVerification) -> str:
     """The note's signature lines that verify under the log's keys: the first good line of each key, in key order.
     Junk lines (unknown keys, bad signatures) are dropped, so they cannot make one signed text many notes."""
-    keys = {(key.name, key.key_hash): key for key in verification.verified}
-    message = parsed.text.encode("utf-8")
     good: dict[tuple[str, int], Signature] = {}
-    for line in parsed.signatures:
-        slot = (line.name, line.key_hash)
-        key = keys.get(slot)
-        if slot not in good and key is not None and key.verify(message, line.signature):
-            good[slot] = line
+    note = ParsedNote(parsed.text, list(parsed.signatures))
+    for line in verified_signatures(parsed.text, [note], verification.verified):
+        good.setdefault((line.name, line.key_hash), line)
     return "".join(good[slot].line() for slot in sorted(good))
 
 

@@ -28,6 +28,7 @@ from compute_budget.core.log.note import (
     sign_note,
     valid_key_name,
     valid_origin,
+    verified_signatures,
     verify_note,
 )
 from tests.conftest import REPO_ROOT
@@ -125,6 +126,21 @@ def test_a_good_and_a_bad_signature_by_one_key_are_both_reported() -> None:
     assert result.verified == (VERIFIER,)
     assert result.failed == (VERIFIER,)
     assert not result.ok
+
+
+def test_verified_signatures_keeps_each_good_signature_of_the_text_once() -> None:
+    """Across notes: a signature that verifies is kept once, in the order found; a bad one, one by a key not given,
+    a note of another text and a note that does not parse are passed over; a parsed note is read as it is."""
+    text = parse_note(VECTOR["signed_note"])[0]
+    good, second = parse_note(TWO_SIGNATURES)[1]
+    bad = Signature(good.name, good.key_hash, bytes(64))
+    notes = ["not a note", sign_note("other text\n", WITNESS), VECTOR["signed_note"] + bad.line(), TWO_SIGNATURES]
+    assert verified_signatures(text, notes, [VERIFIER, SECOND_VERIFIER]) == [good, second]
+    assert verified_signatures(text, notes, [SECOND_VERIFIER]) == [second]
+    assert verified_signatures(text, [parse_note(TWO_SIGNATURES)], [SECOND_VERIFIER, VERIFIER]) == [good, second]
+    assert verified_signatures("other text\n", notes, [VERIFIER, WITNESS.verifier()]) == [
+        parse_note(sign_note("other text\n", WITNESS))[1][0]
+    ]
 
 
 def test_ambiguous_verifier_keys_are_refused() -> None:

@@ -15,12 +15,12 @@ Two forms (spec sections 6 and 8):
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from compute_budget.core.log.encoding import strict_b64decode
 from compute_budget.core.log.head import ChainHead
 from compute_budget.core.log.note import (
     CheckpointBody,
@@ -176,10 +176,7 @@ def _root(value: object, source: str) -> bytes:
     """A 32-byte root from canonical standard base64."""
     if not isinstance(value, str):
         raise CheckpointError(f"{source}: root must be the base64 of a 32-byte hash")
-    try:
-        raw = base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        raw = b""
-    if len(raw) != 32 or base64.b64encode(raw).decode("ascii") != value:
+    raw = strict_b64decode(value)
+    if raw is None or len(raw) != 32:
         raise CheckpointError(f"{source}: root must be the base64 of a 32-byte hash")
     return raw

@@ -14,12 +14,11 @@ handing the log over, the others the keys taking it (the note `rotate` stores).
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from compute_budget.core.log.encoding import strict_b64decode
 from compute_budget.core.log.note import ParsedNote, Signature, VerifierKey, parse_note
 from compute_budget.errors import InputError, KeyStateError
 
@@ -80,11 +79,8 @@ def parse_key_state(text: str, status: KeyStatus, resolve: Callable[[str], Verif
 
 
 def _root(text: str, option: str) -> bytes:
-    try:
-        root = base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError):
-        root = b""
-    if len(root) != 32 or base64.b64encode(root).decode("ascii") != text:
+    root = strict_b64decode(text)
+    if root is None or len(root) != 32:
         raise KeyStateError(f"{option}: ROOT must be the standard base64 of a 32-byte tree root, not {text!r}")
     return root
 

@@ -16,12 +16,12 @@ signatures of one message differ, and both verify.
 
 from __future__ import annotations
 
-import base64
 import functools
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric.mldsa import MLDSA44PrivateKey, MLDSA44PublicKey
 
+from compute_budget.core.log.encoding import strict_b64decode
 from compute_budget.core.log.note import KEY_NAME_RULE, parse_tlog_checkpoint, valid_key_name
 from compute_budget.errors import NoteError
 
@@ -105,15 +105,6 @@ def parse_mldsa_fields(kind: str, text: str, size: int) -> tuple[str, int, bytes
         raise NoteError(f"not a {kind}: an ML-DSA-44 key part is 0x06 and {size} bytes, got {len(raw)} bytes")
     check_mldsa_fields(kind, name, int(id_text, 16), raw[1:], size)
     return name, int(id_text, 16), raw[1:]
-
-
-def strict_b64decode(text: str) -> bytes | None:
-    """The bytes of canonical standard base64 (padded, no stray bits or characters), else None."""
-    try:
-        raw = base64.b64decode(text, validate=True)
-    except ValueError:
-        return None
-    return raw if base64.b64encode(raw).decode("ascii") == text else None
 
 
 @functools.lru_cache(maxsize=8)

@@ -56,7 +56,7 @@ __all__ = [
     "TlogCheckpoint", "VerifierKey", "add_signature", "check_key_fields", "check_key_text", "format_checkpoint",
     "generate_signer", "key_hash", "key_mismatch", "key_name_problem", "parse_checkpoint", "parse_key_fields",
     "parse_note", "parse_tlog_checkpoint", "private_key", "public_key_of", "sign_note", "valid_key_name",
-    "valid_origin", "verify_note",
+    "valid_origin", "verified_signatures", "verify_note",
 ]
 
 MAX_SIGNATURES = 100
@@ -228,3 +228,25 @@ def verify_note(signed: str | bytes | ParsedNote, verifiers: Iterable[VerifierKe
         if signer not in outcome:
             outcome.append(signer)
     return NoteVerification(text, tuple(verified), tuple(failed), tuple(unknown))
+
+
+def verified_signatures(
+    text: str, notes: Iterable[str | ParsedNote], keys: Iterable[VerifierKey]
+) -> list[Signature]:
+    """The signatures of `text` among `notes` that verify under one of `keys` (matched on name and key hash), each
+    once, in the order found. A note that does not parse, or signs another text, is passed over."""
+    known = {(key.name, key.key_hash): key for key in keys}
+    message = text.encode("utf-8")
+    kept: list[Signature] = []
+    for note in notes:
+        try:
+            note_text, signatures = note if isinstance(note, ParsedNote) else parse_note(note)
+        except NoteError:
+            continue
+        if note_text != text:
+            continue
+        for signature in signatures:
+            key = known.get((signature.name, signature.key_hash))
+            if key is not None and signature not in kept and key.verify(message, signature.signature):
+                kept.append(signature)
+    return kept

@@ -21,6 +21,7 @@ import base64
 import re
 from dataclasses import dataclass
 
+from compute_budget.core.log.encoding import strict_b64decode
 from compute_budget.core.log.note import SIGNATURE_PREFIX, TlogCheckpoint, parse_note, parse_tlog_checkpoint
 from compute_budget.errors import MalformedTlogProof, NoteError
 
@@ -29,7 +30,6 @@ MAX_INDEX = 2**64 - 2  # a checkpoint's tree size is a 64-bit count, and the ind
 MAX_PROOF_HASHES = 64  # the longest inclusion proof in a tree of fewer than 2**64 leaves
 _INDEX = re.compile(r"index (0|[1-9][0-9]{0,19})")
 _HASH_LINE = re.compile(r"[A-Za-z0-9+/]{43}=")
-_BASE64 = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
 
 
 def _shown(text: str, limit: int = 40) -> str:
@@ -39,14 +39,6 @@ def _shown(text: str, limit: int = 40) -> str:
 
 def _bad(message: str) -> MalformedTlogProof:
     return MalformedTlogProof(f"malformed tlog-proof: {message}")
-
-
-def _canonical_base64(text: str) -> bytes | None:
-    """The bytes of canonical standard base64 (padded, no stray bits, no other character), else None."""
-    if not _BASE64.fullmatch(text):
-        return None
-    raw = base64.b64decode(text, validate=True)
-    return raw if base64.b64encode(raw).decode("ascii") == text else None
 
 
 def checkpoint_problem(note: str) -> str | None:
@@ -121,7 +113,7 @@ class TlogProof:
             raise _bad(f"wrong header {_shown(lines[0])}: the first line must be {TLOG_PROOF_HEADER}")
         at, extra = 1, None
         if len(lines) > at and lines[at].startswith("extra "):
-            extra = _canonical_base64(lines[at][len("extra ") :])
+            extra = strict_b64decode(lines[at][len("extra ") :])
             if extra is None:
                 raise _bad("line 2: the extra data is not canonical standard base64")
             at += 1
@@ -134,7 +126,7 @@ class TlogProof:
         while len(lines) > at and lines[at]:
             if len(hashes) == MAX_PROOF_HASHES:
                 raise _bad(f"too many hashes: more than {MAX_PROOF_HASHES} lines of inclusion proof")
-            raw = _canonical_base64(lines[at]) if _HASH_LINE.fullmatch(lines[at]) else None
+            raw = strict_b64decode(lines[at]) if _HASH_LINE.fullmatch(lines[at]) else None
             if raw is None:
                 raise _bad(f"line {at + 1}: {_shown(lines[at])} is not the standard base64 of a 32-byte hash")
             hashes.append(raw)
