@@ -55,6 +55,7 @@ def test_audit_never_changes_the_file(store: str) -> None:
     assert Path(store).read_bytes() == before
 
 
+@pytest.mark.postgres_smoke
 def test_edited_limit(store: str) -> None:
     """max_steps raised on row 7: re-derivation names the field and both values; hash and chain break."""
     tamper(store, "UPDATE compute_budget_decisions SET max_steps = 100 WHERE seq = 7")
@@ -160,6 +161,7 @@ def test_consistent_forged_row_in_the_middle(store: str) -> None:
     assert kinds_at(report, 17) == {"chain_break"}  # ...but the row after it no longer links
 
 
+@pytest.mark.postgres_smoke
 def test_truncated_tail_is_caught_only_with_a_checkpoint(store: str) -> None:
     """Dropping the last rows leaves a valid chain; the checkpoint taken before proves the truncation."""
     with BudgetStore.open(store, readonly=True) as opened:
@@ -237,6 +239,7 @@ def test_rows_outside_the_seq_range_are_reported(store: str) -> None:
     assert [f.kind.value for f in report.findings] == ["malformed_row"]
 
 
+@pytest.mark.postgres_smoke
 @pytest.mark.slow
 def test_parallel_audit_reports_exactly_what_one_process_does(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """--jobs 2 over seq ranges gives the single-process findings, counts and head."""

@@ -88,6 +88,7 @@ def findings(report: Any) -> list[tuple[str, int | None, str]]:
     return [(finding.kind.value, finding.seq, finding.detail) for finding in report.findings]
 
 
+@pytest.mark.postgres_smoke
 def test_signatures_above_the_revocation_do_not_count_and_their_rows_are_unattested(leak: Leak) -> None:
     assert audit(leak.target, trusted_keys=[leak.key]).clean  # without the revocation, nothing shows
     report = audit(leak.target, trusted_keys=[leak.key], revoked=[leak.revoked])

@@ -134,6 +134,7 @@ def test_a_stored_tile_hash_that_differs_from_its_rows_is_named(store: tuple[str
     assert not night(target, since, other_day).clean
 
 
+@pytest.mark.postgres_smoke
 @pytest.mark.slow
 def test_look_back_with_jobs_gives_the_one_process_report(
     store: tuple[str, Checkpoint], monkeypatch: pytest.MonkeyPatch

@@ -250,6 +250,7 @@ def budget_id_at(target: str, seq: int) -> str:
     return str(rows(target)[seq - 1][1])
 
 
+@pytest.mark.postgres_smoke
 def test_a_bundle_verifies_offline(sealed: tuple[str, Any]) -> None:
     """prove -> JSON -> verify_proof with nothing but the writer's verifier key."""
     target, key = sealed
@@ -438,6 +439,7 @@ def test_the_store_extends_its_older_checkpoints(sealed: tuple[str, Any]) -> Non
     assert not ConsistencyProof.parse(document).verify()
 
 
+@pytest.mark.postgres_smoke
 def test_consistency_fails_for_a_rewritten_other_or_untrusted_checkpoint(sealed: tuple[str, Any]) -> None:
     """Another log, an untrusted signer, a rewritten or a truncated history: `NotConsistent` with its reason."""
     target, _ = sealed

@@ -348,6 +348,7 @@ def test_a_key_file_is_never_an_output(run_cli: Run, signed: str, keys: dict[str
     assert (cosign.read_bytes(), trusted.read_bytes()) == before
 
 
+@pytest.mark.postgres_smoke
 def test_record_signs_and_checkpoint_prints_the_signed_head(
     run_cli: Run, signed: str, keys: dict[str, tuple[Path, str]]
 ) -> None:
@@ -372,6 +373,7 @@ def test_record_signs_and_checkpoint_prints_the_signed_head(
     assert (document["origin"], document["tree_size"]) == ("example.org/cli", 28)
 
 
+@pytest.mark.postgres_smoke
 def test_the_witness_round(
     run_cli: Run, signed: str, keys: dict[str, tuple[Path, str]], tmp_path: Path
 ) -> None:
@@ -441,6 +443,7 @@ def test_unsigned_appends_are_unattested_on_the_command_line(
     assert report["attested_size"] == 28
 
 
+@pytest.mark.postgres_smoke
 def test_prove_and_verify_proof(run_cli: Run, signed: str, keys: dict[str, tuple[Path, str]], tmp_path: Path) -> None:
     """prove prints a bundle; verify-proof checks it offline: 0 valid, 1 an edited row or an untrusted signer,
     2 an unreadable bundle; prove exits 1 for an unknown budget_id."""

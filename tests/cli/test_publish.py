@@ -34,6 +34,7 @@ def _record(run_cli: Run, db: str, writer: Path, count: int, prefix: str, *witne
     assert status == 0, err
 
 
+@pytest.mark.postgres_smoke
 def test_publish_prints_what_it_wrote_then_that_dir_is_current(
     run_cli: Run, store_target: str, writer: Path, tmp_path: Path
 ) -> None:

@@ -58,6 +58,7 @@ def _verify(run_cli: Run, text: str | bytes, tmp_path: Path, *options: str) -> t
     return run_cli("verify-proof", str(path), *options)
 
 
+@pytest.mark.postgres_smoke
 @pytest.mark.parametrize("seq", [1, 12, 28])
 def test_prove_prints_a_tlog_proof_of_the_row_that_verify_proof_accepts(
     run_cli: Run, signed: str, writer: tuple[Path, str], tmp_path: Path, seq: int

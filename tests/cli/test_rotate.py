@@ -78,6 +78,7 @@ def findings(report: Any) -> list[tuple[str, str]]:
     return [(finding.kind.value, finding.detail) for finding in report.findings]
 
 
+@pytest.mark.postgres_smoke
 def test_the_audit_of_a_rotated_log_is_clean_with_the_retirement(log: Log) -> None:
     report = audit(log.target, trusted_keys=[log.old, log.new], retired=[f"{log.old}@3"])
     assert report.clean, findings(report)

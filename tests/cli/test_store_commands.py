@@ -326,6 +326,7 @@ def test_the_api_refuses_a_too_large_gate_and_writes_nothing_of_its_batch(store_
 HINT = "holds a JSON array; did you mean --input-format json-array?"
 
 
+@pytest.mark.postgres_smoke
 def test_record_reads_a_json_array_one_gate_per_element(run_cli: Run, store_target: str, tmp_path: Path) -> None:
     """Each element is one gate, in order; its gate_input is the exact text of INPUT from its first to its last
     character (here indented as the array was); a conflict names its element."""

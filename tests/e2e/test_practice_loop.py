@@ -36,6 +36,7 @@ print(json.dumps(report))
 """
 
 
+@pytest.mark.postgres_smoke
 @pytest.mark.slow
 def test_four_practice_loops_at_once(store_target: str) -> None:
     """4 processes, 5 runs each (150 own gates, 20 shared by all): every per-gate result agrees with the store,

@@ -39,6 +39,7 @@ def _stat(folder: Path, path: str) -> tuple[int, int]:
     return found.st_ino, found.st_mtime_ns
 
 
+@pytest.mark.postgres_smoke
 def test_a_first_publish_is_the_trees_tiles_and_bundles(store_target: str, tmp_path: Path) -> None:
     """600 rows: DIR holds exactly the checkpoint and C2SP's tiles and bundles of the tree of their leaf inputs
     (the core's, from a MemoryTree), and the checkpoint names the RFC 6962 root of those leaves."""
@@ -56,6 +57,7 @@ def test_a_first_publish_is_the_trees_tiles_and_bundles(store_target: str, tmp_p
     assert outcome.written[-1] == "checkpoint"  # written last (rule 3)
 
 
+@pytest.mark.postgres_smoke
 def test_an_incremental_publish_writes_only_new_files(store_target: str, tmp_path: Path) -> None:
     """From 300 to 600 rows: only the new full tiles and bundles, the new partial ones and the checkpoint are
     written; the full tile and bundle already published keep their inode and mtime (never rewritten); the partial

@@ -233,6 +233,7 @@ def test_empty_form_fields_count_as_absent(client: TestClient) -> None:
         ({"gate": "no-such-gate"}, "gate_decision_id"),
     ],
 )
+@pytest.mark.postgres_smoke
 def test_each_filter_returns_exactly_the_matching_rows(any_client: TestClient, any_store: str,
                                                        params: dict[str, str], column: str) -> None:
     """Walking every page of a filter gives exactly the stored rows with that value, newest first."""

@@ -162,6 +162,7 @@ def test_serve_refuses_an_auditor_key_that_is_a_writer_key(run_cli: Run, tmp_pat
 # -- g: the guard, the rows and the checkpoint to keep ------------------------------------------------------------
 
 
+@pytest.mark.postgres_smoke
 def test_a_dropped_guard_leads_every_page_with_a_red_banner(store_target: str) -> None:
     """Issue 28 g: a store whose guard was dropped and a row edited looked exactly like a clean one on the front
     page. Now every page (and the JSON) opens with what is wrong and what to do."""
