@@ -84,11 +84,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 POSTGRES_EVERYWHERE_UNDER = ("tests/store/",)
 
 
+def _on_postgres_by_parameter(item: pytest.Item) -> bool:
+    """True for the PostgreSQL instance of a `store_target` or `new_store_target` test (also one parametrized
+    indirectly, which carries no `postgres` mark)."""
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and "postgresql" in (
+        callspec.params.get("store_target"), callspec.params.get("new_store_target")
+    )
+
+
 def _on_postgres_only_by_parameter(item: pytest.Item) -> bool:
     """True for the PostgreSQL instance of a `store_target` test outside the store's tests and the smoke set."""
-    callspec = getattr(item, "callspec", None)
-    if callspec is None or "postgresql" not in (callspec.params.get("store_target"),
-                                                 callspec.params.get("new_store_target")):
+    if not _on_postgres_by_parameter(item):
         return False
     relative = Path(str(item.path)).resolve().relative_to(REPO_ROOT).as_posix()
     return not relative.startswith(POSTGRES_EVERYWHERE_UNDER) and item.get_closest_marker("postgres_smoke") is None
@@ -106,7 +113,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     skip = pytest.mark.skip(reason="--no-postgres given")
     for item in items:
-        if "postgres" in item.keywords:
+        if "postgres" in item.keywords or _on_postgres_by_parameter(item):
             item.add_marker(skip)
 
 
