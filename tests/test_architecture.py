@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 import shutil
 import subprocess
 import sys
@@ -437,3 +438,23 @@ def test_the_stub_check_bites() -> None:
     refusal = ast.parse("def g(name):\n    if name:\n        raise NotImplementedError(f'no {name}')\n").body[0]
     assert _is_stub(stub)
     assert not _is_stub(refusal)
+
+
+# -- names that say what they are (issue 35, item 4) ---------------------------------------------------------------
+
+_ISSUE_NUMBER = re.compile(r"\bissues? \d+", re.IGNORECASE)
+
+
+def test_no_issue_number_in_the_source() -> None:
+    """A docstring or comment names the spec section or the behaviour it is about, never the issue that asked for
+    it: a reader of the code has the spec, not the tracker. (An upstream project's bug, `psycopg issue #1188`,
+    is a reference, not one of ours.)"""
+    found = [
+        f"{path.relative_to(PACKAGE).as_posix()}:{number}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if _ISSUE_NUMBER.search(line)
+    ]
+    assert found == []
+    assert _ISSUE_NUMBER.search("see issue 31, item 3")
+    assert _ISSUE_NUMBER.search("issues 28 and 29")

@@ -75,7 +75,7 @@ def hold_given(
     max_seq: int,
 ) -> tuple[list[Checkpoint], list[Finding]]:
     """The given checkpoints the store holds (each with its own signature lines: they count as cosignatures), and
-    the findings of the rest, each naming its source (issue 28, 12). `FILE.head` must be signed by a trusted
+    the findings of the rest, each naming its source (its file or flag). `FILE.head` must be signed by a trusted
     writer (spec 9.9.2: else `checkpoint_mismatch`); the others, with trusted keys, carry a trusted signature (else
     `bad_signature`)."""
     held: list[Checkpoint] = []

@@ -44,7 +44,7 @@ def _judge(published: Checkpoint, source: str, served: Checkpoint, policy: Witne
     lines = [signature.line() for signature in parsed.signatures] if parsed is not None else []
     tally = policy.tally(lines, parsed.text if parsed is not None else published.note_text())
     kth = tally.time
-    # A timestamp of 0 makes no freshness claim: never fresh, however large --max-witness-age is (issue 31, 4).
+    # A timestamp of 0 makes no freshness claim: never fresh, however large --max-witness-age is.
     if kth is not None and is_fresh(kth, now=policy.now, max_age=policy.max_age):
         return []  # the mirror lags, within the age allowed
     age = "no" if kth is None else "the quorum's newest"

@@ -73,7 +73,7 @@ def prove(
     newer note planted in the store fails at `verify_proof`. The note carries every stored cosignature of its
     text. Raises `UnknownBudgetId` when no such decision is stored, `ProofError` when the checkpoint does not
     cover the row or is not of this store, `StoreDamaged` when the stored tree does not prove the row against it.
-    `key_states` (issue 31): a note whose signature by a retired or revoked key does not count is passed over when
+    `key_states` (spec 11): a note whose signature by a retired or revoked key does not count is passed over when
     chosen from the store, and refused (`ProofError`) when given.
     """
     writers = [verifier_key(item) for item in trusted_keys]  # read (a bad key is one error) before the store opens
@@ -284,7 +284,7 @@ def prove_consistency(
     C2SP tlog-policy, instead: its witnesses and quorum, its `log` keys as trusted keys); with `auditor_key`
     (spec 9.9.5), a valid signature by the auditor who cosigned it after a clean audit. Raises
     `NotConsistent` (its `reason`: ``origin``, ``untrusted``, ``truncated`` or ``rewritten``) when the store does
-    not extend it, and `CheckpointError` when `old` cannot be used. `key_states` (issue 31): `old`'s signature by
+    not extend it, and `CheckpointError` when `old` cannot be used. `key_states` (spec 11.7.4): `old`'s signature by
     a retired or revoked key that does not count (judged by the store's tree) is ``untrusted``.
     """
     checkpoint = as_checkpoint(old)

@@ -64,7 +64,7 @@ class AuditRequest:
     # A publication's audit (spec 10.2): the --witness-url witnesses' keys, whose cosignatures on the published
     # checkpoint say how fresh it is.
     freshness_keys: tuple[WitnessKey | str | os.PathLike[str], ...] = ()
-    # A C2SP tlog-policy (issue 31): its witnesses, groups and quorum instead of witness_keys/witness_quorum, and
+    # A C2SP tlog-policy (`--policy`): its witnesses, groups and quorum instead of witness_keys/witness_quorum, and
     # its `log` keys beside trusted_keys.
     witness_policy: TlogPolicy | None = None
     source: AuditSource | None = None

@@ -48,7 +48,7 @@ class CannotRun(click.ClickException):
 
 
 # Subcommands that live in modules of their own, loaded when named: `decide` and `--version` start without them
-# (issue 23); `--help` loads them to list their help. Each module registers its commands on the group as it loads.
+# (a fast start); `--help` loads them to list their help. Each module registers its commands on the group as it loads.
 LAZY_COMMANDS = {
     "record": "compute_budget.cli.record",
     "show": "compute_budget.cli.browse",

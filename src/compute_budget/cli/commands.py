@@ -2,7 +2,7 @@
 
 The other commands live in modules of their own (`record`, `browse`, `admin`, `audit`, `seal`, `serve`,
 `witness`, `publish`), loaded when named (`cli.app.LAZY_COMMANDS`), so that `decide`, `--version` and `--help`
-start without them (issue 23): a thin Click shell over the core, the store and the auditor.
+start without them (a fast start): a thin Click shell over the core, the store and the auditor.
 
 Results that need a person's eye exit 1 through `ctx.exit(1)`; everything that stops a command from running is
 an error the group (`cli.app.BudgetGroup`) turns into one line on stderr and exit 2.

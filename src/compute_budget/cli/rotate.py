@@ -1,4 +1,4 @@
-"""`compute-budget rotate`: hand the log over from one writer key to a new one (issue 31, item 1; a lazy command)."""
+"""`compute-budget rotate`: hand the log over from one writer key to a new one (spec 11.6; a lazy command)."""
 
 from __future__ import annotations
 

@@ -193,7 +193,7 @@ def witness_submit_command(
         except BaseException:
             store.discard_if_unused()  # a mistyped --db must not leave an empty database behind
             raise
-    if not keys:  # a planted newer note would have been sent as it is (issue 28 r): said once, after it was sent
+    if not keys:  # a planted newer note would have been sent as it is: said once, after it was sent
         _say("warning: without --trusted-key the checkpoint sent is the newest stored one, unverified: give the "
              "writer's verifier key to send only one it signed")
     if _said_submitted(submitted, policy):

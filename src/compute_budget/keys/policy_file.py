@@ -1,4 +1,4 @@
-"""Reading a witness policy file (C2SP tlog-policy, issue 31) that an operator hands a command with `--policy`: a
+"""Reading a witness policy file (C2SP tlog-policy) that an operator hands a command with `--policy`: a
 regular file, read once and never past a limit, parsed by the core's strict parser."""
 
 from __future__ import annotations

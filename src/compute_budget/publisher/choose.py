@@ -40,7 +40,7 @@ def choose(
     snapshot: Snapshot, keys: Sequence[VerifierKey], policy: WitnessPolicy | None, states: KeyStates | None = None
 ) -> Chosen:
     """The checkpoint to publish (see the module docstring); `NothingToPublish` when there is none. With `states`
-    (`--retired`, `--revoked`: issue 31), a note whose signature by such a key does not count is passed over."""
+    (`--retired`, `--revoked`: spec 11.1), a note whose signature by such a key does not count is passed over."""
     origin, limited, size = snapshot.origin(), states or KeyStates(), snapshot.max_seq()
 
     def counts(note: str) -> bool:

@@ -67,7 +67,7 @@ class Appended:
     state_created: bool = False
     witness_warnings: tuple[str, ...] = ()
     witnessed: tuple[int, int] | None = None  # (cosigned, asked) when the new checkpoint went to witnesses
-    cosigned_by: tuple[WitnessKey, ...] = ()  # the witnesses that cosigned it, for a policy's verdict (issue 31)
+    cosigned_by: tuple[WitnessKey, ...] = ()  # the witnesses that cosigned it, for a C2SP tlog-policy's verdict
     acknowledging: Repair | None = None  # the repair `after_repair` acknowledges in this transaction (spec 9.9.10)
 
 

@@ -216,7 +216,7 @@ class BudgetStore:
     def rotate(
         self, new_key: SignerKey | str | os.PathLike[str], *, new_writer_state: str | None = None
     ) -> Rotated:
-        """Hand the log over from this store's `signing_key` to `new_key` (issue 31; `compute-budget rotate`): the
+        """Hand the log over from this store's `signing_key` to `new_key` (spec 11; `compute-budget rotate`): the
         head's checkpoint signed by both keys is stored, and both writer states (`new_writer_state`, else the new
         key file plus ``.state``) then hold it, so the old key never signs again and the new one starts from it.
         Spec 9.1's rules apply to the old key; `KeyRetired` when a handover already retired it."""

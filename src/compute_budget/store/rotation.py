@@ -1,4 +1,4 @@
-"""Key rotation (issue 31, item 1): the old writer key hands the log over to a new one at the head.
+"""Key rotation (`rotate`, spec 11): the old writer key hands the log over to a new one at the head.
 
 Inside the append lock and under spec 9.1's rules for the old key (the head is the newest checkpoint it or a peer
 signed, and the store extends its writer state), the head's checkpoint is signed by the old key, then the new
