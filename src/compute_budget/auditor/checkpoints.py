@@ -14,7 +14,7 @@ from typing import Any
 from compute_budget.auditor.head_note import HeadNote, head_signature_findings, load_head_note, parse_head_note
 from compute_budget.auditor.source import LogView
 from compute_budget.auditor.witness_rules import (
-    WitnessPolicy,
+    WitnessRequirement,
 )
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey
@@ -115,7 +115,7 @@ def witness_policy(
     quorum: int | None,
     max_age: int,
     rule: TlogPolicy | None = None,
-) -> WitnessPolicy | None:
+) -> WitnessRequirement | None:
     """The audit's witness requirement: the C2SP tlog-policy `rule`, or `witness_keys` with `quorum` of them
     (default: all) as its one-group shorthand; None when neither requires a cosignature (`quorum none`). Both at
     once, a quorum without keys or outside 1..N, or a negative age is an error."""
@@ -137,7 +137,7 @@ def witness_policy(
         raise ArgumentTypeError(f"the maximum witness age is a number of seconds, not {max_age!r}")
     if not rule.requires_witnesses:
         return None
-    return WitnessPolicy(rule, max_age, int(time.time()))
+    return WitnessRequirement(rule, max_age, int(time.time()))
 
 
 def policy_log_keys(keys: list[VerifierKey], rule: TlogPolicy | None, origin: str | None) -> list[VerifierKey]:

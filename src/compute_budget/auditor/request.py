@@ -22,7 +22,7 @@ from compute_budget.auditor.checkpoints import (
 from compute_budget.auditor.head_note import HeadNote
 from compute_budget.auditor.look_back import check_look_back, day_number
 from compute_budget.auditor.source import AuditSource, SourceLocation
-from compute_budget.auditor.witness_rules import DEFAULT_MAX_WITNESS_AGE, WitnessPolicy
+from compute_budget.auditor.witness_rules import DEFAULT_MAX_WITNESS_AGE, WitnessRequirement
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey
 from compute_budget.core.log.key_states import KeyStates
@@ -78,7 +78,7 @@ class AuditInputs:
     since: Checkpoint | None
     answers: list[tuple[str, Checkpoint | str]]  # the witnesses' answers, each with its source
     keys: list[VerifierKey]
-    policy: WitnessPolicy | None
+    policy: WitnessRequirement | None
     day: int  # the UTC day number the look-back is due for
     head: HeadNote | None
     checkpoint_label: str  # what findings call the given checkpoint

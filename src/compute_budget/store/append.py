@@ -25,7 +25,7 @@ from compute_budget.core.log.merkle import CompactRange
 from compute_budget.core.log.note import VerifierKey
 from compute_budget.core.log.tree import TILE_LEVEL
 from compute_budget.core.policy.prepare import PreparedGate
-from compute_budget.core.policy.rules import V1, BudgetPolicy, registered_policy
+from compute_budget.core.policy.rules import V1, BudgetTable, registered_policy
 from compute_budget.errors import GateConflict, ReadOnlyStore, StoreDamaged, StoreUnavailable, UnsignedAppendRefused
 from compute_budget.keys.key_files import verifier_key
 from compute_budget.store import repairs
@@ -87,7 +87,7 @@ class Appender:
         allow_unsigned: bool,
         witnesses: tuple[WitnessTarget, ...] = (),
         witness_timeout: float = DEFAULT_TIMEOUT_SECONDS,
-        policy: BudgetPolicy = V1,
+        policy: BudgetTable = V1,
     ) -> None:
         self._session = session
         self.policy = policy  # every gate this store records is decided under it

@@ -23,7 +23,7 @@ from sqlalchemy import Engine
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.head import ChainHead
 from compute_budget.core.log.note import SignerKey, VerifierKey
-from compute_budget.core.policy.rules import V1, BudgetPolicy
+from compute_budget.core.policy.rules import V1, BudgetTable
 from compute_budget.core.policy.types import ComputeBudgetStatus
 from compute_budget.core.row import StoredDecision
 from compute_budget.core.verify import Finding
@@ -65,7 +65,7 @@ class BudgetStore:
         writer_state: str | os.PathLike[str] | None = None, init_writer_state: bool = False,
         peer_keys: Iterable[VerifierKey | str] = (), allow_unsigned: bool = False,
         witnesses: Iterable[WitnessTarget | str] = (), witness_timeout: float = DEFAULT_TIMEOUT_SECONDS,
-        policy: BudgetPolicy = V1,
+        policy: BudgetTable = V1,
     ) -> BudgetStore:
         """Open the store at a path or SQLAlchemy URL (None: `$COMPUTE_BUDGET_DB` or `compute_budget.db`).
 
