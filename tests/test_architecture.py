@@ -63,8 +63,8 @@ def test_the_layers_and_the_pure_core_hold() -> None:
         ("witness/client.py", "import compute_budget.store.seal_tables", "The witness keeps its own state"),
         ("keys/key_files.py", "import compute_budget.witness.client", "Layers"),
         ("serving.py", "import compute_budget.witness.app", "Layers"),
-        ("auditor/scan.py", "import compute_budget.publisher.run", "Layers"),
-        ("publisher/run.py", "import compute_budget.web.app", "Layers"),
+        ("auditor/scan.py", "import compute_budget.publication_writer.run", "Layers"),
+        ("publication_writer/run.py", "import compute_budget.web.app", "Layers"),
     ],
 )
 def test_a_forbidden_import_breaks_a_contract(tmp_path: Path, module: str, line: str, contract: str) -> None:

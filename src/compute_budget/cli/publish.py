@@ -11,7 +11,7 @@ from compute_budget.cli.commands import cli, db_option
 from compute_budget.cli.trust import TrustOptions, trust_options, trusted_key_option
 
 if TYPE_CHECKING:
-    from compute_budget.publisher.run import PublishOutcome
+    from compute_budget.publication_writer.run import PublishOutcome
 
 
 @cli.command("publish")
@@ -30,7 +30,7 @@ def publish_command(folder: str, db: str | None, trust: TrustOptions) -> None:
     Incremental (only the rows since DIR's checkpoint are read, audited as `audit --since` would, and written),
     atomic (DIR/checkpoint is renamed into place last) and immutable (a full tile in DIR is never rewritten).
     """
-    from compute_budget.publisher import PublishRequest, publish
+    from compute_budget.publication_writer import PublishRequest, publish
 
     if trust.witness_quorum is not None and not trust.witness_keys:
         raise click.BadParameter("a witness quorum needs --witness-key", param_hint="--witness-quorum")
