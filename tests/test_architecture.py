@@ -49,7 +49,7 @@ def test_the_layers_and_the_pure_core_hold() -> None:
         ("core/policy/hashing.py", "import compute_budget.store.facade", "Layers"),
         ("store/append.py", "import compute_budget.auditor.scan", "Layers"),
         ("auditor/scan.py", "import compute_budget.web.app", "Layers"),
-        ("web/queries.py", "import compute_budget.cli.commands", "Layers"),
+        ("web/queries.py", "import compute_budget.cli.group", "Layers"),
         ("core/verify.py", "import starlette", "The core is pure"),
         ("core/log/merkle.py", "import compute_budget.core.policy.types", "Two rooms"),
         ("core/policy/hashing.py", "import compute_budget.core.log.note", "Two rooms"),
@@ -143,7 +143,7 @@ def test_the_store_facade_stays_thin() -> None:
 
 
 def _lazy_command_modules() -> tuple[str, ...]:
-    from compute_budget.cli.app import LAZY_COMMANDS
+    from compute_budget.cli.program import LAZY_COMMANDS
 
     return tuple(sorted(set(LAZY_COMMANDS.values())))
 
@@ -156,7 +156,7 @@ def test_every_lazy_command_module_registers_what_it_is_named_for() -> None:
     import click
 
     from compute_budget.cli import cli
-    from compute_budget.cli.app import LAZY_COMMANDS
+    from compute_budget.cli.program import LAZY_COMMANDS
 
     context = click.Context(cli)
     for name in LAZY_COMMANDS:

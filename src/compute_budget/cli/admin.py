@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from compute_budget.cli.app import say
-from compute_budget.cli.commands import cli, db_option, origin_option, writer_options
+from compute_budget.cli.group import cli, db_option, origin_option, writer_options
+from compute_budget.cli.program import say
 from compute_budget.cli.progress import audit_progress
 from compute_budget.errors import ComputeBudgetError, clip
 

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
-from compute_budget.cli.app import say
 from compute_budget.cli.audit_keep import attested, witnessed_to_keep, write_kept
 from compute_budget.cli.audit_reports import (
     ReportsNotWritten,
@@ -20,8 +19,9 @@ from compute_budget.cli.audit_reports import (
     reports_for_usage_error,
     write_error_reports,
 )
-from compute_budget.cli.commands import cli, db_option
+from compute_budget.cli.group import cli, db_option
 from compute_budget.cli.io import check_keys_apart, check_writable, write_atomically
+from compute_budget.cli.program import say
 from compute_budget.cli.progress import audit_progress
 from compute_budget.cli.trust import TrustOptions, trust_options, trusted_key_option
 from compute_budget.errors import clip

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from compute_budget.cli.app import say
 from compute_budget.cli.io import write_atomically
+from compute_budget.cli.program import say
 
 if TYPE_CHECKING:
     from compute_budget.auditor.report import AuditReport

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from compute_budget.cli.app import CannotRun, Terminated, say
 from compute_budget.cli.io import check_keys_apart, check_writable, write_atomically
+from compute_budget.cli.program import CannotRun, Terminated, say
 
 if TYPE_CHECKING:
     from compute_budget.auditor.report import AuditReport

@@ -116,7 +116,7 @@ def prove_from_tiles(
         return prove_published(PublicationTarget(tiles), trusted_keys=keys, budget_id=budget_id, seq=seq,
                                witness_policy=rule)
     except UnknownBudgetId as unknown:
-        from compute_budget.cli.app import say
+        from compute_budget.cli.program import say
 
         say(str(unknown))
         click.get_current_context().exit(1)

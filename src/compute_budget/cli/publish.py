@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from compute_budget.cli.app import say
-from compute_budget.cli.commands import cli, db_option
+from compute_budget.cli.group import cli, db_option
+from compute_budget.cli.program import say
 from compute_budget.cli.trust import TrustOptions, trust_options, trusted_key_option
 
 if TYPE_CHECKING:

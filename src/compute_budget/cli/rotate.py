@@ -6,8 +6,8 @@ import base64
 
 import click
 
-from compute_budget.cli.app import say
-from compute_budget.cli.commands import cli, db_option, writer_options
+from compute_budget.cli.group import cli, db_option, writer_options
+from compute_budget.cli.program import say
 from compute_budget.cli.trust import key_state_options
 
 

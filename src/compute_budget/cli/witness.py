@@ -35,8 +35,8 @@ def witness_group() -> None:
 def _logs(pairs: tuple[str, ...], policy_path: str | None = None) -> dict[str, list[VerifierKey]]:
     """The logs to witness: each --log ORIGIN=KEY, and each log line of the --policy file (its key's name is its
     origin, as C2SP says); exit 2 with neither."""
+    from compute_budget.cli.trust import load_policy
     from compute_budget.keys.key_files import verifier_key
-    from compute_budget.keys.policy_file import load_policy
 
     logs: dict[str, list[VerifierKey]] = {}
     if policy_path is not None:
@@ -168,7 +168,7 @@ def witness_submit_command(
     1 also when the quorum is not met.
     """
     from compute_budget.auditor.checkpoints import policy_log_keys
-    from compute_budget.cli.commands import submit_targets
+    from compute_budget.cli.group import submit_targets
     from compute_budget.keys.key_files import verifier_key
     from compute_budget.store import BudgetStore
     from compute_budget.store.backend import locate
@@ -203,7 +203,7 @@ def witness_submit_command(
 def _said_submitted(submitted: list[Submitted], policy: TlogPolicy | None) -> bool:
     """One line per witness (an optional one tagged so), the policy's verdict; True when it is a failure: a
     counted witness that did not cosign, or the quorum not met."""
-    from compute_budget.cli.commands import policy_verdict
+    from compute_budget.cli.group import policy_verdict
 
     optional = {witness.key for witness in policy.witnesses
                 if witness.name in policy.optional_witnesses()} if policy is not None else set()
@@ -222,7 +222,7 @@ def _said_submitted(submitted: list[Submitted], policy: TlogPolicy | None) -> bo
 
 
 def _register() -> None:
-    from compute_budget.cli.commands import cli  # loaded first: this module is one of the group's lazy commands
+    from compute_budget.cli.group import cli  # loaded first: this module is one of the group's lazy commands
 
     cli.add_command(witness_group)
 
