@@ -242,7 +242,7 @@ def test_a_server_limit_is_named_not_taken_for_a_full_connection_table(pg_url: s
     from sqlalchemy import create_engine
     from sqlalchemy.exc import DBAPIError
 
-    from compute_budget.store.backend import locate, translate
+    from compute_budget.store.engine import locate, translate
 
     engine = create_engine(pg_url)
     try:

@@ -88,7 +88,7 @@ def write_error_reports(
     from compute_budget.auditor.report import utc_now
     from compute_budget.cli.render_audit import render_error
     from compute_budget.errors import ComputeBudgetError
-    from compute_budget.store.backend import locate
+    from compute_budget.store.engine import locate
 
     if reason is None:
         reason = error_reason(error)

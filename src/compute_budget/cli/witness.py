@@ -171,7 +171,7 @@ def witness_submit_command(
     from compute_budget.cli.group import submit_targets
     from compute_budget.keys.key_files import verifier_key
     from compute_budget.store import BudgetStore
-    from compute_budget.store.backend import locate
+    from compute_budget.store.engine import locate
     from compute_budget.witness.client import witness_targets
 
     asked, policy = submit_targets(policy_path, witnesses)

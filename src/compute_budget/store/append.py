@@ -39,8 +39,8 @@ from compute_budget.store.authorship import (
     newest_trusted,
     require_rows_hold,
 )
-from compute_budget.store.backend import Location, begin_write, translate
 from compute_budget.store.backends import backend_for
+from compute_budget.store.engine import Location, begin_write, translate
 from compute_budget.store.grants import Role
 from compute_budget.store.plan import ChunkPlan, plan_chunk, prepared_chunks
 from compute_budget.store.reads import stored_root

@@ -28,8 +28,8 @@ from compute_budget.core.policy.types import ComputeBudgetStatus
 from compute_budget.core.row import StoredDecision
 from compute_budget.core.verify import Finding
 from compute_budget.store import seal_tables as sealing
-from compute_budget.store.backend import Location
 from compute_budget.store.browse import Browsing, DecisionFilter, Link, Page
+from compute_budget.store.engine import Location
 from compute_budget.store.history import import_history
 from compute_budget.store.opening import migrate_store, remove_unused_sqlite
 from compute_budget.store.reads import Reads

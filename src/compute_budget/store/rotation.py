@@ -20,7 +20,7 @@ from compute_budget.errors import InputError, ReadOnlyStore, StoreUnavailable
 from compute_budget.store import repairs
 from compute_budget.store import seal_tables as sealing
 from compute_budget.store.authorship import WriterKeys, check_signed_head, check_state
-from compute_budget.store.backend import begin_write, translate
+from compute_budget.store.engine import begin_write, translate
 from compute_budget.store.reads import stored_root
 from compute_budget.store.session import StoreSession, read_head, utc_now
 
