@@ -14,7 +14,7 @@ PACKAGE = REPO_ROOT / "src" / "compute_budget"
 # SIGTERM is raised as an interrupt, not an error.
 _EXCEPTIONS_OUTSIDE_ERRORS = {
     "cli/program.py": {"CannotRun", "Terminated"},
-    "cli/audit_reports.py": {"ReportsNotWritten"},
+    "cli/audit/reports.py": {"ReportsNotWritten"},
 }
 
 

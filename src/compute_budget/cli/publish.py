@@ -47,7 +47,7 @@ def publish_command(folder: str, db: str | None, trust: TrustOptions) -> None:
 def _refused(outcome: PublishOutcome) -> None:
     """Exit 1's words: the audit's report as `audit` prints it, or the one refusal line."""
     if outcome.report is not None:
-        from compute_budget.cli.render_audit import render
+        from compute_budget.cli.audit.render import render
 
         click.echo(render(outcome.report, "text"))
         say(f"the rows to publish did not pass the audit: nothing was written to {outcome.folder}")

@@ -32,7 +32,7 @@ def reports_for_usage_error(args: list[str], error: click.UsageError) -> None:
     """Replace each report file the raw `args` name with an error report, under the same guards as a run that
     parsed (never the database, an input or a key file)."""
     from compute_budget.auditor.report import utc_now
-    from compute_budget.cli.render_audit import REPORT_FORMATS
+    from compute_budget.cli.audit.render import REPORT_FORMATS
 
     formats = [value for value in option_values(args, "--format") if value in REPORT_FORMATS]
     targets = [(formats[-1] if formats else "text", path) for path in option_values(args, "--output")[-1:]]
@@ -86,7 +86,7 @@ def write_error_reports(
     if not targets:
         return {}
     from compute_budget.auditor.report import utc_now
-    from compute_budget.cli.render_audit import render_error
+    from compute_budget.cli.audit.render import render_error
     from compute_budget.errors import ComputeBudgetError
     from compute_budget.store.engine import locate
 
