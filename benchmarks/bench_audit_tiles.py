@@ -25,7 +25,7 @@ from bench_record import gates
 
 from compute_budget import BudgetStore
 from compute_budget.core.log.note import generate_signer
-from compute_budget.publisher import PublishRequest, publish
+from compute_budget.publication_writer import PublishRequest, publish
 
 ORIGIN = "bench.example/budget-log"
 GOAL_RATIO = 2.0
@@ -35,7 +35,7 @@ _CHILD = """
 import json, sys, time
 from compute_budget.auditor.request import AuditRequest
 from compute_budget.auditor.scan import run_audit
-from compute_budget.publication.snapshot import PublicationTarget
+from compute_budget.publication_reader.snapshot import PublicationTarget
 
 def vmhwm_kb():
     with open("/proc/self/status") as status:

@@ -39,7 +39,7 @@ from typing import Any
 from compute_budget import BudgetStore
 from compute_budget.core.log.note import SignerKey
 from compute_budget.core.row import ROW_COLUMNS
-from compute_budget.store.backend import WRITER_CACHE_KIB
+from compute_budget.store.engine import WRITER_CACHE_KIB
 
 GOAL_UNSIGNED = 6.0
 GOAL_SIGNED = 10.0

@@ -57,8 +57,8 @@ import json, sys, time
 from pathlib import Path
 from compute_budget.auditor.request import AuditRequest
 from compute_budget.auditor.scan import audit, run_audit
-from compute_budget.publication.snapshot import PublicationTarget
-from compute_budget.publisher import PublishRequest, publish
+from compute_budget.publication_reader.snapshot import PublicationTarget
+from compute_budget.publication_writer import PublishRequest, publish
 
 def vmhwm_kb():
     with open("/proc/self/status") as status:

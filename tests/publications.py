@@ -19,7 +19,7 @@ from compute_budget.core.log.entry_bundle import encode_bundle
 from compute_budget.core.log.merkle import MemoryTree
 from compute_budget.core.log.note import VerifierKey
 from compute_budget.core.log.tiles import tile_bytes, tiles_for_size
-from compute_budget.publisher import PublishRequest, publish
+from compute_budget.publication_writer import PublishRequest, publish
 from compute_budget.store import BudgetStore
 
 

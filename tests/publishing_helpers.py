@@ -15,7 +15,7 @@ from compute_budget.core.log.merkle import MemoryTree
 from compute_budget.core.log.note import SignerKey, VerifierKey
 from compute_budget.core.log.tiles import Tile, tile_bytes, tiles_for_size
 from compute_budget.core.seal_checks import trusted_signers
-from compute_budget.publisher import PublishOutcome, PublishRequest, publish
+from compute_budget.publication_writer import PublishOutcome, PublishRequest, publish
 from tests.backends import rows
 from tests.conftest import gate_lines
 

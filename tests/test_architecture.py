@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 import shutil
 import subprocess
 import sys
@@ -48,7 +49,7 @@ def test_the_layers_and_the_pure_core_hold() -> None:
         ("core/policy/hashing.py", "import compute_budget.store.facade", "Layers"),
         ("store/append.py", "import compute_budget.auditor.scan", "Layers"),
         ("auditor/scan.py", "import compute_budget.web.app", "Layers"),
-        ("web/queries.py", "import compute_budget.cli.commands", "Layers"),
+        ("web/queries.py", "import compute_budget.cli.group", "Layers"),
         ("core/verify.py", "import starlette", "The core is pure"),
         ("core/log/merkle.py", "import compute_budget.core.policy.types", "Two rooms"),
         ("core/policy/hashing.py", "import compute_budget.core.log.note", "Two rooms"),
@@ -62,8 +63,8 @@ def test_the_layers_and_the_pure_core_hold() -> None:
         ("witness/client.py", "import compute_budget.store.seal_tables", "The witness keeps its own state"),
         ("keys/key_files.py", "import compute_budget.witness.client", "Layers"),
         ("serving.py", "import compute_budget.witness.app", "Layers"),
-        ("auditor/scan.py", "import compute_budget.publisher.run", "Layers"),
-        ("publisher/run.py", "import compute_budget.web.app", "Layers"),
+        ("auditor/scan.py", "import compute_budget.publication_writer.run", "Layers"),
+        ("publication_writer/run.py", "import compute_budget.web.app", "Layers"),
     ],
 )
 def test_a_forbidden_import_breaks_a_contract(tmp_path: Path, module: str, line: str, contract: str) -> None:
@@ -142,7 +143,7 @@ def test_the_store_facade_stays_thin() -> None:
 
 
 def _lazy_command_modules() -> tuple[str, ...]:
-    from compute_budget.cli.app import LAZY_COMMANDS
+    from compute_budget.cli.program import LAZY_COMMANDS
 
     return tuple(sorted(set(LAZY_COMMANDS.values())))
 
@@ -155,7 +156,7 @@ def test_every_lazy_command_module_registers_what_it_is_named_for() -> None:
     import click
 
     from compute_budget.cli import cli
-    from compute_budget.cli.app import LAZY_COMMANDS
+    from compute_budget.cli.program import LAZY_COMMANDS
 
     context = click.Context(cli)
     for name in LAZY_COMMANDS:
@@ -437,3 +438,23 @@ def test_the_stub_check_bites() -> None:
     refusal = ast.parse("def g(name):\n    if name:\n        raise NotImplementedError(f'no {name}')\n").body[0]
     assert _is_stub(stub)
     assert not _is_stub(refusal)
+
+
+# -- names that say what they are (issue 35, item 4) ---------------------------------------------------------------
+
+_ISSUE_NUMBER = re.compile(r"\bissues? \d+", re.IGNORECASE)
+
+
+def test_no_issue_number_in_the_source() -> None:
+    """A docstring or comment names the spec section or the behaviour it is about, never the issue that asked for
+    it: a reader of the code has the spec, not the tracker. (An upstream project's bug, `psycopg issue #1188`,
+    is a reference, not one of ours.)"""
+    found = [
+        f"{path.relative_to(PACKAGE).as_posix()}:{number}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if _ISSUE_NUMBER.search(line)
+    ]
+    assert found == []
+    assert _ISSUE_NUMBER.search("see issue 31, item 3")
+    assert _ISSUE_NUMBER.search("issues 28 and 29")

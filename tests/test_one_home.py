@@ -12,7 +12,10 @@ PACKAGE = REPO_ROOT / "src" / "compute_budget"
 
 # The CLI's exits are Click's exceptions, which errors.py cannot hold without loading Click into the pure core; and
 # SIGTERM is raised as an interrupt, not an error.
-_EXCEPTIONS_OUTSIDE_ERRORS = {"cli/app.py": {"CannotRun", "Terminated"}, "cli/audit_reports.py": {"ReportsNotWritten"}}
+_EXCEPTIONS_OUTSIDE_ERRORS = {
+    "cli/program.py": {"CannotRun", "Terminated"},
+    "cli/audit/reports.py": {"ReportsNotWritten"},
+}
 
 
 def _exception_classes() -> dict[str, set[str]]:

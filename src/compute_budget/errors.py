@@ -287,7 +287,7 @@ class EntryTooLarge(TileError):
         self.index = index
 
 
-# C2SP tlog-policy files (issue 31 item 3): one family, so the CLI turns every one into exit 2 and one line.
+# C2SP tlog-policy files (`--policy`): one family, so the CLI turns every one into exit 2 and one line.
 class PolicyProblem(StrEnum):
     """What is wrong with a witness policy (C2SP tlog-policy); `PolicyError.problem` names it."""
 

@@ -9,8 +9,8 @@ import os
 from collections.abc import Iterator
 
 from compute_budget.errors import NoHistory
-from compute_budget.publication.fetch import DEFAULT_TIMEOUT
-from compute_budget.publication.snapshot import Publication, PublicationTarget
+from compute_budget.publication_reader.fetch import DEFAULT_TIMEOUT
+from compute_budget.publication_reader.snapshot import Publication, PublicationTarget
 from compute_budget.store import BudgetStore
 
 

@@ -16,7 +16,7 @@ from compute_budget.auditor.request import AuditRequest
 from compute_budget.auditor.scan import run_audit
 from compute_budget.core.log.note import SignerKey
 from compute_budget.errors import PublicationUnavailable
-from compute_budget.publication.snapshot import PublicationTarget
+from compute_budget.publication_reader.snapshot import PublicationTarget
 from compute_budget.store import BudgetStore
 from tests.backends import is_postgres
 from tests.conftest import BuiltOnce, copy_built, make_gate

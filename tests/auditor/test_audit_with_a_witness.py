@@ -379,7 +379,7 @@ def test_the_stored_cosignature_scan_is_linear_in_its_rows(monkeypatch: pytest.M
     monkeypatch.setattr(TlogPolicy, "tally", counted)
     monkeypatch.setattr(module, "_placement", lambda snapshot, origin, filed, text, max_seq: (filed, None))
     keys = (WITNESS.verifier(), generate_witness("w2").verifier())
-    policy = module.WitnessPolicy(TlogPolicy.from_witness_keys(keys, 2), 86400, now)
+    policy = module.WitnessRequirement(TlogPolicy.from_witness_keys(keys, 2), 86400, now)
     size, findings = module.witnessed(Rows(), policy, ORIGIN, (), sizes)  # type: ignore[arg-type]
     assert size == 0
     assert [finding.kind.value for finding in findings] == ["unwitnessed_rows"]

@@ -8,13 +8,18 @@ import inspect
 from pathlib import Path
 
 from compute_budget.auditor.source import AuditSource, DatabaseHealth, LogView, SourceLocation
-from compute_budget.publication.snapshot import Publication, PublicationLocation, PublicationSnapshot, PublicationTarget
+from compute_budget.publication_reader.snapshot import (
+    Publication,
+    PublicationLocation,
+    PublicationSnapshot,
+    PublicationTarget,
+)
 from compute_budget.store.facade import BudgetStore
 from compute_budget.store.location import Location
 from compute_budget.store.snapshot import Snapshot
 
 AUDITOR = Path(__file__).resolve().parents[2] / "src" / "compute_budget" / "auditor"
-CONCRETE = ("compute_budget.store", "compute_budget.publication", "compute_budget.publisher")
+CONCRETE = ("compute_budget.store", "compute_budget.publication_reader", "compute_budget.publication_writer")
 
 
 def _imports(path: Path) -> list[str]:

@@ -249,7 +249,7 @@ def test_an_interrupted_audit_leaves_no_old_verdict_behind(
     did not finish, so last night's CLEAN never stands for tonight (it used to survive), and the exit status is
     the signal's (130, 143)."""
     import compute_budget.auditor.scan as scan
-    from compute_budget.cli.app import Terminated
+    from compute_budget.cli.program import Terminated
 
     output, extra = tmp_path / "audit.txt", tmp_path / "audit.json"
     assert run_cli("audit", "--db", str(recorded), "--output", str(output), "--report", f"json:{extra}")[0] == 0

@@ -269,7 +269,7 @@ def test_a_policy_witness_url_is_taken_whole_and_its_name_never_drives_the_termi
 ) -> None:
     """A witness line's URL may hold `=` (in a password or a path): it is never split there, and its password is
     never shown; a witness name is shown escaped (a C1 control, U+009B, cannot start a terminal sequence)."""
-    from compute_budget.cli.commands import submit_targets
+    from compute_budget.cli.group import submit_targets
 
     policy = tmp_path / "p.txt"
     policy.write_bytes(

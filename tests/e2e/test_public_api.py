@@ -138,6 +138,7 @@ PUBLIC_HOMES = [
     ('BudgetPolicy', 'compute_budget.core.policy.rules'),
     ('BudgetRefused', 'compute_budget.errors'),
     ('BudgetStore', 'compute_budget.store.facade'),
+    ('BudgetTable', 'compute_budget.core.policy.rules'),
     ('ChainHead', 'compute_budget.core.log.head'),
     ('Checkpoint', 'compute_budget.core.log.checkpoint'),
     ('CheckpointError', 'compute_budget.errors'),
@@ -209,3 +210,12 @@ def test_each_public_name_is_the_object_defined_in_its_room(name: str, home: str
     """`compute_budget.X` is the very object its home module defines (a re-export, never a copy or a wrapper)."""
     module = importlib.import_module(home)
     assert getattr(compute_budget, name) is getattr(module, name)
+
+
+def test_the_budget_table_keeps_its_old_name() -> None:
+    """`BudgetPolicy` (the budget table's name before this release) is the very class `BudgetTable`, so callers that
+    import, annotate or isinstance-check with it keep working (docs/upgrading.md)."""
+    from compute_budget import BudgetPolicy, BudgetTable
+
+    assert BudgetPolicy is BudgetTable
+    assert isinstance(compute_budget.policy_for(compute_budget.COMPUTE_BUDGET_POLICY_VERSION), BudgetPolicy)

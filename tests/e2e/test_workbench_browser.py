@@ -255,7 +255,7 @@ def test_a_tampered_store_shows_its_alarm_first(browser: Any, template_store: Pa
     import sqlite3
 
     from compute_budget import audit
-    from compute_budget.cli.render_audit import render
+    from compute_budget.cli.audit.render import render
 
     db = tmp_path / "store.db"
     shutil.copyfile(template_store, db)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from compute_budget import BudgetStore, StoreUnavailable
-from compute_budget.store.backend import locate
+from compute_budget.store.engine import locate
 from tests.conftest import REPO_ROOT
 
 Run = Callable[..., tuple[int, str, str]]

@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 
 from compute_budget import BudgetStore
 from compute_budget.auditor.scan import audit
-from compute_budget.store.backend import create_store_engine, locate
+from compute_budget.store.engine import create_store_engine, locate
 from compute_budget.store.migrations import head_revision, migrations_path
 from tests.conftest import REPO_ROOT, gate_lines
 

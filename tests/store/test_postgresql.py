@@ -242,7 +242,7 @@ def test_a_server_limit_is_named_not_taken_for_a_full_connection_table(pg_url: s
     from sqlalchemy import create_engine
     from sqlalchemy.exc import DBAPIError
 
-    from compute_budget.store.backend import locate, translate
+    from compute_budget.store.engine import locate, translate
 
     engine = create_engine(pg_url)
     try:
@@ -312,7 +312,7 @@ def test_a_server_that_ends_the_connection_mid_scan_is_one_clear_error(
 _AUDIT_THEN_STOP = """
 import contextlib, subprocess, sys
 from compute_budget.auditor import ranges
-import compute_budget.cli.audit as command
+import compute_budget.cli.audit.command as command
 from compute_budget.cli import main
 from tests import pg_cluster
 

@@ -108,7 +108,7 @@ def test_translation_goes_by_sqlstate() -> None:
     import psycopg
     from sqlalchemy.exc import OperationalError
 
-    from compute_budget.store.backend import locate, translate
+    from compute_budget.store.engine import locate, translate
 
     location = locate("postgresql+psycopg://writer:secret@db.example/practice")
 

@@ -475,7 +475,7 @@ def test_migration_0003_builds_the_tree_of_an_existing_store(tmp_path: Path) -> 
     migrated by Alembic alone gets its tree on its first open for writing."""
     from alembic import command
 
-    from compute_budget.store.backend import begin_write, create_store_engine, locate
+    from compute_budget.store.engine import begin_write, create_store_engine, locate
     from compute_budget.store.migrations import alembic_config
 
     source = tmp_path / "source.db"

@@ -191,7 +191,7 @@ def test_the_checkpoints_page_says_which_roots_the_last_audit_found_mismatched(t
     from starlette.testclient import TestClient
 
     from compute_budget import audit
-    from compute_budget.cli.render_audit import render
+    from compute_budget.cli.audit.render import render
     from compute_budget.core.log.note import SignerKey
 
     db = str(tmp_path / "signed.db")

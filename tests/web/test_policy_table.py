@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Collection
 from typing import Any
 
-from compute_budget.core.policy.rules import UNKNOWN_GATE_REASON_CODE, V1, BudgetPolicy
+from compute_budget.core.policy.rules import UNKNOWN_GATE_REASON_CODE, V1, BudgetTable
 from compute_budget.core.policy.types import ComputeBudgetDecision
 from compute_budget.web.policy_table import policy_rows
 from tests.conftest import REPO_ROOT
@@ -15,7 +15,7 @@ from tests.conftest import REPO_ROOT
 WEB = REPO_ROOT / "src" / "compute_budget" / "web"
 
 
-def _table(policy: BudgetPolicy, status: str = "", reason: str = "") -> list[tuple[Any, ...]]:
+def _table(policy: BudgetTable, status: str = "", reason: str = "") -> list[tuple[Any, ...]]:
     return [
         (row.gate, row.status, row.reason, dataclasses.astuple(row.limits), row.applied)
         for row in policy_rows(policy, status, reason)
@@ -40,7 +40,7 @@ def test_the_v1_table_is_the_one_the_page_always_showed() -> None:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _Lenient(BudgetPolicy):
+class _Lenient(BudgetTable):
     """A toy policy that decides unlike v1: an eligible gate with a code it does not know gets the smallest grant
     of its table instead of nothing."""
 
@@ -48,10 +48,10 @@ class _Lenient(BudgetPolicy):
         self, gate: object, *, defect: str | None = None, defect_rule: str = "3.1.7",
         repeated_keys: Collection[str] = (), nesting_checked: bool = False,
     ) -> ComputeBudgetDecision:
-        decision = BudgetPolicy.decide(self, gate, defect=defect, defect_rule=defect_rule,
+        decision = BudgetTable.decide(self, gate, defect=defect, defect_rule=defect_rule,
                                        repeated_keys=repeated_keys, nesting_checked=nesting_checked)
         if decision.reason_code == UNKNOWN_GATE_REASON_CODE and isinstance(gate, dict):
-            return BudgetPolicy.decide(self, {**gate, "reason_code": "eligible_missing_proposal"})
+            return BudgetTable.decide(self, {**gate, "reason_code": "eligible_missing_proposal"})
         return decision
 
 

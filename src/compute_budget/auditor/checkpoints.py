@@ -14,7 +14,7 @@ from typing import Any
 from compute_budget.auditor.head_note import HeadNote, head_signature_findings, load_head_note, parse_head_note
 from compute_budget.auditor.source import LogView
 from compute_budget.auditor.witness_rules import (
-    WitnessPolicy,
+    WitnessRequirement,
 )
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey
@@ -75,7 +75,7 @@ def hold_given(
     max_seq: int,
 ) -> tuple[list[Checkpoint], list[Finding]]:
     """The given checkpoints the store holds (each with its own signature lines: they count as cosignatures), and
-    the findings of the rest, each naming its source (issue 28, 12). `FILE.head` must be signed by a trusted
+    the findings of the rest, each naming its source (its file or flag). `FILE.head` must be signed by a trusted
     writer (spec 9.9.2: else `checkpoint_mismatch`); the others, with trusted keys, carry a trusted signature (else
     `bad_signature`)."""
     held: list[Checkpoint] = []
@@ -115,7 +115,7 @@ def witness_policy(
     quorum: int | None,
     max_age: int,
     rule: TlogPolicy | None = None,
-) -> WitnessPolicy | None:
+) -> WitnessRequirement | None:
     """The audit's witness requirement: the C2SP tlog-policy `rule`, or `witness_keys` with `quorum` of them
     (default: all) as its one-group shorthand; None when neither requires a cosignature (`quorum none`). Both at
     once, a quorum without keys or outside 1..N, or a negative age is an error."""
@@ -137,7 +137,7 @@ def witness_policy(
         raise ArgumentTypeError(f"the maximum witness age is a number of seconds, not {max_age!r}")
     if not rule.requires_witnesses:
         return None
-    return WitnessPolicy(rule, max_age, int(time.time()))
+    return WitnessRequirement(rule, max_age, int(time.time()))
 
 
 def policy_log_keys(keys: list[VerifierKey], rule: TlogPolicy | None, origin: str | None) -> list[VerifierKey]:

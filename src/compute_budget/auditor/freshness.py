@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 
-from compute_budget.auditor.witness_rules import WitnessPolicy
+from compute_budget.auditor.witness_rules import WitnessRequirement
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import is_fresh
 from compute_budget.core.verify import Finding, FindingKind
@@ -17,7 +17,7 @@ NOT_CHECKED = "freshness not checked: a stale mirror would pass (give --witness-
 
 
 def freshness_findings(
-    published: Checkpoint, answers: list[tuple[str, str]], policy: WitnessPolicy
+    published: Checkpoint, answers: list[tuple[str, str]], policy: WitnessRequirement
 ) -> list[Finding]:
     """The findings of each witness answer (source, note) against the `published` checkpoint."""
     findings: list[Finding] = []
@@ -30,7 +30,7 @@ def freshness_findings(
     return findings
 
 
-def _judge(published: Checkpoint, source: str, served: Checkpoint, policy: WitnessPolicy) -> list[Finding]:
+def _judge(published: Checkpoint, source: str, served: Checkpoint, policy: WitnessRequirement) -> list[Finding]:
     size, witnessed = published.seq, served.seq
     if witnessed < size:
         return [_mismatch(published, f"{source} cosigned at most {witnessed} rows, the publication names {size}: "
@@ -44,7 +44,7 @@ def _judge(published: Checkpoint, source: str, served: Checkpoint, policy: Witne
     lines = [signature.line() for signature in parsed.signatures] if parsed is not None else []
     tally = policy.tally(lines, parsed.text if parsed is not None else published.note_text())
     kth = tally.time
-    # A timestamp of 0 makes no freshness claim: never fresh, however large --max-witness-age is (issue 31, 4).
+    # A timestamp of 0 makes no freshness claim: never fresh, however large --max-witness-age is.
     if kth is not None and is_fresh(kth, now=policy.now, max_age=policy.max_age):
         return []  # the mirror lags, within the age allowed
     age = "no" if kth is None else "the quorum's newest"

@@ -1,4 +1,4 @@
-"""The audit's side of key rotation and revocation (issue 31, items 1 and 2): which stored signatures of a retired
+"""The audit's side of key rotation and revocation (spec 11.1, 11.6, 11.7.3-4): which stored signatures of a retired
 or revoked writer key count, what a key's newest counting checkpoint is, and the stored handovers held against
 the configured retirements. The rules themselves are `core.log.key_states`.
 

@@ -15,7 +15,7 @@ from compute_budget.auditor.key_states import note_problem
 from compute_budget.auditor.report import AuditReport
 from compute_budget.auditor.source import LogView as Snapshot
 from compute_budget.auditor.source import open_source
-from compute_budget.auditor.witness_rules import WitnessPolicy
+from compute_budget.auditor.witness_rules import WitnessRequirement
 from compute_budget.core.leaf import row_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey, with_cosignatures
@@ -73,7 +73,7 @@ def prove(
     newer note planted in the store fails at `verify_proof`. The note carries every stored cosignature of its
     text. Raises `UnknownBudgetId` when no such decision is stored, `ProofError` when the checkpoint does not
     cover the row or is not of this store, `StoreDamaged` when the stored tree does not prove the row against it.
-    `key_states` (issue 31): a note whose signature by a retired or revoked key does not count is passed over when
+    `key_states` (spec 11): a note whose signature by a retired or revoked key does not count is passed over when
     chosen from the store, and refused (`ProofError`) when given.
     """
     writers = [verifier_key(item) for item in trusted_keys]  # read (a bad key is one error) before the store opens
@@ -113,7 +113,7 @@ def prove(
 
 
 def _chosen_note(
-    snapshot: Snapshot, given: Checkpoint | None, keys: list[VerifierKey], policy: WitnessPolicy | None,
+    snapshot: Snapshot, given: Checkpoint | None, keys: list[VerifierKey], policy: WitnessRequirement | None,
     states: KeyStates, seq: int, head: int, origin: str | None, where: str,
 ) -> str:
     """The note a bundle carries before its cosignatures: witnessed, trusted, given or stored (see `prove`); one
@@ -159,7 +159,7 @@ def _note_for(
 
 def _policy(
     witness_keys: Iterable[WitnessKey | str | os.PathLike[str]], quorum: int | None, rule: TlogPolicy | None
-) -> WitnessPolicy | None:
+) -> WitnessRequirement | None:
     try:
         return witness_policy(witness_keys, quorum, 0, rule)
     except ArgumentTypeError as error:
@@ -170,7 +170,7 @@ def _lines(note: str) -> list[str]:
     return [signature.line() for signature in parse_note(note)[1]]
 
 
-def _with_stored_cosignatures(snapshot: Snapshot, note: str, policy: WitnessPolicy | None) -> str:
+def _with_stored_cosignatures(snapshot: Snapshot, note: str, policy: WitnessRequirement | None) -> str:
     """`note` with the stored cosignatures of its text (only those valid under the witness keys, when given)."""
     try:
         text = parse_note(note)[0]
@@ -190,7 +190,7 @@ def _with_stored_cosignatures(snapshot: Snapshot, note: str, policy: WitnessPoli
 
 
 def _witnessed_note_for(
-    snapshot: Snapshot, policy: WitnessPolicy, seq: int, head: int, where: str, keys: list[VerifierKey]
+    snapshot: Snapshot, policy: WitnessRequirement, seq: int, head: int, where: str, keys: list[VerifierKey]
 ) -> str:
     """The newest stored checkpoint covering row `seq` that K witnesses cosigned, as a note (spec 9.3); with
     writer `keys`, the newest whose writer signature verifies under one of them too."""
@@ -284,7 +284,7 @@ def prove_consistency(
     C2SP tlog-policy, instead: its witnesses and quorum, its `log` keys as trusted keys); with `auditor_key`
     (spec 9.9.5), a valid signature by the auditor who cosigned it after a clean audit. Raises
     `NotConsistent` (its `reason`: ``origin``, ``untrusted``, ``truncated`` or ``rewritten``) when the store does
-    not extend it, and `CheckpointError` when `old` cannot be used. `key_states` (issue 31): `old`'s signature by
+    not extend it, and `CheckpointError` when `old` cannot be used. `key_states` (spec 11.7.4): `old`'s signature by
     a retired or revoked key that does not count (judged by the store's tree) is ``untrusted``.
     """
     checkpoint = as_checkpoint(old)
@@ -351,7 +351,7 @@ def _check_auditor_line(checkpoint: Checkpoint, parsed: ParsedNote | None, audit
 
 
 def _old_cosignatures(
-    snapshot: Snapshot, checkpoint: Checkpoint, parsed: ParsedNote | None, policy: WitnessPolicy
+    snapshot: Snapshot, checkpoint: Checkpoint, parsed: ParsedNote | None, policy: WitnessRequirement
 ) -> QuorumTally:
     if checkpoint.note is None:
         return policy.rule.tally({})  # a JSON checkpoint carries none

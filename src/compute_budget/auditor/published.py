@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from compute_budget.auditor.freshness import NOT_CHECKED, freshness_findings
 from compute_budget.auditor.report import AuditReport
 from compute_budget.auditor.request import AuditInputs, AuditRequest
-from compute_budget.auditor.witness_rules import WitnessPolicy
+from compute_budget.auditor.witness_rules import WitnessRequirement
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.witness_policy import TlogPolicy
 from compute_budget.core.verify import Finding, FindingKind
@@ -61,7 +61,7 @@ def with_freshness(report: AuditReport, pinned: Pinned, now: int) -> AuditReport
     if rule is None or not rule.requires_witnesses:  # the --witness-key quorum, else all the answering witnesses
         keys = tuple(dict.fromkeys(witness_key(item) for item in (*request.witness_keys, *request.freshness_keys)))
         rule = TlogPolicy.from_witness_keys(keys, request.witness_quorum if request.witness_keys else None)
-    policy = WitnessPolicy(rule, request.max_witness_age, now)
+    policy = WitnessRequirement(rule, request.max_witness_age, now)
     found = freshness_findings(pinned.published, list(pinned.answers), policy)
     return dataclasses.replace(report, findings=(*report.findings, *found))
 

@@ -114,7 +114,7 @@ class AuditReport:
     witnessed_size: int | None = None  # rows covered by the newest checkpoint K witnesses cosigned (witness keys given)
     witness_keys: tuple[str, ...] = ()  # the witness verifier keys given
     witness_age: str | None = None  # how the witnesses' age was judged (spec 9.9.2), with witness keys
-    # The witness policy checked (issue 31): {"sha256": of its file (of its rendering for the --witness-key
+    # The witness policy checked (C2SP tlog-policy): {"sha256": of its file (of its rendering for the --witness-key
     # shorthand), "quorum": in words, "optional": the witnesses asked but never counted}; None without witnesses.
     witness_policy: dict[str, Any] | None = None
     escalated: bool = False  # the --since checkpoint did not hold, so every row was checked

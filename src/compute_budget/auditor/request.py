@@ -22,7 +22,7 @@ from compute_budget.auditor.checkpoints import (
 from compute_budget.auditor.head_note import HeadNote
 from compute_budget.auditor.look_back import check_look_back, day_number
 from compute_budget.auditor.source import AuditSource, SourceLocation
-from compute_budget.auditor.witness_rules import DEFAULT_MAX_WITNESS_AGE, WitnessPolicy
+from compute_budget.auditor.witness_rules import DEFAULT_MAX_WITNESS_AGE, WitnessRequirement
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey
 from compute_budget.core.log.key_states import KeyStates
@@ -64,7 +64,7 @@ class AuditRequest:
     # A publication's audit (spec 10.2): the --witness-url witnesses' keys, whose cosignatures on the published
     # checkpoint say how fresh it is.
     freshness_keys: tuple[WitnessKey | str | os.PathLike[str], ...] = ()
-    # A C2SP tlog-policy (issue 31): its witnesses, groups and quorum instead of witness_keys/witness_quorum, and
+    # A C2SP tlog-policy (`--policy`): its witnesses, groups and quorum instead of witness_keys/witness_quorum, and
     # its `log` keys beside trusted_keys.
     witness_policy: TlogPolicy | None = None
     source: AuditSource | None = None
@@ -78,7 +78,7 @@ class AuditInputs:
     since: Checkpoint | None
     answers: list[tuple[str, Checkpoint | str]]  # the witnesses' answers, each with its source
     keys: list[VerifierKey]
-    policy: WitnessPolicy | None
+    policy: WitnessRequirement | None
     day: int  # the UTC day number the look-back is due for
     head: HeadNote | None
     checkpoint_label: str  # what findings call the given checkpoint

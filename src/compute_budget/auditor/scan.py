@@ -102,7 +102,7 @@ def audit(
     `trusted_keys`, `all_signatures`, `expected_origin`: whose signatures vouch for the rows, and which log this is.
     `witness_keys`, `witness_quorum`, `max_witness_age`, `witnessed_checkpoints`, `since_head` (spec 9.3, 9.9.2,
     9.9.4): what the witnesses must have cosigned. `look_back`, `look_back_day` (spec 9.9.7): re-check a share of the
-    rows below `since`. `retired` (``KEY@SIZE``), `revoked` (``KEY@SIZE:ROOT``) or `KeyState`s (issue 31): which
+    rows below `since`. `retired` (``KEY@SIZE``), `revoked` (``KEY@SIZE:ROOT``) or `KeyState`s (spec 11): which
     writer signatures still count. `witness_policy` (a C2SP tlog-policy, instead of `witness_keys` and
     `witness_quorum`): which witnesses count in which groups, and its `log` keys as trusted keys.
     `on_progress(rows_done, rows_total)`: called as rows are checked.

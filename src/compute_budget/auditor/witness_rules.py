@@ -49,7 +49,7 @@ _NOTHING = LineJudgement((), ())
 
 
 @dataclass(frozen=True, slots=True)
-class WitnessPolicy:
+class WitnessRequirement:
     """What the audit requires of witnesses: the C2SP tlog-policy `rule` (its witness keys, groups and quorum; the
     `--witness-key`/`--witness-quorum` shorthand is a one-group policy), how old the quorum may be, the clock."""
 
@@ -113,7 +113,7 @@ class WitnessPolicy:
         return self.rule.tally(newest)
 
 
-def given_note_findings(proof: Checkpoint, snapshot: LogView, policy: WitnessPolicy) -> list[Finding]:
+def given_note_findings(proof: Checkpoint, snapshot: LogView, policy: WitnessRequirement) -> list[Finding]:
     """A given `--since`/`--checkpoint` must carry K valid cosignatures (its own lines and the store's)."""
     tally = _given_tally(proof, snapshot, policy)
     if tally.met:
@@ -125,7 +125,7 @@ def given_note_findings(proof: Checkpoint, snapshot: LogView, policy: WitnessPol
     )]
 
 
-def _given_tally(proof: Checkpoint, snapshot: LogView, policy: WitnessPolicy) -> QuorumTally:
+def _given_tally(proof: Checkpoint, snapshot: LogView, policy: WitnessRequirement) -> QuorumTally:
     if proof.note is None:
         return policy.rule.tally({})
     try:
@@ -138,7 +138,7 @@ def _given_tally(proof: Checkpoint, snapshot: LogView, policy: WitnessPolicy) ->
 
 def witnessed(
     snapshot: LogView,
-    policy: WitnessPolicy,
+    policy: WitnessRequirement,
     origin: str | None,
     given: Iterable[Checkpoint],
     max_seq: int,
@@ -182,7 +182,7 @@ def witnessed(
 
 
 def _age_findings(
-    snapshot: LogView, policy: WitnessPolicy, size: int, kth: int | None, max_seq: int,
+    snapshot: LogView, policy: WitnessRequirement, size: int, kth: int | None, max_seq: int,
     head: tuple[int, int] | None,
 ) -> list[Finding]:
     """The `unwitnessed_rows` finding (at most one: its first row, the range in detail) of spec 9.3 and 9.9.2."""
@@ -208,7 +208,7 @@ def _age_findings(
     return [_unwitnessed(snapshot, first, last, "; ".join(whys))]
 
 
-def _stale_why(policy: WitnessPolicy, size: int, kth: int | None) -> str:
+def _stale_why(policy: WitnessRequirement, size: int, kth: int | None) -> str:
     if kth is None:
         plural = "s" if policy.quorum != "1" else ""
         return f"no checkpoint carries {policy.quorum} cosignature{plural} by the witness keys"
@@ -227,7 +227,7 @@ class _CosignatureScan:
     """The stored cosignatures read so far: valid ones by the size they cosign, and the findings of the rest."""
 
     def __init__(
-        self, snapshot: LogView, policy: WitnessPolicy, origin: str | None, max_seq: int, findings: list[Finding]
+        self, snapshot: LogView, policy: WitnessRequirement, origin: str | None, max_seq: int, findings: list[Finding]
     ) -> None:
         self._snapshot, self._policy, self._origin, self._max_seq = snapshot, policy, origin, max_seq
         self._findings = findings
@@ -334,7 +334,7 @@ def _unwitnessed(snapshot: LogView, first: int, last: int, why: str) -> Finding:
 
 def witnessed_note(
     snapshot: LogView,
-    policy: WitnessPolicy,
+    policy: WitnessRequirement,
     size: int,
     given: Iterable[Checkpoint],
     writers: Sequence[VerifierKey] = (),
@@ -369,7 +369,7 @@ def witnessed_note(
     return None
 
 
-def _checked_line(text: str, line: str, policy: WitnessPolicy, writers: Sequence[VerifierKey]) -> bool:
+def _checked_line(text: str, line: str, policy: WitnessRequirement, writers: Sequence[VerifierKey]) -> bool:
     """Whether a signature line of `text` may be kept: it verifies when it claims a witness or a given writer key;
     a line by a key the auditor was not given is kept as it is (verifiers ignore keys they do not know)."""
     try:
@@ -385,7 +385,7 @@ def _checked_line(text: str, line: str, policy: WitnessPolicy, writers: Sequence
 MAX_SIZE_WARNINGS = 20  # stored witness sizes named one by one; the rest are counted
 
 
-def witness_size_warnings(snapshot: LogView, policy: WitnessPolicy | None) -> list[str]:
+def witness_size_warnings(snapshot: LogView, policy: WitnessRequirement | None) -> list[str]:
     """Spec 9.9.1: a warning for each stored witness size that no valid stored cosignature of that witness at exactly
     that size backs (a planted row, or a 409's word stored by an earlier release). With the witness's key among the
     policy's, the cosignature must verify under it; without it, one claiming that witness (name and key ID) must be
@@ -407,7 +407,7 @@ def witness_size_warnings(snapshot: LogView, policy: WitnessPolicy | None) -> li
     return warnings
 
 
-def _size_backed(snapshot: LogView, policy: WitnessPolicy | None, name: str, key_id: str, size: int) -> bool:
+def _size_backed(snapshot: LogView, policy: WitnessRequirement | None, name: str, key_id: str, size: int) -> bool:
     keys = policy.keys if policy is not None else ()
     key = next((item for item in keys if (item.name, f"{item.key_id:08x}") == (name, key_id)), None)
     for text, line in snapshot.cosignatures_filed_at(size):

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from compute_budget.cli.app import say
-from compute_budget.cli.commands import cli, db_option, origin_option, writer_options
+from compute_budget.cli.group import cli, db_option, origin_option, writer_options
+from compute_budget.cli.program import say
 from compute_budget.cli.progress import audit_progress
 from compute_budget.errors import ComputeBudgetError, clip
 
@@ -161,7 +161,7 @@ def checkpoint_command(
         return
     if writer_state is not None and len(signing_keys) > 1:
         raise click.UsageError("--writer-state names one key's state file: give one --signing-key with it")
-    from compute_budget.store.backend import locate
+    from compute_budget.store.engine import locate
 
     sqlite_path = locate(db).sqlite_path
     if sqlite_path is not None and not sqlite_path.exists():

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from compute_budget.cli.app import say
-from compute_budget.cli.commands import SEQ, cli, db_option, json_line
+from compute_budget.cli.group import SEQ, cli, db_option, json_line
+from compute_budget.cli.program import say
 from compute_budget.errors import StoreDamaged, clip
 
 if TYPE_CHECKING:

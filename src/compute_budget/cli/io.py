@@ -155,7 +155,7 @@ def check_writable(
             "'-' names no file here: leave the option out to write to stdout, or name a file", param_hint=option
         )
     target = os.path.realpath(path)
-    from compute_budget.store.backend import locate  # here: `--help` and `decide` load no database code
+    from compute_budget.store.engine import locate  # here: `--help` and `decide` load no database code
 
     database = locate(db).sqlite_path
     if database is not None:

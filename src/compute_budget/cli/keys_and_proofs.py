@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from compute_budget.cli.app import say
-from compute_budget.cli.commands import cli, db_option
+from compute_budget.cli.group import cli, db_option
+from compute_budget.cli.program import say
 from compute_budget.cli.trust import TrustOptions, trust_options, trusted_key_option
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def prove_command(
     rule = trust.witness_rule()
     wanted = _checked_budget_id(budget_id)
     if tiles is not None or seq is not None:  # spec 10.3: from a publication
-        from compute_budget.cli.audit_tiles import prove_from_tiles
+        from compute_budget.cli.audit.tiles import prove_from_tiles
 
         bundle_from_tiles = prove_from_tiles(tiles, wanted, seq, db=db, checkpoint=checkpoint_path,
                                              trusted_keys=trust.trusted_keys, rule=rule)

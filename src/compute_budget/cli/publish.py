@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from compute_budget.cli.app import say
-from compute_budget.cli.commands import cli, db_option
+from compute_budget.cli.group import cli, db_option
+from compute_budget.cli.program import say
 from compute_budget.cli.trust import TrustOptions, trust_options, trusted_key_option
 
 if TYPE_CHECKING:
-    from compute_budget.publisher.run import PublishOutcome
+    from compute_budget.publication_writer.run import PublishOutcome
 
 
 @cli.command("publish")
@@ -30,7 +30,7 @@ def publish_command(folder: str, db: str | None, trust: TrustOptions) -> None:
     Incremental (only the rows since DIR's checkpoint are read, audited as `audit --since` would, and written),
     atomic (DIR/checkpoint is renamed into place last) and immutable (a full tile in DIR is never rewritten).
     """
-    from compute_budget.publisher import PublishRequest, publish
+    from compute_budget.publication_writer import PublishRequest, publish
 
     if trust.witness_quorum is not None and not trust.witness_keys:
         raise click.BadParameter("a witness quorum needs --witness-key", param_hint="--witness-quorum")
@@ -47,7 +47,7 @@ def publish_command(folder: str, db: str | None, trust: TrustOptions) -> None:
 def _refused(outcome: PublishOutcome) -> None:
     """Exit 1's words: the audit's report as `audit` prints it, or the one refusal line."""
     if outcome.report is not None:
-        from compute_budget.cli.render_audit import render
+        from compute_budget.cli.audit.render import render
 
         click.echo(render(outcome.report, "text"))
         say(f"the rows to publish did not pass the audit: nothing was written to {outcome.folder}")

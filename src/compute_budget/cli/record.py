@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from compute_budget.cli.app import say
-from compute_budget.cli.commands import (
+from compute_budget.cli.group import (
     JSON_ARRAY,
     array_gates,
     cli,
@@ -24,6 +23,7 @@ from compute_budget.cli.commands import (
     writer_options,
 )
 from compute_budget.cli.io import Blocks, check_writable, open_input, read_ahead, write_atomically
+from compute_budget.cli.program import say
 from compute_budget.cli.progress import progress_bar
 from compute_budget.errors import GateTooLarge, InputUnreadable, OutputUnwritable
 

@@ -1,4 +1,4 @@
-"""`compute-budget rotate`: hand the log over from one writer key to a new one (issue 31, item 1; a lazy command)."""
+"""`compute-budget rotate`: hand the log over from one writer key to a new one (spec 11.6; a lazy command)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import base64
 
 import click
 
-from compute_budget.cli.app import say
-from compute_budget.cli.commands import cli, db_option, writer_options
+from compute_budget.cli.group import cli, db_option, writer_options
+from compute_budget.cli.program import say
 from compute_budget.cli.trust import key_state_options
 
 

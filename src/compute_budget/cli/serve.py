@@ -119,7 +119,7 @@ def _check_keys(trust: TrustOptions, auditor_key: str | None) -> None:
 
 
 def _register() -> None:
-    from compute_budget.cli.commands import cli  # loaded first: this module is one of the group's lazy commands
+    from compute_budget.cli.group import cli  # loaded first: this module is one of the group's lazy commands
 
     cli.add_command(serve_command)
 

@@ -103,6 +103,33 @@ def key_state_options(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
+# A policy names a few logs and witnesses; a megabyte is thousands of lines, far past any real one.
+MAX_POLICY_BYTES = 1 << 20
+
+
+def load_policy(path: str) -> TlogPolicy:
+    """The witness policy (C2SP tlog-policy) in the `--policy` file at `path`: a regular file, read once and never
+    past `MAX_POLICY_BYTES`, parsed by the core's strict parser; a `PolicyError` naming the file (and the line, for
+    a malformed one) when it cannot be read or used."""
+    from compute_budget.core.log.witness_policy_file import parse_policy
+    from compute_budget.errors import MalformedPolicy, PolicyError, PolicyProblem
+    from compute_budget.keys.small_files import read_small_file
+
+    def unreadable(message: str) -> PolicyError:
+        return MalformedPolicy(PolicyProblem.UNREADABLE, message)
+
+    data = read_small_file(path, MAX_POLICY_BYTES, "policy file", unreadable)
+    if len(data) > MAX_POLICY_BYTES:
+        raise unreadable(f"policy file {path} is over {MAX_POLICY_BYTES} bytes: not a witness policy")
+    try:
+        policy = parse_policy(data)
+    except PolicyError as error:
+        named = type(error)(error.problem, f"policy file {path}, {error}")
+        named.line = error.line
+        raise named from None
+    return dataclasses.replace(policy, source=path)  # later refusals (a log of another origin) name the file
+
+
 def witness_rule(
     policy_path: str | None, witness_keys: tuple[str, ...], quorum: int | None
 ) -> TlogPolicy | None:
@@ -110,7 +137,6 @@ def witness_rule(
     (default: all) as its one-group shorthand; None with neither. Both, or a quorum outside 1..N: exit 2."""
     from compute_budget.core.log.witness_policy import TlogPolicy
     from compute_budget.keys.key_files import witness_key
-    from compute_budget.keys.policy_file import load_policy
 
     if policy_path is not None:
         if witness_keys or quorum is not None:

@@ -35,8 +35,8 @@ def witness_group() -> None:
 def _logs(pairs: tuple[str, ...], policy_path: str | None = None) -> dict[str, list[VerifierKey]]:
     """The logs to witness: each --log ORIGIN=KEY, and each log line of the --policy file (its key's name is its
     origin, as C2SP says); exit 2 with neither."""
+    from compute_budget.cli.trust import load_policy
     from compute_budget.keys.key_files import verifier_key
-    from compute_budget.keys.policy_file import load_policy
 
     logs: dict[str, list[VerifierKey]] = {}
     if policy_path is not None:
@@ -168,10 +168,10 @@ def witness_submit_command(
     1 also when the quorum is not met.
     """
     from compute_budget.auditor.checkpoints import policy_log_keys
-    from compute_budget.cli.commands import submit_targets
+    from compute_budget.cli.group import submit_targets
     from compute_budget.keys.key_files import verifier_key
     from compute_budget.store import BudgetStore
-    from compute_budget.store.backend import locate
+    from compute_budget.store.engine import locate
     from compute_budget.witness.client import witness_targets
 
     asked, policy = submit_targets(policy_path, witnesses)
@@ -193,7 +193,7 @@ def witness_submit_command(
         except BaseException:
             store.discard_if_unused()  # a mistyped --db must not leave an empty database behind
             raise
-    if not keys:  # a planted newer note would have been sent as it is (issue 28 r): said once, after it was sent
+    if not keys:  # a planted newer note would have been sent as it is: said once, after it was sent
         _say("warning: without --trusted-key the checkpoint sent is the newest stored one, unverified: give the "
              "writer's verifier key to send only one it signed")
     if _said_submitted(submitted, policy):
@@ -203,7 +203,7 @@ def witness_submit_command(
 def _said_submitted(submitted: list[Submitted], policy: TlogPolicy | None) -> bool:
     """One line per witness (an optional one tagged so), the policy's verdict; True when it is a failure: a
     counted witness that did not cosign, or the quorum not met."""
-    from compute_budget.cli.commands import policy_verdict
+    from compute_budget.cli.group import policy_verdict
 
     optional = {witness.key for witness in policy.witnesses
                 if witness.name in policy.optional_witnesses()} if policy is not None else set()
@@ -222,7 +222,7 @@ def _said_submitted(submitted: list[Submitted], policy: TlogPolicy | None) -> bo
 
 
 def _register() -> None:
-    from compute_budget.cli.commands import cli  # loaded first: this module is one of the group's lazy commands
+    from compute_budget.cli.group import cli  # loaded first: this module is one of the group's lazy commands
 
     cli.add_command(witness_group)
 

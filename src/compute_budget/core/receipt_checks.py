@@ -116,7 +116,7 @@ class Judgement:
 class ReceiptTrust:
     """Whom a verifier trusts: the writers' `keys`, the log's `origin` (when one is required), the witness
     `policy` (C2SP tlog-policy: its witnesses, groups and quorum; None: no cosignature is required), judged at `now`
-    (seconds since the epoch), and the writer keys' `states` (retired, revoked: issue 31)."""
+    (seconds since the epoch), and the writer keys' `states` (retired, revoked: spec 11)."""
 
     keys: tuple[VerifierKey, ...]
     origin: str | None = None
@@ -195,11 +195,11 @@ class ReceiptTrust:
             said += f" (optional: {', '.join(shown(name) for name in tally.verdict.optional)})"
         if not tally.met:
             return Judgement(checkpoint, signers, ("witness", said))
-        # The quorum checked is said on the line (issue 28, 12).
+        # The quorum checked is said on the line, so a reader sees which witnesses made it count.
         return Judgement(checkpoint, signers, None, f"; witnessed: {said}")
 
     def _limited(self, note: str, checkpoint: Checkpoint, signers: tuple[VerifierKey, ...]) -> str | None:
-        """Why a verified signature of a retired or revoked key does not count (issue 31), or None. Offline, a
+        """Why a verified signature of a retired or revoked key does not count (spec 11.7.4), or None. Offline, a
         revoked key's checkpoint below its size counts only when the witness quorum cosigned it."""
         states = [self.states.of_key(key) for key in signers]
         if not any(state.status.value != "active" for state in states):

@@ -275,7 +275,7 @@ def verify_proof(
     all), judged at `now` (seconds since the epoch; required with witnesses, since the core reads no clock);
     else the failing check is ``witness``; `policy` (a C2SP tlog-policy, instead of `witnesses` and `quorum`) says
     which witnesses count in which groups. A writer's signature never counts as a cosignature. `key_states`
-    (issue 31): a signature of a retired or revoked key that does not count fails the ``signature`` check."""
+    (spec 11.7.4): a signature of a retired or revoked key that does not count fails the ``signature`` check."""
     keys = [key if isinstance(key, VerifierKey) else VerifierKey.parse(key) for key in trusted_keys]
     trust = ReceiptTrust.of(keys, origin, witnesses, quorum, now, policy)
     if key_states is not None:

@@ -49,7 +49,7 @@ class WriterState:
         self.path = path
         self._lock_handle: int | None = None
         # What this lock's holder read (or wrote) last: under the lock no other writer replaces the file, so `save`
-        # need not read it again after `note_for` (issue 23: one read per signed append instead of two).
+        # need not read it again after `note_for` (one read per signed append instead of two).
         self._held_notes: dict[str, str] | None = None
 
     @contextlib.contextmanager

@@ -25,7 +25,7 @@ from compute_budget.core.log.merkle import CompactRange
 from compute_budget.core.log.note import VerifierKey
 from compute_budget.core.log.tree import TILE_LEVEL
 from compute_budget.core.policy.prepare import PreparedGate
-from compute_budget.core.policy.rules import V1, BudgetPolicy, registered_policy
+from compute_budget.core.policy.rules import V1, BudgetTable, registered_policy
 from compute_budget.errors import GateConflict, ReadOnlyStore, StoreDamaged, StoreUnavailable, UnsignedAppendRefused
 from compute_budget.keys.key_files import verifier_key
 from compute_budget.store import repairs
@@ -39,8 +39,8 @@ from compute_budget.store.authorship import (
     newest_trusted,
     require_rows_hold,
 )
-from compute_budget.store.backend import Location, begin_write, translate
 from compute_budget.store.backends import backend_for
+from compute_budget.store.engine import Location, begin_write, translate
 from compute_budget.store.grants import Role
 from compute_budget.store.plan import ChunkPlan, plan_chunk, prepared_chunks
 from compute_budget.store.reads import stored_root
@@ -67,7 +67,7 @@ class Appended:
     state_created: bool = False
     witness_warnings: tuple[str, ...] = ()
     witnessed: tuple[int, int] | None = None  # (cosigned, asked) when the new checkpoint went to witnesses
-    cosigned_by: tuple[WitnessKey, ...] = ()  # the witnesses that cosigned it, for a policy's verdict (issue 31)
+    cosigned_by: tuple[WitnessKey, ...] = ()  # the witnesses that cosigned it, for a C2SP tlog-policy's verdict
     acknowledging: Repair | None = None  # the repair `after_repair` acknowledges in this transaction (spec 9.9.10)
 
 
@@ -87,7 +87,7 @@ class Appender:
         allow_unsigned: bool,
         witnesses: tuple[WitnessTarget, ...] = (),
         witness_timeout: float = DEFAULT_TIMEOUT_SECONDS,
-        policy: BudgetPolicy = V1,
+        policy: BudgetTable = V1,
     ) -> None:
         self._session = session
         self.policy = policy  # every gate this store records is decided under it

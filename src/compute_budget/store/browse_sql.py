@@ -30,7 +30,7 @@ class BrowseStatements:
             "GROUP BY status, reason_code"
         )
         # The highest integer seq: SQLite sorts a seq tampered into text after every number, and a head read from
-        # it would show an empty list and audit no row at all (issue 22).
+        # it would show an empty list and audit no row at all.
         self.head_seq = f"SELECT max(seq) FROM {table} WHERE seq = CAST(seq AS BIGINT)"
         # Each filter's condition; the backend words the one on status (SQLite's needs a planner hint, see
         # `SQLiteBackend.status_condition`; PostgreSQL plans from its statistics and has no unary + on text).

@@ -23,13 +23,13 @@ from sqlalchemy import Engine
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.head import ChainHead
 from compute_budget.core.log.note import SignerKey, VerifierKey
-from compute_budget.core.policy.rules import V1, BudgetPolicy
+from compute_budget.core.policy.rules import V1, BudgetTable
 from compute_budget.core.policy.types import ComputeBudgetStatus
 from compute_budget.core.row import StoredDecision
 from compute_budget.core.verify import Finding
 from compute_budget.store import seal_tables as sealing
-from compute_budget.store.backend import Location
 from compute_budget.store.browse import Browsing, DecisionFilter, Link, Page
+from compute_budget.store.engine import Location
 from compute_budget.store.history import import_history
 from compute_budget.store.opening import migrate_store, remove_unused_sqlite
 from compute_budget.store.reads import Reads
@@ -65,7 +65,7 @@ class BudgetStore:
         writer_state: str | os.PathLike[str] | None = None, init_writer_state: bool = False,
         peer_keys: Iterable[VerifierKey | str] = (), allow_unsigned: bool = False,
         witnesses: Iterable[WitnessTarget | str] = (), witness_timeout: float = DEFAULT_TIMEOUT_SECONDS,
-        policy: BudgetPolicy = V1,
+        policy: BudgetTable = V1,
     ) -> BudgetStore:
         """Open the store at a path or SQLAlchemy URL (None: `$COMPUTE_BUDGET_DB` or `compute_budget.db`).
 
@@ -216,7 +216,7 @@ class BudgetStore:
     def rotate(
         self, new_key: SignerKey | str | os.PathLike[str], *, new_writer_state: str | None = None
     ) -> Rotated:
-        """Hand the log over from this store's `signing_key` to `new_key` (issue 31; `compute-budget rotate`): the
+        """Hand the log over from this store's `signing_key` to `new_key` (spec 11; `compute-budget rotate`): the
         head's checkpoint signed by both keys is stored, and both writer states (`new_writer_state`, else the new
         key file plus ``.state``) then hold it, so the old key never signs again and the new one starts from it.
         Spec 9.1's rules apply to the old key; `KeyRetired` when a handover already retired it."""

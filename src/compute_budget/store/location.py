@@ -1,4 +1,4 @@
-"""A resolved store location: a value the backends take, apart from `store.backend`, which resolves it with their
+"""A resolved store location: a value the backends take, apart from `store.engine`, which resolves it with their
 help (so that neither imports the other's module back)."""
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from compute_budget.errors import NoHistory, NotABudgetStore, SchemaBehindHead, StoreDamaged, StoreUnavailable
 from compute_budget.store import repairs
 from compute_budget.store import seal_tables as sealing
-from compute_budget.store.backend import Location, begin_write, create_store_engine, locate, translate
 from compute_budget.store.backends import backend_for
+from compute_budget.store.engine import Location, begin_write, create_store_engine, locate, translate
 from compute_budget.store.grants import Role
 from compute_budget.store.migrations import (
     SchemaState,

@@ -17,7 +17,7 @@ from typing import Any
 from compute_budget.core.leaf import MAX_LEAF_INPUT_BYTES, RowHasher, RowTails, row_hasher
 from compute_budget.core.log.head import ChainHead
 from compute_budget.core.policy.prepare import PreparedGate, differing_keys, prepare_gate, same_gate
-from compute_budget.core.policy.rules import V1, BudgetPolicy
+from compute_budget.core.policy.rules import V1, BudgetTable
 from compute_budget.core.row import StoredRow
 from compute_budget.errors import ArgumentTypeError, GateConflict, GateTooLarge
 
@@ -51,7 +51,7 @@ class PreparedChunk(list[PreparedGate]):
 
 
 def prepared_chunks(
-    gates: Iterable[object], *, ahead: bool, policy: BudgetPolicy = V1
+    gates: Iterable[object], *, ahead: bool, policy: BudgetTable = V1
 ) -> Generator[list[PreparedGate], None, None]:
     """The gates in chunks decided under `policy`. With `ahead`, a helper thread reads and decides the next chunk
     (and hashes the bulk of its rows) while the caller inserts this one: SQLite and psycopg release the GIL while

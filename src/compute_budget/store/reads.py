@@ -17,7 +17,7 @@ from compute_budget.core.row import StoredDecision, stored_from_row
 from compute_budget.core.verify import RangeResult, check_row
 from compute_budget.errors import MalformedDecision, StoreDamaged, StoreUnavailable
 from compute_budget.store import seal_tables as sealing
-from compute_budget.store.backend import Location
+from compute_budget.store.engine import Location
 from compute_budget.store.results import RowCheck
 from compute_budget.store.seal_tables import SealStatements
 from compute_budget.store.session import StoreSession, read_head

@@ -1,4 +1,4 @@
-"""Key rotation (issue 31, item 1): the old writer key hands the log over to a new one at the head.
+"""Key rotation (`rotate`, spec 11): the old writer key hands the log over to a new one at the head.
 
 Inside the append lock and under spec 9.1's rules for the old key (the head is the newest checkpoint it or a peer
 signed, and the store extends its writer state), the head's checkpoint is signed by the old key, then the new
@@ -20,7 +20,7 @@ from compute_budget.errors import InputError, ReadOnlyStore, StoreUnavailable
 from compute_budget.store import repairs
 from compute_budget.store import seal_tables as sealing
 from compute_budget.store.authorship import WriterKeys, check_signed_head, check_state
-from compute_budget.store.backend import begin_write, translate
+from compute_budget.store.engine import begin_write, translate
 from compute_budget.store.reads import stored_root
 from compute_budget.store.session import StoreSession, read_head, utc_now
 

@@ -13,8 +13,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from compute_budget.core.log.head import EMPTY_HEAD, ChainHead
 from compute_budget.errors import StoreClosed, StoreDamaged
-from compute_budget.store.backend import Location, translate
 from compute_budget.store.backends import Backend, backend_for
+from compute_budget.store.engine import Location, translate
 from compute_budget.store.seal_tables import SealStatements
 from compute_budget.store.statements import Statements
 

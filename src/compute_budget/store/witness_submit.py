@@ -24,8 +24,8 @@ from compute_budget.core.log.merkle import NodeReader, consistency_proof, root_f
 from compute_budget.core.log.note import CheckpointBody, parse_checkpoint, parse_note
 from compute_budget.errors import ComputeBudgetError, MerkleError, NoteError, StoreDamaged
 from compute_budget.store import seal_tables as sealing
-from compute_budget.store.backend import begin_write
 from compute_budget.store.backends import backend_for
+from compute_budget.store.engine import begin_write
 from compute_budget.store.session import StoreSession, utc_now
 from compute_budget.witness.client import Cosigned, Submission, Submitted, WitnessTarget, submit_to_witnesses
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from compute_budget.core.log.note import SignerKey, VerifierKey
-from compute_budget.core.policy.rules import V1, BudgetPolicy
+from compute_budget.core.policy.rules import V1, BudgetTable
 from compute_budget.errors import InputError
 from compute_budget.store import seal_tables as sealing
 from compute_budget.store.append import Appender
@@ -37,7 +37,7 @@ class OpenOptions:
     allow_unsigned: bool
     witnesses: tuple[WitnessTarget | str, ...]
     witness_timeout: float
-    policy: BudgetPolicy = V1
+    policy: BudgetTable = V1
 
 
 def open_session(target: str | os.PathLike[str] | None, options: OpenOptions) -> tuple[StoreSession, bool, Appender]:

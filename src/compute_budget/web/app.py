@@ -66,7 +66,7 @@ class Workbench:
                 self.store.close()  # refused before anything is served: nothing left open
                 raise
             self.trusted_keys += tuple(key.format() for key in logs if key.format() not in self.trusted_keys)
-        self.key_states = key_states  # issue 31: each key's state on the checkpoints page
+        self.key_states = key_states  # each key's state (retired, revoked) on the checkpoints page
         self.counts = charts.CountCache()
         self.audits = AuditRunner(target, AuditKeys(self.trusted_keys, tuple(witness_keys), witness_quorum,
                                                     key_states or KeyStates(), witness_policy))

@@ -81,7 +81,7 @@ class AuditKeys:
     trusted: tuple[str, ...] = ()
     witnesses: tuple[str, ...] = ()
     witness_quorum: int | None = None
-    states: KeyStates = field(default_factory=KeyStates)  # --retired / --revoked, parsed (issue 31)
+    states: KeyStates = field(default_factory=KeyStates)  # --retired / --revoked, parsed (spec 11)
     policy: TlogPolicy | None = None  # --policy (C2SP tlog-policy), instead of witnesses/witness_quorum
 
     def policy_in_words(self) -> str | None:

@@ -93,7 +93,7 @@ def checkpoints(
     says who signed, not that the rows still match. `checked`: (through seq, mismatched sizes, which audit) of the
     last audit this server ran from seq 0, which says for each checkpoint it covered whether its root matches.
     `withheld`: why the head's checkpoint must not be kept now (a broken guard, a row that does not hold): then
-    none is offered. `states` (issue 31): each key's state, and a signature of a retired or revoked key that does
+    none is offered. `states` (spec 11): each key's state, and a signature of a retired or revoked key that does
     not count says so."""
     trusted = [trusted_key(key, states) for key in keys]
     verifiers = [key.verifier for key in trusted if key.verifier is not None]
@@ -142,7 +142,7 @@ def _signed_items(
                           "trusted": "unreadable: a value is not of its column's type (run `compute-budget audit`)"})
             continue
         item = _signed_item(tree_size, note, verifiers, tree_size in mismatched, checked)
-        problem = judge(note)  # a retired or revoked key's signature that does not count (issue 31)
+        problem = judge(note)  # a retired or revoked key's signature that does not count (spec 11.7.4)
         if problem is not None:
             item["trusted"] += f" (but {problem})"
         items.append(item)

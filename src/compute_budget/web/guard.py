@@ -41,7 +41,7 @@ SECURITY_HEADERS = {
 }
 
 
-# Starting an audit changes what the audit page shows: it is the one POST the workbench answers (issue 22).
+# Starting an audit changes what the audit page shows: it is the one POST the workbench answers (the rest is read-only).
 AUDIT_START_PATHS = ("/audit/run", "/api/audit/run")
 
 

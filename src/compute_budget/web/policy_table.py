@@ -1,6 +1,6 @@
 """A policy's table as the detail page shows it, worked out by the policy itself: each line is a kind of gate
 (malformed, not eligible, eligible with each code of the policy's table, eligible with any other code), and what
-the line says (status, reason, limits) is what `BudgetPolicy.decide` gives such a gate. The page never restates
+the line says (status, reason, limits) is what `BudgetTable.decide` gives such a gate. The page never restates
 the policy's rules or their order, so a new policy version is shown as it decides."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compute_budget.core.policy.gate import SearchGateStatus
-from compute_budget.core.policy.rules import BudgetPolicy
+from compute_budget.core.policy.rules import BudgetTable
 from compute_budget.core.policy.types import ComputeBudgetDecision
 
 # A well-formed gate but for its status and reason code (spec 3.1): the kinds of gate are this with those set.
@@ -44,7 +44,7 @@ class PolicyRow:
     applied: bool
 
 
-def policy_rows(policy: BudgetPolicy, status: str, reason: str) -> list[PolicyRow]:
+def policy_rows(policy: BudgetTable, status: str, reason: str) -> list[PolicyRow]:
     """The policy's table, each line decided by the policy, with the line that gave a decision of (`status`,
     `reason`) marked."""
     rows = []
@@ -59,7 +59,7 @@ def policy_rows(policy: BudgetPolicy, status: str, reason: str) -> list[PolicyRo
     return rows
 
 
-def _gate_kinds(policy: BudgetPolicy) -> list[tuple[str, list[dict[str, Any]]]]:
+def _gate_kinds(policy: BudgetTable) -> list[tuple[str, list[dict[str, Any]]]]:
     """Each kind of gate the table has a line for, with gates of that kind for the policy to decide."""
     other = "any_other_reason_code"
     while other in policy.table:  # a code the policy's table does not name, whatever it names

@@ -53,7 +53,7 @@ def serve(
     The store is opened read-only before the socket is bound, and the socket before the server starts, so
     a missing store or a port in use fails at once with one clear error (`ComputeBudgetError`).
     """
-    from compute_budget.store.backend import default_target
+    from compute_budget.store.engine import default_target
 
     app = create_app(
         target if target is not None else default_target(),

@@ -1,5 +1,5 @@
 """What every page leads with: the store's guard, checked live, and the nightly audit report's verdict, trusted only
-as far as the auditor's signature and the store's own tree back it (issue 28 g, h).
+as far as the auditor's signature and the store's own tree back it: a report file anyone could edit proves nothing.
 
 A banner is red (an alarm), green (a verdict the auditor signed, of this store's rows as they are now) or grey
 (a claim nobody vouches for). Anyone who can write the report file can write `{"clean": true}`, so only the note

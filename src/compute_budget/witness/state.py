@@ -268,7 +268,7 @@ def _evict_unsettleable(connection: sqlite3.Connection, origin: str) -> bool:
     """Make room by dropping (and counting) the oldest pending note of a size below the one the witness cosigned
     last: a note is settled only when the witness cosigns exactly its size, so one it passed by never will be.
     Without this, honest notes sent with junk proofs at sizes the log then grew past would hold every slot for good
-    and a later fork could only be counted (red team, issue 28 d). False when every kept note can still settle."""
+    and a later fork could only be counted (a red-team finding). False when every kept note can still settle."""
     stale = connection.execute(
         "SELECT p.size FROM witness_pending p JOIN witness_latest l ON l.origin = p.origin "
         "WHERE p.origin = ? AND p.size < l.size ORDER BY p.seen_at, p.size LIMIT 1",
@@ -285,7 +285,7 @@ def _second_text(connection: sqlite3.Connection, first: Pending, second: Pending
     """Two notes the log's keys signed, of one size and two texts, are a fork (or an `extension_mismatch`) whatever
     the witness later cosigns: both are kept as conclusive evidence. Were only the first kept, one honest note sent
     with a junk proof would take the size's pending slot, and a real fork of that size arriving next would be lost
-    once the witness cosigned the honest root (red team, issue 28 d)."""
+    once the witness cosigned the honest root (a red-team finding)."""
     first_text, second_text = _text_of(first.note), _text_of(second.note)
     if first_text == second_text:
         return

@@ -13,7 +13,7 @@ from hypothesis import assume, given, settings
 
 from compute_budget import InputNotJson, decide, decide_json, parse_gate_json
 from compute_budget.core.policy.parse import nesting_depth
-from compute_budget.core.policy.rules import BudgetPolicy, Limits
+from compute_budget.core.policy.rules import BudgetTable, Limits
 from tests import strategies
 from tests.conftest import make_gate
 
@@ -192,7 +192,7 @@ def test_deeply_nested_json_is_a_malformed_gate() -> None:
 
 def test_decide_json_uses_the_given_policy() -> None:
     """decide_json decides under the policy it is given."""
-    other = BudgetPolicy("compute_budget.test", {"eligible_missing_role": Limits(1, 1, 1, 1)})
+    other = BudgetTable("compute_budget.test", {"eligible_missing_role": Limits(1, 1, 1, 1)})
     decision = decide_json(GATE_TEXT, other)
     assert decision.policy_version == "compute_budget.test"
     assert decision.max_candidates == 1

@@ -20,12 +20,12 @@ from compute_budget import (
     compute_budget_id,
     decide,
 )
-from compute_budget.core.policy.rules import V1, BudgetPolicy, Limits
+from compute_budget.core.policy.rules import V1, BudgetTable, Limits
 from compute_budget.errors import ArgumentTypeError, UnsupportedPolicyVersion
 from tests.conftest import make_gate
 
 TOY_VERSION = "compute_budget.toy_v2"
-TOY = BudgetPolicy(
+TOY = BudgetTable(
     version=TOY_VERSION,
     table={
         "eligible_missing_role": Limits(7, 3, 20, 2, max_wallclock_ms=60_000),
@@ -35,9 +35,9 @@ TOY = BudgetPolicy(
 
 
 @pytest.fixture
-def toy_policy() -> Iterator[BudgetPolicy]:
+def toy_policy() -> Iterator[BudgetTable]:
     """TOY registered in POLICIES for one test, then removed again (the table is module state)."""
-    registry = cast(dict[str, BudgetPolicy], POLICIES)
+    registry = cast(dict[str, BudgetTable], POLICIES)
     registry[TOY.version] = TOY
     try:
         yield TOY
@@ -55,7 +55,7 @@ def toy_gates() -> list[str]:
     ]
 
 
-def test_decide_takes_a_policy_and_defaults_to_v1(toy_policy: BudgetPolicy) -> None:
+def test_decide_takes_a_policy_and_defaults_to_v1(toy_policy: BudgetTable) -> None:
     gate = make_gate(reason_code="eligible_missing_role")
     toy = decide(gate, toy_policy)
     assert (toy.policy_version, toy.max_candidates, toy.max_steps, toy.max_wallclock_ms) == (TOY_VERSION, 7, 20, 60_000)
@@ -64,7 +64,7 @@ def test_decide_takes_a_policy_and_defaults_to_v1(toy_policy: BudgetPolicy) -> N
     assert decide(gate).max_wallclock_ms is None
 
 
-def test_a_registered_policy_records_audits_and_admits(store_target: str, toy_policy: BudgetPolicy) -> None:
+def test_a_registered_policy_records_audits_and_admits(store_target: str, toy_policy: BudgetTable) -> None:
     gates = toy_gates()
     with BudgetStore.open(store_target, policy=toy_policy) as store:
         batch = store.record_many(gates, results=True)
@@ -85,7 +85,7 @@ def test_a_registered_policy_records_audits_and_admits(store_target: str, toy_po
         admit(decision, gate=gate)
 
 
-def test_rows_are_audited_under_each_ones_own_policy(store_target: str, toy_policy: BudgetPolicy) -> None:
+def test_rows_are_audited_under_each_ones_own_policy(store_target: str, toy_policy: BudgetTable) -> None:
     gate = json.dumps(make_gate(decision_id="both", reason_code="eligible_missing_role"))
     with BudgetStore.open(store_target) as store:
         v1 = store.record(gate)
@@ -96,11 +96,11 @@ def test_rows_are_audited_under_each_ones_own_policy(store_target: str, toy_poli
     report = audit(store_target)
     assert report.clean, report.findings
     assert report.policy_counts == {V1.version: 1, TOY_VERSION: 1}
-    del cast(dict[str, BudgetPolicy], POLICIES)[TOY_VERSION]
+    del cast(dict[str, BudgetTable], POLICIES)[TOY_VERSION]
     try:
         unregistered = audit(store_target)
     finally:
-        cast(dict[str, BudgetPolicy], POLICIES)[TOY_VERSION] = TOY
+        cast(dict[str, BudgetTable], POLICIES)[TOY_VERSION] = TOY
     assert [(finding.kind, finding.seq) for finding in unregistered.findings] == [("unsupported_policy_version", 2)]
 
 
@@ -109,7 +109,7 @@ def test_recording_under_a_policy_that_is_not_registered_is_refused(store_target
     refusals = (
         (TOY, UnsupportedPolicyVersion, "'compute_budget.toy_v2' is not the one registered in POLICIES"),
         (impostor, UnsupportedPolicyVersion, "register it there first"),
-        (cast(Any, V1.version), ArgumentTypeError, "policy must be a BudgetPolicy, not str"),
+        (cast(Any, V1.version), ArgumentTypeError, "policy must be a BudgetTable, not str"),
     )
     for policy, error, message in refusals:
         with BudgetStore.open(store_target, policy=policy) as store:
@@ -121,7 +121,7 @@ def test_recording_under_a_policy_that_is_not_registered_is_refused(store_target
 
 
 @pytest.mark.parametrize("wallclock", [None, 59_999, 120_000, True])
-def test_admission_holds_a_policy_to_its_own_wall_clock_limit(toy_policy: BudgetPolicy, wallclock: Any) -> None:
+def test_admission_holds_a_policy_to_its_own_wall_clock_limit(toy_policy: BudgetTable, wallclock: Any) -> None:
     decision = decide(make_gate(reason_code="eligible_missing_role"), toy_policy)
     changed = dataclasses.replace(decision, max_wallclock_ms=wallclock)  # not hashed: the budget_id still matches
     assert compute_budget_id(changed) == changed.budget_id
@@ -130,7 +130,7 @@ def test_admission_holds_a_policy_to_its_own_wall_clock_limit(toy_policy: Budget
     assert raised.value.reason == RefusalReason.LIMITS_INVALID
 
 
-def test_admission_rederives_the_wall_clock_limit_under_the_decisions_policy(toy_policy: BudgetPolicy) -> None:
+def test_admission_rederives_the_wall_clock_limit_under_the_decisions_policy(toy_policy: BudgetTable) -> None:
     gate = make_gate(reason_code="eligible_missing_proposal")
     decision = decide(gate, toy_policy)
     admit(decision, gate=gate)
@@ -140,7 +140,7 @@ def test_admission_rederives_the_wall_clock_limit_under_the_decisions_policy(toy
     assert raised.value.reason == RefusalReason.GATE_REDERIVE_MISMATCH
 
 
-def test_a_v1_decision_is_never_admitted_under_another_policys_limits(toy_policy: BudgetPolicy) -> None:
+def test_a_v1_decision_is_never_admitted_under_another_policys_limits(toy_policy: BudgetTable) -> None:
     decision = decide(make_gate(reason_code="eligible_missing_role"))
     with pytest.raises(BudgetRefused, match="never sets a wall-clock limit") as raised:
         admit(dataclasses.replace(decision, max_wallclock_ms=60_000))

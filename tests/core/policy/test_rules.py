@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from compute_budget import (
     COMPUTE_BUDGET_POLICY_VERSION,
     POLICIES,
-    BudgetPolicy,
+    BudgetTable,
     ComputeBudgetDecision,
     ComputeBudgetStatus,
     Limits,
@@ -457,8 +457,8 @@ def test_policy_for_unknown_version(version: Any) -> None:
 
 
 def test_a_new_policy_is_just_a_new_table() -> None:
-    """A BudgetPolicy with another version and table decides by its own table and stamps its own version."""
-    v2 = BudgetPolicy(version="compute_budget.test_v2", table={"eligible_missing_role": Limits(9, 8, 7, 6)})
+    """A BudgetTable with another version and table decides by its own table and stamps its own version."""
+    v2 = BudgetTable(version="compute_budget.test_v2", table={"eligible_missing_role": Limits(9, 8, 7, 6)})
     decision = v2.decide(make_gate())
     assert decision.policy_version == "compute_budget.test_v2"
     assert limits(decision) == (9, 8, 7, 6)
@@ -468,7 +468,7 @@ def test_a_new_policy_is_just_a_new_table() -> None:
 
 
 def test_defect_makes_any_gate_malformed() -> None:
-    """BudgetPolicy.decide with a rule-3.1.7 defect gives a malformed decision even for a valid gate value."""
+    """BudgetTable.decide with a rule-3.1.7 defect gives a malformed decision even for a valid gate value."""
     decision = V1.decide(make_gate(), defect="duplicate key 'status' in a JSON object")
     assert decision.reason_code == "malformed_gate_decision"
     assert decision.gate_decision_id == "gate-0001"

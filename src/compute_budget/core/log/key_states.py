@@ -1,4 +1,4 @@
-"""Writer keys that change (issue 31, items 1 and 2): each key's state, and whether one of its signatures counts.
+"""Writer keys that change (rotated, revoked: spec 11): each key's state, and whether one of its signatures counts.
 Pure: the key files behind `KEY` are read by the caller, which hands in a resolver.
 
 * active: every signature counts.

@@ -1,5 +1,5 @@
-"""C2SP tlog-policy: the logs a checkpoint may come from and the witnesses whose cosignatures make it count (issue
-31, item 3). Pure: the file's bytes in, a frozen `TlogPolicy` out; nothing here opens a file or reads a clock.
+"""C2SP tlog-policy: the logs a checkpoint may come from and the witnesses whose cosignatures make it count
+(`--policy`). Pure: the file's bytes in, a frozen `TlogPolicy` out; nothing here opens a file or reads a clock.
 
 Followed: C2SP `tlog-policy.md` at commit 13027eee7f3f824e464e803373c774ab37fcc43e of C2SP/C2SP (the editor's copy
 of c2sp.org/tlog-policy), which grew out of Sigsum's policy files. A policy is lines, each ending in a newline,

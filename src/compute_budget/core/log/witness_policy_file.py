@@ -1,4 +1,4 @@
-"""Reading a C2SP tlog-policy file strictly (issue 31, item 3): every refusal is one `MalformedPolicy` line that
+"""Reading a C2SP tlog-policy file strictly (`--policy`, spec 11.5): every refusal is one `MalformedPolicy` line that
 starts with the line number it is about. Pure: the file's bytes in, a `TlogPolicy` out.
 
 The format (C2SP `tlog-policy.md`, see `witness_policy.py`) treats the file as octets: tab, newline, 0x20-0x7E and

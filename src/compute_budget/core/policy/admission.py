@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from compute_budget.core.policy.hashing import compute_budget_id
 from compute_budget.core.policy.parse import decide_json
-from compute_budget.core.policy.rules import POLICIES, BudgetPolicy
+from compute_budget.core.policy.rules import POLICIES, BudgetTable
 from compute_budget.core.policy.types import REDERIVED_FIELDS, ComputeBudgetDecision, ComputeBudgetStatus
 from compute_budget.errors import ArgumentTypeError, BudgetRefused, InputNotJson, RefusalReason
 
@@ -71,7 +71,7 @@ def _positive(limit: object) -> bool:
     return isinstance(limit, int) and not isinstance(limit, bool) and limit > 0
 
 
-def _invalid_limits(decision: ComputeBudgetDecision, policy: BudgetPolicy) -> str:
+def _invalid_limits(decision: ComputeBudgetDecision, policy: BudgetTable) -> str:
     """Why the decision's limits are ones its policy never gives (spec 4, revision 3), or ""."""
     wallclock = decision.max_wallclock_ms
     if wallclock is not None and not any(limits.max_wallclock_ms is not None for limits in policy.table.values()):

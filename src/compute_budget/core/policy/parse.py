@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, NoReturn
 import orjson
 
 from compute_budget.core.policy.gate import MAX_NESTING, NESTING_DEFECT
-from compute_budget.core.policy.rules import V1, BudgetPolicy
+from compute_budget.core.policy.rules import V1, BudgetTable
 from compute_budget.core.policy.types import ComputeBudgetDecision
 from compute_budget.errors import ArgumentTypeError, InputNotJson
 
@@ -81,7 +81,7 @@ def parse_gate_json(text: str | bytes | bytearray) -> ParsedGate:
     return _parse_exact(text)
 
 
-def decide_parsed(parsed: ParsedGate, policy: BudgetPolicy = V1) -> ComputeBudgetDecision:
+def decide_parsed(parsed: ParsedGate, policy: BudgetTable = V1) -> ComputeBudgetDecision:
     """Decide a parsed gate text: its defect, its repeated top-level keys and its measured nesting included."""
     return policy.decide(
         parsed.value,
@@ -239,7 +239,7 @@ def _members_at_most(value: Any) -> int:
     return count
 
 
-def decide_json(text: str | bytes | bytearray, policy: BudgetPolicy = V1) -> ComputeBudgetDecision:
+def decide_json(text: str | bytes | bytearray, policy: BudgetTable = V1) -> ComputeBudgetDecision:
     """Decide gate text; raises `InputNotJson` only when the text is not JSON at all."""
     if not isinstance(text, str | bytes | bytearray):
         raise ArgumentTypeError(f"decide_json takes gate text (str or bytes), not {type(text).__name__}")

@@ -16,7 +16,7 @@ from typing import Any
 from compute_budget.core.policy.gate import MAX_NESTING, is_valid_text
 from compute_budget.core.policy.lines import GateLine
 from compute_budget.core.policy.parse import ParsedGate, decide_parsed, parse_gate_json
-from compute_budget.core.policy.rules import V1, BudgetPolicy
+from compute_budget.core.policy.rules import V1, BudgetTable
 from compute_budget.core.policy.types import REDERIVED_FIELDS, ComputeBudgetDecision, SearchGateDecision, SourceSpan
 from compute_budget.errors import GateNotSerializable, InputNotJson
 
@@ -31,7 +31,7 @@ class PreparedGate:
     line: int | None = None  # where the gate starts in its input, when it came from a stream of lines
 
 
-def prepare_gate(gate: object, policy: BudgetPolicy = V1) -> PreparedGate:
+def prepare_gate(gate: object, policy: BudgetTable = V1) -> PreparedGate:
     """Decide `gate` (JSON text, a `GateLine`, a mapping or a `SearchGateDecision`) for storing."""
     if isinstance(gate, GateLine):
         decision = decide_parsed(gate.parsed, policy)

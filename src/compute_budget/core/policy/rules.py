@@ -45,8 +45,9 @@ NO_LIMITS = Limits(0, 0, 0, 0)
 
 
 @dataclass(frozen=True, slots=True)
-class BudgetPolicy:
-    """A versioned policy: a fixed table from eligible reason codes to limits; everything else gets none."""
+class BudgetTable:
+    """The budget table of one policy version: a fixed table from eligible reason codes to limits; everything else
+    gets none. `decide` evaluates a gate under it (spec 3.2)."""
 
     version: str
     table: Mapping[str, Limits]
@@ -280,7 +281,7 @@ def _quote(text: str) -> str:
     return json.dumps(text)
 
 
-V1 = BudgetPolicy(
+V1 = BudgetTable(
     version=COMPUTE_BUDGET_POLICY_VERSION,
     table={
         "eligible_missing_role": Limits(5, 2, 10, 1),
@@ -292,10 +293,13 @@ V1 = BudgetPolicy(
 
 # Every policy a stored row or a decision may name. Recording under a policy needs it here, because the audit and
 # admission re-derive each decision under the policy its own `policy_version` names, looked up in this table.
-POLICIES: Mapping[str, BudgetPolicy] = {V1.version: V1}
+POLICIES: Mapping[str, BudgetTable] = {V1.version: V1}
+
+# The name this class had before it said what it is: deprecated, kept for callers (docs/upgrading.md).
+BudgetPolicy = BudgetTable
 
 
-def policy_for(version: str) -> BudgetPolicy:
+def policy_for(version: str) -> BudgetTable:
     """The policy registered under `version`; raises `UnsupportedPolicyVersion` for any other."""
     try:
         return POLICIES[version]
@@ -303,11 +307,11 @@ def policy_for(version: str) -> BudgetPolicy:
         raise UnsupportedPolicyVersion(f"no budget policy is registered under version {version!r}") from None
 
 
-def registered_policy(policy: object) -> BudgetPolicy:
-    """`policy` itself when it is the `BudgetPolicy` registered under its version, so that what is recorded under it
+def registered_policy(policy: object) -> BudgetTable:
+    """`policy` itself when it is the `BudgetTable` registered under its version, so that what is recorded under it
     can be re-derived; raises `ArgumentTypeError` or `UnsupportedPolicyVersion` otherwise."""
-    if not isinstance(policy, BudgetPolicy):
-        raise ArgumentTypeError(f"policy must be a BudgetPolicy, not {type(policy).__name__}")
+    if not isinstance(policy, BudgetTable):
+        raise ArgumentTypeError(f"policy must be a BudgetTable, not {type(policy).__name__}")
     if POLICIES.get(policy.version) != policy:
         raise UnsupportedPolicyVersion(
             f"policy {policy.version!r} is not the one registered in POLICIES under that version; register it "
@@ -316,6 +320,6 @@ def registered_policy(policy: object) -> BudgetPolicy:
     return policy
 
 
-def decide(gate: object, policy: BudgetPolicy = V1) -> ComputeBudgetDecision:
+def decide(gate: object, policy: BudgetTable = V1) -> ComputeBudgetDecision:
     """Decide a gate (a `SearchGateDecision` or a parsed JSON object) under `policy` (default v1); never raises."""
     return policy.decide(gate)

@@ -12,7 +12,7 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import Engine
 
-from compute_budget.store.backend import begin_write, create_store_engine, locate
+from compute_budget.store.engine import begin_write, create_store_engine, locate
 from compute_budget.store.table import metadata
 
 config = context.config

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from compute_budget.cli.app import say
 from compute_budget.cli.io import write_atomically
+from compute_budget.cli.program import say
 
 if TYPE_CHECKING:
     from compute_budget.auditor.report import AuditReport
@@ -29,11 +29,11 @@ def witnessed_to_keep(
     import time
 
     from compute_budget.auditor.head_note import format_head_note, head_path, writer_signed_head
-    from compute_budget.auditor.witness_rules import WitnessPolicy, witnessed_note
+    from compute_budget.auditor.witness_rules import WitnessRequirement, witnessed_note
     from compute_budget.core.log.note import VerifierKey, add_signature
     from compute_budget.errors import StoreDamaged
 
-    policy = WitnessPolicy(rule, 0, int(time.time()))
+    policy = WitnessRequirement(rule, 0, int(time.time()))
     note = head = None
     writers = [VerifierKey.parse(text) for text in report.trusted_keys]
     if report.witnessed_size:

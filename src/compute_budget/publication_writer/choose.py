@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from compute_budget.auditor.key_states import note_problem
-from compute_budget.auditor.witness_rules import WitnessPolicy
+from compute_budget.auditor.witness_rules import WitnessRequirement
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.key_states import KeyStates
 from compute_budget.core.log.note import Signature, VerifierKey, parse_note, verified_signatures
@@ -37,10 +37,10 @@ class Chosen:
 
 
 def choose(
-    snapshot: Snapshot, keys: Sequence[VerifierKey], policy: WitnessPolicy | None, states: KeyStates | None = None
+    snapshot: Snapshot, keys: Sequence[VerifierKey], policy: WitnessRequirement | None, states: KeyStates | None = None
 ) -> Chosen:
     """The checkpoint to publish (see the module docstring); `NothingToPublish` when there is none. With `states`
-    (`--retired`, `--revoked`: issue 31), a note whose signature by such a key does not count is passed over."""
+    (`--retired`, `--revoked`: spec 11.1), a note whose signature by such a key does not count is passed over."""
     origin, limited, size = snapshot.origin(), states or KeyStates(), snapshot.max_seq()
 
     def counts(note: str) -> bool:
@@ -78,7 +78,7 @@ def _newest_signed(
 
 
 def _witnessed(
-    snapshot: Snapshot, keys: Sequence[VerifierKey], policy: WitnessPolicy, origin: str | None,
+    snapshot: Snapshot, keys: Sequence[VerifierKey], policy: WitnessRequirement, origin: str | None,
     counts: Callable[[str], bool],
 ) -> str | None:
     """The newest stored note of this log signed by a trusted key whose text K witnesses validly cosigned (the
@@ -110,7 +110,7 @@ def _signed(note: str, keys: Sequence[VerifierKey], origin: str | None) -> bool:
 
 
 def _kept_lines(
-    snapshot: Snapshot, text: str, note: str, keys: Sequence[VerifierKey], policy: WitnessPolicy | None
+    snapshot: Snapshot, text: str, note: str, keys: Sequence[VerifierKey], policy: WitnessRequirement | None
 ) -> list[Signature]:
     """The signature lines of `text` that verify: the writers' (from every stored note of that text), then the
     witnesses' cosignatures (the note's own and the store's), each once."""

@@ -1,4 +1,5 @@
-"""The Click group every command hangs from, and how failures become exit statuses, Click's own way.
+"""The program: its entry point (`main`, `run`), the class of the Click group every command hangs from (the group
+itself and what its commands share are `cli.group`), and how failures become exit statuses, Click's own way.
 
 Exit statuses: 0 done; 1 a result a person must look at (findings, not found, an invalid proof); 2 the command
 could not run (bad arguments, unreadable input, a database it cannot use). A `ComputeBudgetError` becomes
@@ -48,7 +49,7 @@ class CannotRun(click.ClickException):
 
 
 # Subcommands that live in modules of their own, loaded when named: `decide` and `--version` start without them
-# (issue 23); `--help` loads them to list their help. Each module registers its commands on the group as it loads.
+# (a fast start); `--help` loads them to list their help. Each module registers its commands on the group as it loads.
 LAZY_COMMANDS = {
     "record": "compute_budget.cli.record",
     "show": "compute_budget.cli.browse",
@@ -58,7 +59,7 @@ LAZY_COMMANDS = {
     "checkpoint": "compute_budget.cli.admin",
     "copy": "compute_budget.cli.admin",
     "rotate": "compute_budget.cli.rotate",
-    "audit": "compute_budget.cli.audit",
+    "audit": "compute_budget.cli.audit.command",
     "keygen": "compute_budget.cli.keys_and_proofs",
     "verifier-key": "compute_budget.cli.keys_and_proofs",
     "prove": "compute_budget.cli.keys_and_proofs",
@@ -220,7 +221,21 @@ def _silence_stdout() -> None:
         pass
 
 
-def run(command: BudgetGroup, argv: Sequence[str] | None = None) -> int:
+def main() -> None:
+    """Console-script entry point."""
+    from compute_budget.cli.group import cli  # the group imports this module for its class
+
+    cli.main(prog_name=PROG)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with `argv` and return the exit status instead of exiting (as the console script)."""
+    from compute_budget.cli.group import cli
+
+    return run_group(cli, argv)
+
+
+def run_group(command: BudgetGroup, argv: Sequence[str] | None = None) -> int:
     """Run `command` as the installed program would and return its exit status instead of exiting."""
     try:
         command.main(list(argv) if argv is not None else None, prog_name=PROG)

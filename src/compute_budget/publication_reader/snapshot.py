@@ -39,7 +39,7 @@ from compute_budget.errors import (
     TileError,
     clip,
 )
-from compute_budget.publication.fetch import (
+from compute_budget.publication_reader.fetch import (
     BUNDLE_LIMIT,
     CHECKPOINT_LIMIT,
     DEFAULT_RETRIES,
@@ -47,7 +47,7 @@ from compute_budget.publication.fetch import (
     TILE_LIMIT,
     Fetcher,
 )
-from compute_budget.publication.hash_tiles import PublishedTree
+from compute_budget.publication_reader.hash_tiles import PublishedTree
 
 _SEQ = LEAF_KEYS.index("seq")
 _BUDGET_ID = LEAF_KEYS.index("budget_id")

@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
-from compute_budget.cli.app import say
-from compute_budget.cli.audit_keep import attested, witnessed_to_keep, write_kept
-from compute_budget.cli.audit_reports import (
+from compute_budget.cli.audit.keep import attested, witnessed_to_keep, write_kept
+from compute_budget.cli.audit.reports import (
     ReportsNotWritten,
     distinct_outputs,
     not_written,
@@ -20,8 +19,9 @@ from compute_budget.cli.audit_reports import (
     reports_for_usage_error,
     write_error_reports,
 )
-from compute_budget.cli.commands import cli, db_option
+from compute_budget.cli.group import cli, db_option
 from compute_budget.cli.io import check_keys_apart, check_writable, write_atomically
+from compute_budget.cli.program import say
 from compute_budget.cli.progress import audit_progress
 from compute_budget.cli.trust import TrustOptions, trust_options, trusted_key_option
 from compute_budget.errors import clip
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 def _report_spec(value: str) -> tuple[str, str]:
     """FORMAT:FILE of `audit --report`."""
-    from compute_budget.cli.render_audit import REPORT_FORMATS
+    from compute_budget.cli.audit.render import REPORT_FORMATS
 
     output_format, colon, path = value.partition(":")
     if not colon or output_format not in REPORT_FORMATS or not path:
@@ -290,7 +290,7 @@ def _load(line: _CommandLine) -> _Loaded:
     db, since_path, save_path = line.db, line.since_path, line.save_path
     rule = line.trust.witness_rule()
     if line.tiles is not None:
-        from compute_budget.cli.audit_tiles import check_tiles_line
+        from compute_budget.cli.audit.tiles import check_tiles_line
 
         check_tiles_line(line.tiles, db=db, origin=line.expected_origin, trusted_keys=line.trust.trusted_keys,
                          checkpoint=line.checkpoint_path, cosign=line.cosign_path, policy=rule)
@@ -324,7 +324,7 @@ def _request(
 ) -> AuditRequest:
     """The one `AuditRequest` of this command line, reading `source` (None: the database, opened by the audit)."""
     from compute_budget.auditor.request import AuditRequest
-    from compute_budget.cli.audit_tiles import url_keys
+    from compute_budget.cli.audit.tiles import url_keys
 
     tiles = line.tiles is not None
     return AuditRequest(
@@ -374,7 +374,7 @@ def _write_reports(
 ) -> dict[str, str]:
     """Write the report to every file asked for (and to stdout without --output); returns those that could not be
     written, each removed and warned about once, with the ones `failed` already names."""
-    from compute_budget.cli.render_audit import render
+    from compute_budget.cli.audit.render import render
     from compute_budget.errors import OutputUnwritable
 
     for target_format, path in targets:
@@ -449,7 +449,7 @@ def _checkpoint_to_keep(
         note = cosign(line.db, report, attested(report, report.head.seq, cosigner), loaded.given(), loaded.keys)
         return note, report.head.seq, None
     if line.tiles is not None:
-        from compute_budget.cli.audit_tiles import published_to_keep
+        from compute_budget.cli.audit.tiles import published_to_keep
 
         return published_to_keep(report)
     return report.head_checkpoint().to_json() + "\n", report.head.seq, None

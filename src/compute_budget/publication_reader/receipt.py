@@ -26,7 +26,7 @@ from compute_budget.errors import (
     TileError,
     UnknownBudgetId,
 )
-from compute_budget.publication.snapshot import Publication, PublicationTarget, entry_row
+from compute_budget.publication_reader.snapshot import Publication, PublicationTarget, entry_row
 
 _BUDGET_ID = LEAF_KEYS.index("budget_id")
 

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from compute_budget.cli.app import CannotRun, Terminated, say
 from compute_budget.cli.io import check_keys_apart, check_writable, write_atomically
+from compute_budget.cli.program import CannotRun, Terminated, say
 
 if TYPE_CHECKING:
     from compute_budget.auditor.report import AuditReport
@@ -32,7 +32,7 @@ def reports_for_usage_error(args: list[str], error: click.UsageError) -> None:
     """Replace each report file the raw `args` name with an error report, under the same guards as a run that
     parsed (never the database, an input or a key file)."""
     from compute_budget.auditor.report import utc_now
-    from compute_budget.cli.render_audit import REPORT_FORMATS
+    from compute_budget.cli.audit.render import REPORT_FORMATS
 
     formats = [value for value in option_values(args, "--format") if value in REPORT_FORMATS]
     targets = [(formats[-1] if formats else "text", path) for path in option_values(args, "--output")[-1:]]
@@ -86,9 +86,9 @@ def write_error_reports(
     if not targets:
         return {}
     from compute_budget.auditor.report import utc_now
-    from compute_budget.cli.render_audit import render_error
+    from compute_budget.cli.audit.render import render_error
     from compute_budget.errors import ComputeBudgetError
-    from compute_budget.store.backend import locate
+    from compute_budget.store.engine import locate
 
     if reason is None:
         reason = error_reason(error)

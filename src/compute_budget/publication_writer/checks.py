@@ -16,7 +16,7 @@ from compute_budget.core.log.note import VerifierKey
 from compute_budget.core.seal_checks import trusted_signers
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import CheckpointError, NoteError, clip
-from compute_budget.publisher.write import CHECKPOINT_NAME, PublicationFolder
+from compute_budget.publication_writer.write import CHECKPOINT_NAME, PublicationFolder
 
 PUBLISHED_MISMATCH = "published_mismatch"  # spec 10.1 rule 2 and 10.2: a published file the store does not give
 MAX_CHECKPOINT_BYTES = 64 * 1024  # spec 10.2's limit for a checkpoint

@@ -1,25 +1,25 @@
-"""The `compute-budget` group, `decide`, and what the other commands share (options, input names, JSON lines).
+"""The `compute-budget` group, `decide`, and what the other commands share (options, input names, JSON lines);
+how the program starts and fails is `cli.program`.
 
 The other commands live in modules of their own (`record`, `browse`, `admin`, `audit`, `seal`, `serve`,
-`witness`, `publish`), loaded when named (`cli.app.LAZY_COMMANDS`), so that `decide`, `--version` and `--help`
-start without them (issue 23): a thin Click shell over the core, the store and the auditor.
+`witness`, `publish`), loaded when named (`cli.program.LAZY_COMMANDS`), so that `decide`, `--version` and `--help`
+start without them (a fast start): a thin Click shell over the core, the store and the auditor.
 
 Results that need a person's eye exit 1 through `ctx.exit(1)`; everything that stops a command from running is
-an error the group (`cli.app.BudgetGroup`) turns into one line on stderr and exit 2.
+an error the group (`cli.program.BudgetGroup`) turns into one line on stderr and exit 2.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from compute_budget._version import __version__
-from compute_budget.cli.app import PROG, BudgetGroup, say
-from compute_budget.cli.app import run as run_group
 from compute_budget.cli.io import Blocks, open_input
+from compute_budget.cli.program import PROG, BudgetGroup, say
 from compute_budget.errors import InputNotJson, InputUnreadable
 
 if TYPE_CHECKING:
@@ -210,8 +210,8 @@ def submit_targets(
     """The witnesses a writer sends to (``URL=KEY``): `--witness`, or those of the `--policy` file with a URL, each
     once; and that policy (None without one). Both at once: exit 2. A policy witness with no URL cannot be asked:
     said once, on stderr."""
+    from compute_budget.cli.trust import load_policy
     from compute_budget.core.log.witness_policy import shown
-    from compute_budget.keys.policy_file import load_policy
     from compute_budget.witness.client import WitnessTarget
 
     if policy_path is None:
@@ -260,13 +260,3 @@ def json_line(value: object) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_APPEND_NEWLINE)
 
 
-
-
-def run(argv: Sequence[str] | None = None) -> int:
-    """Run the command line with `argv` and return the exit status instead of exiting (as the console script)."""
-    return run_group(cli, argv)
-
-
-def main() -> None:
-    """Console-script entry point."""
-    cli.main(prog_name=PROG)

@@ -1,5 +1,5 @@
-"""The files of a published tree (publisher/layout.py) against the core's tiles of a MemoryTree over the same leaves,
-on trees large enough for level-1 and level-2 tiles (an in-memory stand-in for the store's snapshot)."""
+"""The files of a published tree (publication_writer/layout.py) against the core's tiles of a MemoryTree over the same
+leaves, on trees large enough for level-1 and level-2 tiles (an in-memory stand-in for the store's snapshot)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from compute_budget.core.leaf import leaf_input
 from compute_budget.core.log.merkle import MemoryTree
 from compute_budget.core.log.tiles import new_tiles
 from compute_budget.errors import EntryTooLong, StoreDamaged
-from compute_budget.publisher.layout import TreeBuilder, superseded
+from compute_budget.publication_writer.layout import TreeBuilder, superseded
 from tests.publishing_helpers import expected_files
 
 

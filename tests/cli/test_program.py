@@ -86,7 +86,7 @@ def test_debug_shows_the_traceback_of_an_unexpected_error(monkeypatch: pytest.Mo
     def broken(*_args: object, **_kwargs: object) -> object:
         raise RuntimeError("simulated bug")
 
-    monkeypatch.setattr(policy.BudgetPolicy, "decide", broken)
+    monkeypatch.setattr(policy.BudgetTable, "decide", broken)
     gates = tmp_path / "gates.jsonl"
     shutil.copy(REPO_ROOT / "examples" / "gates.jsonl", gates)
     runner = CliRunner()

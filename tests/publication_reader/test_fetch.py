@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from compute_budget.errors import PublicationMissing, PublicationUnavailable
-from compute_budget.publication.fetch import BUNDLE_LIMIT, TILE_LIMIT, Fetcher
+from compute_budget.publication_reader.fetch import BUNDLE_LIMIT, TILE_LIMIT, Fetcher
 from tests.witnessing import HandlerFactory
 
 

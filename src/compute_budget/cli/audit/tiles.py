@@ -97,8 +97,8 @@ def prove_from_tiles(
     an unknown budget_id or seq exits 1."""
     from compute_budget.errors import UnknownBudgetId
     from compute_budget.keys.key_files import verifier_key
-    from compute_budget.publication.receipt import prove_published
-    from compute_budget.publication.snapshot import PublicationTarget
+    from compute_budget.publication_reader.receipt import prove_published
+    from compute_budget.publication_reader.snapshot import PublicationTarget
 
     if tiles is None:
         raise click.BadParameter("--seq names a row of a publication: give --tiles LOCATION", param_hint="--seq")
@@ -116,7 +116,7 @@ def prove_from_tiles(
         return prove_published(PublicationTarget(tiles), trusted_keys=keys, budget_id=budget_id, seq=seq,
                                witness_policy=rule)
     except UnknownBudgetId as unknown:
-        from compute_budget.cli.app import say
+        from compute_budget.cli.program import say
 
         say(str(unknown))
         click.get_current_context().exit(1)

@@ -1,4 +1,4 @@
-"""Where a store lives: path-or-URL resolution, an engine from its backend, and driver errors translated.
+"""Where a store lives (path-or-URL resolution) and its engine: made from its backend, and driver errors translated.
 
 This is the one choke point where driver errors become compute-budget errors with a message a person can act on
 (each backend knows its own driver's errors: `Backend.translate`).

@@ -16,7 +16,7 @@ from compute_budget.core.log.tile_reader import TileNodeReader
 from compute_budget.core.log.tiles import Tile, parse_tile_path
 from compute_budget.core.verify import FindingKind
 from compute_budget.errors import EntryTooLong, NothingToPublish, PublishBusy, PublishFolderRefused
-from compute_budget.publisher import write
+from compute_budget.publication_writer import write
 from tests.backends import insert_sql, tamper
 from tests.publishing_helpers import (
     assert_valid_publication,

@@ -27,16 +27,16 @@ from compute_budget.core.log.note import VerifierKey
 from compute_budget.core.log.witness_policy import TlogPolicy
 from compute_budget.errors import ArgumentTypeError, StoreDamaged
 from compute_budget.keys.key_files import verifier_key
-from compute_budget.publisher.checks import (
+from compute_budget.publication_writer.checks import (
     Refusal,
     audit_new_rows,
     published_checkpoint,
     rolled_back,
     same_as_published,
 )
-from compute_budget.publisher.choose import Chosen, choose
-from compute_budget.publisher.layout import TreeBuilder, superseded
-from compute_budget.publisher.write import CHECKPOINT_NAME, PublicationFolder
+from compute_budget.publication_writer.choose import Chosen, choose
+from compute_budget.publication_writer.layout import TreeBuilder, superseded
+from compute_budget.publication_writer.write import CHECKPOINT_NAME, PublicationFolder
 from compute_budget.store import BudgetStore
 
 
