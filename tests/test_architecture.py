@@ -62,6 +62,10 @@ def test_the_layers_and_the_pure_core_hold() -> None:
         ("witness/app.py", "import compute_budget.web.app", "Layers"),
         ("witness/client.py", "import compute_budget.store.seal_tables", "The witness keeps its own state"),
         ("keys/key_files.py", "import compute_budget.witness.client", "Layers"),
+        ("store/append.py", "import compute_budget.witness.client", "The store imports no witness module"),
+        ("submitter.py", "import compute_budget.witness.client", "Layers"),
+        ("publication_reader/fetch.py", "import compute_budget.witness.client", "Layers"),
+        ("witness/client.py", "import compute_budget.publication_reader.fetch", "Layers"),
         ("serving.py", "import compute_budget.witness.app", "Layers"),
         ("auditor/scan.py", "import compute_budget.publication_writer.run", "Layers"),
         ("publication_writer/run.py", "import compute_budget.web.app", "Layers"),
@@ -109,10 +113,12 @@ def _http_imports(path: Path) -> list[str]:
 
 def test_the_store_speaks_no_http() -> None:
     """Issue 29, item 4: the store keeps only what it plans from its tables and the cosignatures it stores; sending
-    to witnesses is `witness.client`'s (which does speak HTTP: the check is not vacuous)."""
+    to witnesses is the submitter's it is handed (`witness.client`'s, which does speak HTTP: the check is not
+    vacuous). What crosses between them (`compute_budget.submitter`) speaks none either."""
     store = REPO_ROOT / "src" / "compute_budget" / "store"
     speaking = {path.name: _http_imports(path) for path in sorted(store.rglob("*.py")) if _http_imports(path)}
     assert speaking == {}
+    assert _http_imports(REPO_ROOT / "src" / "compute_budget" / "submitter.py") == []
     assert _http_imports(REPO_ROOT / "src" / "compute_budget" / "witness" / "client.py") != []
 
 

@@ -1,13 +1,15 @@
 """compute-budget: deterministic compute-budget decisions and their append-only, hash-chained audit store.
 
 The core (`decide`, `compute_budget_id`, `admit`) is pure: no I/O, clock, randomness or environment.
-Every public name loads its module on first use, so importing the package loads only the error types.
+Every public name loads its module on first use, so importing the package loads only the error types (and the
+light `submitter`, to install the witness client as a store's default submitter).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from compute_budget import submitter as _submitter
 from compute_budget.errors import (
     AuditError,
     BudgetRefused,
@@ -37,6 +39,18 @@ from compute_budget.errors import (
     UnsupportedPolicyVersion,
     WriterStateError,
 )
+
+
+def _http_submitter() -> _submitter.WitnessSubmitter:
+    """`witness.client`'s submitter, loaded when a store first submits a checkpoint to witnesses."""
+    from compute_budget.witness.client import HttpSubmitter
+
+    return HttpSubmitter()
+
+
+# The package root is where the layers are wired: the store sits beside the witness client and never imports it,
+# so a store opened with `witnesses=` and no `submitter=` gets the HTTP client from here, whatever path imported it.
+_submitter.install_default_submitter(_http_submitter)
 
 if TYPE_CHECKING:  # what the lazy names below really are, for a client's type checker
     from compute_budget.auditor.proving import prove, prove_consistency

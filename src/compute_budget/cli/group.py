@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from compute_budget.core.log.cosignature import WitnessKey
     from compute_budget.core.log.witness_policy import TlogPolicy
     from compute_budget.core.policy.lines import GateLine
+    from compute_budget.submitter import WitnessSubmitter
     from compute_budget.witness.client import WitnessTarget
 
 
@@ -226,6 +227,13 @@ def submit_targets(
     # Built from the URL and the key as the file gives them apart: an `=` in a URL is never a separator.
     targets = tuple(WitnessTarget.of(witness.url, witness.key) for witness in policy.witnesses if witness.url)
     return targets, policy
+
+
+def http_submitter() -> WitnessSubmitter:
+    """The witness client a command hands the store it opens (the store imports none): `witness.client`'s."""
+    from compute_budget.witness.client import HttpSubmitter
+
+    return HttpSubmitter()
 
 
 def policy_verdict(policy: TlogPolicy, cosigned_by: Iterable[WitnessKey]) -> str:

@@ -14,6 +14,7 @@ from compute_budget.cli.group import (
     array_gates,
     cli,
     db_option,
+    http_submitter,
     input_format_option,
     input_label,
     origin_option,
@@ -123,10 +124,10 @@ def record_command(
         input_path, db, on_conflict, rejects_path, signing_key, adopt_unsigned, after_repair, unsigned
     )
     targets, policy = submit_targets(policy_path, witnesses)
-    opened = BudgetStore.open(
+    opened = BudgetStore.open(  # handed the witness client when there are witnesses (the store imports none)
         db, origin=origin, signing_key=signing_key, writer_state=writer_state, init_writer_state=init_writer_state,
         peer_keys=peer_keys, allow_unsigned=unsigned, witnesses=targets, witness_timeout=witness_timeout,
-    )
+        submitter=http_submitter() if targets else None)
     with contextlib.ExitStack() as context:
         try:
             raw = context.enter_context(open_input(input_path))

@@ -168,7 +168,7 @@ def witness_submit_command(
     1 also when the quorum is not met.
     """
     from compute_budget.auditor.checkpoints import policy_log_keys
-    from compute_budget.cli.group import submit_targets
+    from compute_budget.cli.group import http_submitter, submit_targets
     from compute_budget.keys.key_files import verifier_key
     from compute_budget.store import BudgetStore
     from compute_budget.store.engine import locate
@@ -189,7 +189,8 @@ def witness_submit_command(
             # A policy's log keys are the writer's (named by the store's origin, else refused): only a note one
             # of them signed is sent, as with --trusted-key.
             keys = policy_log_keys(keys, policy, store.origin())
-            submitted = store.submit_to_witnesses(targets, timeout=witness_timeout, trusted_keys=keys)
+            submitted = store.submit_to_witnesses(targets, timeout=witness_timeout, trusted_keys=keys,
+                                                  submitter=http_submitter())
         except BaseException:
             store.discard_if_unused()  # a mistyped --db must not leave an empty database behind
             raise

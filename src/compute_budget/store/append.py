@@ -50,7 +50,13 @@ from compute_budget.store.schema_check import schema_problems
 from compute_budget.store.session import StoreSession, read_head, utc_now
 from compute_budget.store.statements import Statements
 from compute_budget.store.witness_submit import submit
-from compute_budget.witness.client import DEFAULT_TIMEOUT_SECONDS, Submitted, WitnessTarget
+from compute_budget.submitter import (
+    DEFAULT_TIMEOUT_SECONDS,
+    Submitted,
+    WitnessSubmitter,
+    WitnessTarget,
+    default_submitter,
+)
 
 
 @dataclass(slots=True)
@@ -88,11 +94,13 @@ class Appender:
         witnesses: tuple[WitnessTarget, ...] = (),
         witness_timeout: float = DEFAULT_TIMEOUT_SECONDS,
         policy: BudgetTable = V1,
+        submitter: WitnessSubmitter | None = None,
     ) -> None:
         self._session = session
         self.policy = policy  # every gate this store records is decided under it
         self.witnesses = witnesses
         self.witness_timeout = witness_timeout
+        self.submitter = submitter  # None: `default_submitter()`, asked when a checkpoint is first submitted
         self._sql = session.statements
         self._seal = session.seal
         self.writer = writer
@@ -164,7 +172,8 @@ class Appender:
 
     def _submit(self, note: str, appended: Appended) -> None:
         """Send the new checkpoint `note` to this writer's witnesses; `appended` gets their warnings and count."""
-        submitted = submit(self._session, note, self.witnesses, timeout=self.witness_timeout)
+        submitted = submit(self._session, note, self.witnesses, timeout=self.witness_timeout,
+                           submitter=self._submitter())
         appended.witness_warnings = tuple(item.warning for item in submitted if item.warning is not None)
         appended.witnessed = (sum(item.cosigned for item in submitted), len(submitted))
         appended.cosigned_by = tuple(item.witness.key for item in submitted if item.cosigned)
@@ -302,8 +311,15 @@ class Appender:
             return sealing.build_tree(connection, self._sql, self._seal, head.seq)
         return sealing.frontier_at(connection, self._seal, head.seq)
 
+    def _submitter(self) -> WitnessSubmitter:
+        """The submitter this store was handed, else the installed default (kept for the next append)."""
+        if self.submitter is None:
+            self.submitter = default_submitter()
+        return self.submitter
+
     def submit_newest(
-        self, witnesses: tuple[WitnessTarget, ...], *, timeout: float, trusted: Iterable[VerifierKey | str] = ()
+        self, witnesses: tuple[WitnessTarget, ...], *, timeout: float, trusted: Iterable[VerifierKey | str] = (),
+        submitter: WitnessSubmitter | None = None,
     ) -> list[Submitted]:
         """Send the newest stored signed checkpoint to `witnesses` (spec 9.5's `witness submit`): with `trusted`
         keys, the newest one that verifies under one of them; else the newest, unverified."""
@@ -326,7 +342,7 @@ class Appender:
                     )
         if note is None:
             raise StoreUnavailable(f"{location.display} holds no signed checkpoint to submit: record with a key first")
-        return submit(self._session, note, witnesses, timeout=timeout)
+        return submit(self._session, note, witnesses, timeout=timeout, submitter=submitter or self._submitter())
 
     def sign_head(self, writers: list[WriterKeys]) -> str:
         """The checkpoint note of the current head signed by every writer, each under spec 9.1's rules inside

@@ -40,7 +40,7 @@ from compute_budget.store.scans import Scans
 from compute_budget.store.session import StoreSession
 from compute_budget.store.snapshot import Snapshot
 from compute_budget.store.writing import OpenOptions, Writing, open_session
-from compute_budget.witness.client import DEFAULT_TIMEOUT_SECONDS, Submitted, WitnessTarget
+from compute_budget.submitter import DEFAULT_TIMEOUT_SECONDS, Submitted, WitnessSubmitter, WitnessTarget
 
 __all__ = ["BatchResult", "BudgetStore", "GateResult", "RecordResult", "RowCheck", "SkippedConflict"]
 
@@ -65,7 +65,7 @@ class BudgetStore:
         writer_state: str | os.PathLike[str] | None = None, init_writer_state: bool = False,
         peer_keys: Iterable[VerifierKey | str] = (), allow_unsigned: bool = False,
         witnesses: Iterable[WitnessTarget | str] = (), witness_timeout: float = DEFAULT_TIMEOUT_SECONDS,
-        policy: BudgetTable = V1,
+        policy: BudgetTable = V1, submitter: WitnessSubmitter | None = None,
     ) -> BudgetStore:
         """Open the store at a path or SQLAlchemy URL (None: `$COMPUTE_BUDGET_DB` or `compute_budget.db`).
 
@@ -82,10 +82,11 @@ class BudgetStore:
         `UnsignedAppendRefused` unless `allow_unsigned=True` (which also ignores the environment's key).
         `witnesses` (``URL=KEY`` or `WitnessTarget`s, spec 9.5): after each signed append, its checkpoint goes to
         each witness, waiting at most `witness_timeout` seconds; results carry a warning per witness that did not
-        cosign and `witnessed` (cosigned, asked), and the rows stay recorded. `policy` decides each gate recorded.
+        cosign and `witnessed` (cosigned, asked), and the rows stay recorded. `submitter` sends them (default: the
+        installed one, `witness.client`'s over HTTP). `policy` decides each gate recorded.
         """
         options = OpenOptions(readonly, origin, signing_key, writer_state, init_writer_state, tuple(peer_keys),
-                              allow_unsigned, tuple(witnesses), witness_timeout, policy)
+                              allow_unsigned, tuple(witnesses), witness_timeout, policy, submitter)
         session, created, appender = open_session(target, options)
         return cls(session, created=created, writing=Writing(session, appender))
 
@@ -224,12 +225,14 @@ class BudgetStore:
 
     def submit_to_witnesses(
         self, witnesses: Iterable[WitnessTarget | str], *, timeout: float = DEFAULT_TIMEOUT_SECONDS,
-        trusted_keys: Iterable[VerifierKey | str] = (),
+        trusted_keys: Iterable[VerifierKey | str] = (), submitter: WitnessSubmitter | None = None,
     ) -> list[Submitted]:
         """Send the newest stored signed checkpoint (with `trusted_keys`, writers' verifier keys or files holding
         them: the newest that verifies under one) to each witness (spec 9.5, `witness submit`) and store what they
-        cosign; one `Submitted` per witness, in order. `StoreUnavailable` when no such checkpoint is stored."""
-        return self._writing.submit_to_witnesses(witnesses, timeout=timeout, trusted_keys=trusted_keys)
+        cosign (through `submitter`, else the store's); one `Submitted` per witness, in order. `StoreUnavailable`
+        when no such checkpoint is stored."""
+        return self._writing.submit_to_witnesses(witnesses, timeout=timeout, trusted_keys=trusted_keys,
+                                                 submitter=submitter)
 
     # -- reading -------------------------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """Submitting a writer's checkpoints to witnesses (spec 9.5, as 9.9.1 amends it), after the append committed: the
-store's part. The exchange (what is sent, how answers are judged, the one retry) is `witness.client`'s; here is
-only what the store knows: what to send each witness, planned from its tables, and keeping the cosignatures.
+store's part. The exchange (what is sent, how answers are judged, the one retry) is the submitter's the store was
+handed (`submitter.WitnessSubmitter`; over HTTP, `witness.client`'s); here is only what the store knows: what to
+send each witness, planned from its tables, and keeping the cosignatures.
 
 Each witness gets the newest signed checkpoint, with `old` = the size of the largest stored cosignature of that
 witness that verifies under its key and is of a checkpoint this store extends (0 if none), and the consistency
@@ -27,21 +28,23 @@ from compute_budget.store import seal_tables as sealing
 from compute_budget.store.backends import backend_for
 from compute_budget.store.engine import begin_write
 from compute_budget.store.session import StoreSession, utc_now
-from compute_budget.witness.client import Cosigned, Submission, Submitted, WitnessTarget, submit_to_witnesses
+from compute_budget.submitter import Cosigned, Submission, Submitted, WitnessSubmitter, WitnessTarget
 
 # The share of the timeout that choosing `old` from stored cosignatures may take; the rest is for the request and
 # its one retry.
 CHECK_SHARE = 0.5
 
 
-def submit(session: StoreSession, note: str, targets: Sequence[WitnessTarget], *, timeout: float) -> list[Submitted]:
-    """Send `note` (a signed checkpoint of this store) to every target through `witness.client`, planning from and
+def submit(
+    session: StoreSession, note: str, targets: Sequence[WitnessTarget], *, timeout: float, submitter: WitnessSubmitter
+) -> list[Submitted]:
+    """Send `note` (a signed checkpoint of this store) to every target through `submitter`, planning from and
     storing into this store; never raise for a witness's sake (a store that cannot take the results is a warning
     too)."""
     began = time.monotonic()
     text = parse_note(note)[0]
     checkpoint = parse_checkpoint(text)
-    return submit_to_witnesses(
+    return submitter.submit(
         note, checkpoint.size, targets,
         plan=lambda wanted, deadline: _plan(session, checkpoint, wanted, deadline),
         keep=lambda cosigned: _keep(session, checkpoint.size, text, cosigned),

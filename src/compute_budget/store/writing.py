@@ -21,7 +21,7 @@ from compute_budget.store.plan import collector_paused
 from compute_budget.store.results import BatchResult, GateResult, RecordOptions, RecordResult, SkippedConflict
 from compute_budget.store.rotation import Rotated, rotate
 from compute_budget.store.session import StoreSession
-from compute_budget.witness.client import Submitted, WitnessTarget, witness_targets
+from compute_budget.submitter import Submitted, WitnessSubmitter, WitnessTarget, witness_targets
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +38,7 @@ class OpenOptions:
     witnesses: tuple[WitnessTarget | str, ...]
     witness_timeout: float
     policy: BudgetTable = V1
+    submitter: WitnessSubmitter | None = None
 
 
 def open_session(target: str | os.PathLike[str] | None, options: OpenOptions) -> tuple[StoreSession, bool, Appender]:
@@ -68,7 +69,8 @@ def open_session(target: str | os.PathLike[str] | None, options: OpenOptions) ->
         raise InputError("witnesses cosign what this writer signs: give a signing key (--signing-key)")
     session = StoreSession(location, engine, readonly=options.readonly)
     appender = Appender(session, writer, origin=options.origin, allow_unsigned=options.allow_unsigned,
-                        witnesses=targets, witness_timeout=options.witness_timeout, policy=options.policy)
+                        witnesses=targets, witness_timeout=options.witness_timeout, policy=options.policy,
+                        submitter=options.submitter)
     return session, created, appender
 
 
@@ -158,10 +160,12 @@ class Writing:
         return rotate(self._session, old, new)
 
     def submit_to_witnesses(
-        self, witnesses: Iterable[WitnessTarget | str], *, timeout: float, trusted_keys: Iterable[VerifierKey | str]
+        self, witnesses: Iterable[WitnessTarget | str], *, timeout: float, trusted_keys: Iterable[VerifierKey | str],
+        submitter: WitnessSubmitter | None,
     ) -> list[Submitted]:
         """Send the newest stored signed checkpoint to each witness and store what they cosign."""
-        return self._appender.submit_newest(witness_targets(witnesses), timeout=timeout, trusted=trusted_keys)
+        return self._appender.submit_newest(witness_targets(witnesses), timeout=timeout, trusted=trusted_keys,
+                                            submitter=submitter)
 
 
 __all__ = ["OpenOptions", "Writing", "open_session"]

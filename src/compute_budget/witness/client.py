@@ -1,159 +1,60 @@
-"""Speaking to witnesses over HTTP (spec 9.5, as 9.9.1 amends it): the targets, the requests, the answers.
+"""Speaking to witnesses over HTTP (spec 9.5, as 9.9.1 amends it): the requests and the answers.
 
 A writer's store plans what to send (`old` and the proof from it, from its own tables) and keeps what comes back;
-this module drives the exchange (`submit_to_witnesses`): every witness in parallel, `POST /add-checkpoint`, then
+this module drives the exchange (`submit_to_witnesses`, or `HttpSubmitter`, the `submitter.WitnessSubmitter` a
+store is handed): every witness in parallel, `POST /add-checkpoint`, then
 judges each answer (a valid cosignature, a 409 with a size to retry from once, or a refusal), asks the store to plan
 the one retry, and hands it the cosignatures to keep. A witness that is down, slow or refusing never
 holds the caller longer than the deadline: it becomes one warning line. A URL's user information is never shown
 (spec 9.9.6): it is sent as HTTP Basic authentication, and messages show `***@`. `fetch_latest` reads a witness's
-`GET /latest` for the audit. Nothing here opens a database: the store is above, the witness server beside.
+`GET /latest` for the audit. Nothing here opens a database: the store sits beside, handed a submitter by whoever
+opens it; the values that cross (`WitnessTarget`, `Submitted`, ...) are `compute_budget.submitter`'s, named here too.
 """
 
 from __future__ import annotations
 
 import base64
 import http.client
-import re
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from compute_budget.core.log.cosignature import WitnessKey, valid_cosignatures
-from compute_budget.errors import InputError, NoteError, StoreUnavailable
-from compute_budget.keys.key_files import witness_key
+from compute_budget.core.log.cosignature import valid_cosignatures
+from compute_budget.errors import NoteError, StoreUnavailable
+from compute_budget.submitter import (
+    DEFAULT_TIMEOUT_SECONDS,
+    Cosigned,
+    Keep,
+    Plan,
+    Submission,
+    Submitted,
+    WitnessTarget,
+    redacted_url,
+    witness_targets,
+)
 
-DEFAULT_TIMEOUT_SECONDS = 5.0
 SIZE_TYPE = "text/x.tlog.size"
 MAX_ANSWER_BYTES = 64 * 1024
 MAX_SIZE_DIGITS = 19  # a size of 2^63 or more is no size (spec 9.9.6); longer text is not even converted
 MAX_LATEST_AGE_SECONDS = 600
-# The user information of a URL: what follows "//" up to the last "@" before the host's end (urlsplit's rule).
-_USERINFO = re.compile(r"(//)[^/?#]*@")
 
 
-def redacted_url(text: str) -> str:
-    """`text` with any URL user information (``user:password@``) shown as ``***@`` (spec 9.9.6)."""
-    return _USERINFO.sub(r"\1***@", text)
-
-
-def _shown(typed: str) -> str:
-    """What the user typed as a URL, for an error line: everything up to its last "@" hidden. Not only the
-    user information `urlsplit` finds: a password typed raw with "/", "?" or "#" in it ends the authority early,
-    and without "//" there is no authority at all (``user:pw@host``)."""
-    shown = redacted_url(typed)
-    if "@" in shown:
-        scheme, slashes, _ = shown.partition("//")
-        shown = (scheme + slashes if slashes else "") + "***@" + shown.rpartition("@")[2]
-    return shown[:80]
-
-
-@dataclass(frozen=True, slots=True)
-class WitnessTarget:
-    """A witness to submit to: the URL prefix of its `/add-checkpoint` and `/latest`, and its verifier key.
-
-    A ``user:password@`` in the URL is sent as HTTP Basic authentication and never shown (`label`, `repr`)."""
-
-    url: str = field(repr=False)  # may hold a password: shown only through `shown_url`
-    key: WitnessKey
-
-    @classmethod
-    def parse(cls, text: str) -> WitnessTarget:
-        """Read ``URL=KEY`` (split at the first ``=``; KEY a witness verifier key or a file holding one)."""
-        url, equals, key_text = text.partition("=")
-        if not equals or not key_text:
-            raise InputError(f"{_shown(text)!r} is not URL=WITNESS_KEY (a witness's URL, '=', its verifier key)")
-        return cls.of(url, witness_key(key_text))
-
-    @classmethod
-    def of(cls, url: str, key: WitnessKey) -> WitnessTarget:
-        """A witness at the http(s) prefix `url` with `key`, the URL checked (a policy's witness line gives both
-        apart, so an ``=`` in its URL is never taken for the separator)."""
-        shown = _shown(url)
-        try:
-            parts = urllib.parse.urlsplit(url)
-            _ = parts.port  # a port that is not a number from 0 to 65535 raises here, not at the first request
-        except ValueError as error:  # its text can quote part of a password (as a port): not shown when "@" is
-            reason = redacted_url(str(error)) if "@" not in url else "its host or port cannot be read"
-            raise InputError(f"witness URL {shown!r} is not a URL: {reason}") from None
-        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
-            raise InputError(f"witness URL {shown!r} is not an http:// or https:// prefix (no query or fragment)")
-        return cls(url.rstrip("/"), key)
-
-    def __repr__(self) -> str:
-        return f"WitnessTarget(url={self.shown_url!r}, key={self.key!r})"
-
-    @property
-    def shown_url(self) -> str:
-        """The URL as messages show it: its user information, if any, as ``***@``."""
-        return redacted_url(self.url)
-
-    @property
-    def label(self) -> str:
-        """How a message names the witness: its key name and URL (without its user information)."""
-        return f"witness {self.key.name} at {self.shown_url}"
-
-    @property
-    def key_id(self) -> str:
-        """The witness key's id as the store keeps it: eight lowercase hex digits."""
-        return f"{self.key.key_id:08x}"
-
-    def request(self, path: str, data: bytes | None = None) -> urllib.request.Request:
-        """A request for `path` under the URL prefix, its user information moved into an Authorization header (a
-        URL holding it cannot be requested, and an error message could show it)."""
-        parts = urllib.parse.urlsplit(self.url)
-        userinfo, at, host = parts.netloc.rpartition("@")
-        headers = {"Content-Type": "text/plain"} if data is not None else {}
-        if at:
-            user, _, password = userinfo.partition(":")
-            pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}".encode()
-            headers["Authorization"] = "Basic " + base64.b64encode(pair).decode("ascii")
-        url = urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", "")) + path
-        return urllib.request.Request(url, data=data, method="POST" if data is not None else "GET", headers=headers)
-
-
-def witness_targets(values: Iterable[WitnessTarget | str]) -> tuple[WitnessTarget, ...]:
-    """`WitnessTarget`s from objects or ``URL=KEY`` texts, each once."""
-    return tuple(dict.fromkeys(value if isinstance(value, WitnessTarget) else WitnessTarget.parse(value)
-                               for value in values))
-
-
-@dataclass(frozen=True, slots=True)
-class Submitted:
-    """What one witness did with the checkpoint: `cosigned`, or the `reason` it did not."""
-
-    witness: WitnessTarget
-    cosigned: bool
-    reason: str | None
-
-    @property
-    def warning(self) -> str | None:
-        """The warning line a writer prints after recording (None when the witness cosigned)."""
-        if self.reason is None:
-            return None
-        return (f"warning: {self.witness.label}: {self.reason}; the rows are recorded (retry with `compute-budget "
-                "witness submit`)")
-
-
-@dataclass(frozen=True, slots=True)
-class Submission:
-    """One checkpoint request to one witness: `old`, the size it is believed to hold, and the proof from it."""
-
-    target: WitnessTarget
-    old: int
-    proof: tuple[bytes, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Cosigned:
-    """A valid cosignature line a witness returned, with its timestamp: what the store keeps."""
-
-    target: WitnessTarget
-    timestamp: int
-    line: str
+def request_for(target: WitnessTarget, path: str, data: bytes | None = None) -> urllib.request.Request:
+    """A request for `path` under `target`'s URL prefix, its user information moved into an Authorization header
+    (a URL holding it cannot be requested, and an error message could show it)."""
+    parts = urllib.parse.urlsplit(target.url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    headers = {"Content-Type": "text/plain"} if data is not None else {}
+    if at:
+        user, _, password = userinfo.partition(":")
+        pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}".encode()
+        headers["Authorization"] = "Basic " + base64.b64encode(pair).decode("ascii")
+    url = urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", "")) + path
+    return urllib.request.Request(url, data=data, method="POST" if data is not None else "GET", headers=headers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,12 +103,6 @@ def exchange(submissions: Sequence[Submission], note: str, size: int, deadline: 
     return Exchange(outcomes, tuple(cosigned), retry)
 
 
-# What the store provides: the submissions for some targets (each with the `old` given, or None for "choose it from
-# the stored cosignatures") before a `time.monotonic` deadline, and the keeping of the cosignatures returned.
-Plan = Callable[[Mapping[WitnessTarget, int | None], float], Sequence[Submission]]
-Keep = Callable[[Sequence[Cosigned]], None]
-
-
 def submit_to_witnesses(
     note: str,
     size: int,
@@ -246,6 +141,27 @@ def submit_to_witnesses(
     return [outcome.get(target, Submitted(target, False, "not submitted")) for target in targets]
 
 
+class HttpSubmitter:
+    """The `submitter.WitnessSubmitter` that speaks HTTP: `submit_to_witnesses` (the package root installs it as
+    the default; the command line hands it to the store it opens)."""
+
+    def submit(
+        self,
+        note: str,
+        size: int,
+        targets: Sequence[WitnessTarget],
+        *,
+        plan: Plan,
+        keep: Keep,
+        plan_deadline: float,
+        deadline: float,
+        failures: tuple[type[Exception], ...],
+    ) -> list[Submitted]:
+        """`submit_to_witnesses`, as the protocol names it."""
+        return submit_to_witnesses(note, size, targets, plan=plan, keep=keep, plan_deadline=plan_deadline,
+                                   deadline=deadline, failures=failures)
+
+
 def _post_all(submissions: Sequence[Submission], note: str, deadline: float) -> list[_Answer]:
     """POST every submission in parallel; whatever has not answered by `deadline` stays None."""
     answers: list[_Answer] = [None] * len(submissions)
@@ -265,7 +181,7 @@ def _post_all(submissions: Sequence[Submission], note: str, deadline: float) -> 
 
 
 def _post(answers: list[_Answer], index: int, target: WitnessTarget, body: bytes, timeout: float) -> None:
-    request = target.request("/add-checkpoint", body)
+    request = request_for(target, "/add-checkpoint", body)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             answers[index] = (response.status, response.read(MAX_ANSWER_BYTES).decode("utf-8", "replace"),
@@ -323,7 +239,7 @@ def fetch_latest(target: WitnessTarget, origin: str, *, timeout: float = 10.0, n
 
 def _get_latest(target: WitnessTarget, origin: str, timeout: float) -> str:
     """The body of `target`'s answer to `GET /latest` for `origin`; `StoreUnavailable` for anything but a 200."""
-    request = target.request(f"/latest?origin={urllib.parse.quote(origin, safe='')}")
+    request = request_for(target, f"/latest?origin={urllib.parse.quote(origin, safe='')}")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return str(response.read(MAX_ANSWER_BYTES + 1).decode("utf-8", "replace"))
@@ -337,3 +253,9 @@ def _get_latest(target: WitnessTarget, origin: str, timeout: float) -> str:
     except (OSError, ValueError, http.client.HTTPException) as error:
         reason = redacted_url(str(getattr(error, "reason", None) or error) or type(error).__name__)
         raise StoreUnavailable(f"{target.label} cannot be reached: {reason}") from None
+
+
+__all__ = [
+    "DEFAULT_TIMEOUT_SECONDS", "Cosigned", "Exchange", "HttpSubmitter", "Submission", "Submitted", "WitnessTarget",
+    "exchange", "fetch_latest", "redacted_url", "request_for", "submit_to_witnesses", "witness_targets",
+]
