@@ -280,16 +280,18 @@ def gate_lines(count: int, *, prefix: str = "gate") -> list[str]:
     reasons = ["eligible_missing_role", "eligible_missing_relation", "eligible_missing_proposal",
                "eligible_target_unbound", "eligible_unknown"]
     statuses = ["eligible", "eligible", "eligible", "ineligible", "blocked", "unassessable"]
-    lines = []
-    for index in range(count):
-        gate = make_gate(
-            decision_id=f"{prefix}-{index:07d}",
-            status=statuses[index % len(statuses)],
-            reason_code=reasons[index % len(reasons)],
-            evidence_spans=[{"text": f"span {index} é", "start": index, "end": index + 7, "sentence_index": index % 5}],
-        )
-        lines.append(json.dumps(gate, ensure_ascii=False))
-    return lines
+    # `make_gate`'s gate, without its deep copy (each gate is dumped at once): a test of 200,000 rows saves seconds.
+    return [
+        json.dumps({
+            **EXAMPLE_GATE,
+            "decision_id": f"{prefix}-{index:07d}",
+            "status": statuses[index % len(statuses)],
+            "reason_code": reasons[index % len(reasons)],
+            "evidence_spans": [{"text": f"span {index} é", "start": index, "end": index + 7,
+                                "sentence_index": index % 5}],
+        }, ensure_ascii=False)
+        for index in range(count)
+    ]
 
 
 from tests.witnessing import http_servers, served, witness_servers  # noqa: E402, F401  (witnesses served over HTTP, for every module)
