@@ -21,17 +21,24 @@ def _spawning_tests(path: Path) -> list[tuple[str, bool]]:
     """(name, marked slow) of every test in `path` that starts a process, directly or through a module helper."""
     source = path.read_text(encoding="utf-8")
     tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+
+    def text(node: ast.FunctionDef) -> str:
+        # The function's whole lines: `ast.get_source_segment` splits the whole file again on every call, which made
+        # this check one of the suite's slowest tests.
+        return "".join(lines[node.lineno - 1 : node.end_lineno])
+
     helpers = {
         node.name
         for node in tree.body
         if isinstance(node, ast.FunctionDef)
         and not node.name.startswith("test_")
-        and any(word in (ast.get_source_segment(source, node) or "") for word in SPAWNS)
+        and any(word in text(node) for word in SPAWNS)
     }
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
-            body = ast.get_source_segment(source, node) or ""
+            body = text(node)
             if any(word in body for word in SPAWNS) or any(f"{helper}(" in body for helper in helpers):
                 slow = any("slow" in ast.unparse(decorator) for decorator in node.decorator_list)
                 found.append((node.name, slow))
