@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,6 +109,16 @@ def served(tmp_path: Path) -> Iterator[Served]:
 
 WitnessFactory = Callable[..., Served]
 
+# How far a late witness's clock runs behind the real time: its word is already this old when it is given, so a test
+# of `--max-witness-age 0` needs no sleep for the clock to move, while the default maximum age (a day) still finds
+# the same word fresh.
+LATE_BY = 5
+
+
+def late_clock() -> int:
+    """A witness's clock `LATE_BY` seconds behind the real time (for `witness_servers`' `start(..., clock=)`)."""
+    return int(time.time()) - LATE_BY
+
 
 @pytest.fixture
 def witness_servers(tmp_path: Path) -> Iterator[WitnessFactory]:
@@ -184,21 +194,34 @@ def free_port() -> int:
 def witness_process(command: str, cwd: Path, port: int) -> Iterator[None]:
     """One `witness serve` process (`command`, run in `cwd`), started and waited for until `port` answers; stopped
     after."""
+    with witness_processes([(command, port)], cwd):
+        yield
+
+
+@contextmanager
+def witness_processes(served: Sequence[tuple[str, int]], cwd: Path) -> Iterator[None]:
+    """`witness serve` processes, each a (command, port) run in `cwd`: all started first, so that their start-ups
+    overlap, then each waited for until its port answers; all stopped after."""
     bin_folder = str(Path(sys.executable).parent)  # this environment's compute-budget script
     environment = {**os.environ, "PATH": bin_folder + os.pathsep + os.environ.get("PATH", "")}
-    log = cwd / f"witness-{port}.log"
-    with log.open("w") as errors:
-        server = subprocess.Popen(["bash", "-c", "exec " + command], cwd=cwd, env=environment,
-                                  stdout=subprocess.DEVNULL, stderr=errors)
+    servers: list[tuple[subprocess.Popen[bytes], int, Path]] = []
     try:
+        for command, port in served:
+            log = cwd / f"witness-{port}.log"
+            with log.open("w") as errors:
+                servers.append((subprocess.Popen(["bash", "-c", "exec " + command], cwd=cwd, env=environment,
+                                                 stdout=subprocess.DEVNULL, stderr=errors), port, log))
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with socket.socket() as client:
-                if client.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert server.poll() is None, log.read_text()
-            time.sleep(0.1)
+        for server, port, log in servers:
+            while time.monotonic() < deadline:
+                with socket.socket() as client:
+                    if client.connect_ex(("127.0.0.1", port)) == 0:
+                        break
+                assert server.poll() is None, log.read_text()
+                time.sleep(0.05)
         yield
     finally:
-        server.terminate()
-        server.wait(10)
+        for server, _, _ in servers:
+            server.terminate()
+        for server, _, _ in servers:
+            server.wait(10)

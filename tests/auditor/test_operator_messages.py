@@ -158,11 +158,36 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system) process `pid` has used so far; 0 once it is gone."""
+    import os
+
+    try:
+        fields = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime and stime, in clock ticks
+
+
+def _wait_until(condition: Callable[[], bool], seconds: float) -> bool:
+    """Poll `condition` until it holds (True) or `seconds` have passed (False)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 @pytest.mark.slow
+@pytest.mark.xdist_group("timing")
 def test_an_audit_killed_outright_leaves_no_worker_and_no_old_verdict(tmp_path: Path) -> None:
     """SIGKILL of `audit --jobs 2` mid-run (a `timeout -s KILL`, the OOM killer): its worker is gone well within
     a second, long before its range would be done, printing nothing, and the report file says the audit has not
-    finished instead of keeping last night's CLEAN."""
+    finished instead of keeping last night's CLEAN. The waits are on what the test sees (the worker has used CPU
+    time on its rows; it is gone), each bounded, not fixed sleeps that a loaded machine outruns."""
     import os
     import signal
     import subprocess
@@ -187,10 +212,12 @@ def test_an_audit_killed_outright_leaves_no_worker_and_no_old_verdict(tmp_path: 
         workers = _children(audit.pid)
         time.sleep(0.01)
     assert workers, "the audit finished before its worker could be seen: give it more rows"
-    time.sleep(0.2)  # the worker is now well into its 60,000 rows (more than a second of work)
+    # The worker is well into its 60,000 rows (more than a second of CPU time) once it has used 0.2 s of it.
+    assert _wait_until(lambda: all(_cpu_seconds(pid) >= 0.2 for pid in workers), 30)
+    assert all(_alive(pid) for pid in workers), "a worker finished its range before the kill: give it more rows"
     os.kill(audit.pid, signal.SIGKILL)
     audit.wait(10)
-    time.sleep(0.6)
+    _wait_until(lambda: not any(_alive(pid) for pid in workers), 0.6)
     assert [pid for pid in workers if _alive(pid)] == []
     assert json.loads(report.read_text())["clean"] is False
     assert "has not finished" in json.loads(report.read_text())["error"]
@@ -234,12 +261,16 @@ def test_a_full_disk_leaves_no_new_store_behind(run_cli: Run, small_disk: Path, 
 
 @pytest.mark.slow
 @pytest.mark.postgres
+@pytest.mark.xdist_group("timing")
 def test_a_postgresql_server_stopped_mid_append_is_one_line(tmp_path: Path) -> None:
     """The server stopped (immediate shutdown) while `record` appends a large batch: exit 2, exactly one line on
-    stderr saying the server closed the connection, no driver noise."""
+    stderr saying the server closed the connection, no driver noise. The server is stopped once it shows the
+    batch's INSERT under way (pg_stat_activity), not after a fixed sleep that a loaded machine could outrun."""
     import subprocess
     import sys
-    import time
+
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
 
     from tests import pg_cluster
 
@@ -255,7 +286,18 @@ def test_a_postgresql_server_stopped_mid_append_is_one_line(tmp_path: Path) -> N
         gates.write_text("\n".join(gate_lines(200_000)) + "\n")
         record = subprocess.Popen([sys.executable, "-m", "compute_budget", "record", str(gates), "--db", url],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(2.5)  # well into the batch's one transaction
+        watcher = create_engine(url, poolclass=NullPool)
+
+        def appending() -> bool:
+            assert record.poll() is None, record.communicate()
+            with watcher.connect() as connection:
+                return bool(connection.exec_driver_sql(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND state IN "
+                    "('active', 'idle in transaction') AND starts_with(query, 'INSERT INTO compute_budget_decisions')"
+                ).scalar())
+
+        assert _wait_until(appending, 60)  # into the batch's one transaction: its rows are being inserted
+        watcher.dispose()
         pg_ctl = pg_cluster.find_bin("pg_ctl")
         assert pg_ctl is not None
         subprocess.run(pg_cluster._as_server_user([pg_ctl, "-D", str(folder / "data"), "-m", "immediate", "-w",

@@ -18,8 +18,19 @@ import pytest
 from compute_budget.core.log.cosignature import valid_cosignatures
 from compute_budget.core.log.note import SignerKey, format_checkpoint, parse_note, sign_note
 from tests.backends import execute, query
-from tests.conftest import gate_lines
-from tests.witnessing import LOG, ORIGIN, WITNESS, WITNESS_KEY, WRITER_KEY, Served, free_port, witness_process
+from tests.conftest import SetUp, gate_lines
+from tests.witnessing import (
+    LOG,
+    ORIGIN,
+    WITNESS,
+    WITNESS_KEY,
+    WRITER_KEY,
+    Served,
+    WitnessFactory,
+    free_port,
+    late_clock,
+    witness_process,
+)
 
 Run = Callable[..., tuple[int, str, str]]
 AUDITOR = SignerKey.from_seed("auditor.example", bytes(range(2, 34)))
@@ -165,10 +176,12 @@ def test_since_needs_its_head_note_which_must_be_the_writers_and_extended(
 
 
 def test_save_checkpoint_with_witness_keys_keeps_its_head_under_the_same_guards(
-    served: Served, run_cli: Run, writer: Path, tmp_path: Path
+    witness_servers: WitnessFactory, run_cli: Run, writer: Path, tmp_path: Path
 ) -> None:
     """FILE.head is never a symlink written through, never a report, and needs --trusted-key (the head as the
-    writer signed it); an audit that is not clean replaces neither file."""
+    writer signed it); an audit that is not clean replaces neither file. The witness's clock runs late: its word is
+    fresh by the default maximum age, and already over 0 s old."""
+    served = witness_servers(WITNESS, clock=late_clock)
     db = str(tmp_path / "store.db")
     saved = tmp_path / "kept.note"
     _record(run_cli, db, writer, 2, "seen", _url(served.port))
@@ -193,7 +206,7 @@ def test_save_checkpoint_with_witness_keys_keeps_its_head_under_the_same_guards(
     assert status == 2
     assert (saved.read_text(), (tmp_path / "kept.note.head").read_text()) == kept  # no error report replaced it
     _record(run_cli, db, writer, 1, "late")
-    time.sleep(1.1)  # the witness's word is now over 0 s old: the late row is unwitnessed
+    # the witness's word is over 0 s old (its clock runs late): the late row is unwitnessed
     status, _, err = _nightly(run_cli, db, served.port, "--since", str(saved), "--max-witness-age", "0",
                               "--save-checkpoint", str(tmp_path / "next.note"))
     assert status == 1, err
@@ -423,11 +436,14 @@ def test_the_cosigned_note_is_accepted_on_its_writer_signature_and_checked_by_au
 
 
 @pytest.mark.slow
-def test_the_readmes_witnessing_recipe_runs_for_three_nights(tmp_path: Path) -> None:
+def test_the_readmes_witnessing_recipe_runs_for_three_nights(tmp_path: Path, set_up: SetUp) -> None:
     """The Witnessing block as it stands (the witness's address and state file made local): a witness served by
     `witness serve`, records sent to it, the first night's full audit keeping witnessed.note and its .head, two
     nightly `--since` audits moving both, and the receipt verified with the witness's quorum said. The third night,
-    rows the second night saw and no witness cosigned since (its .head made a day older) are unwitnessed_rows."""
+    rows the second night saw and no witness cosigned since (its .head made a day older) are unwitnessed_rows. The
+    block's commands run in a shell, every night; the writer's key, the receipt and the rows kept from the witness
+    are made in this process."""
+    import shlex
     import subprocess
 
     from tests.e2e.test_docs import OPERATIONS, commands, fenced, shell
@@ -452,7 +468,7 @@ def test_the_readmes_witnessing_recipe_runs_for_three_nights(tmp_path: Path) -> 
     def gates(name: str, count: int) -> None:
         (tmp_path / "gates.jsonl").write_text("\n".join(gate_lines(count, prefix=name)) + "\n")
 
-    run("compute-budget keygen writer/prod > writer.pub")
+    set_up(tmp_path, "keygen", "writer/prod", stdout="writer.pub")
     run(keygen)
     with witness_process(local(serve), tmp_path, port):
         gates("day0", 4)
@@ -467,10 +483,13 @@ def test_the_readmes_witnessing_recipe_runs_for_three_nights(tmp_path: Path) -> 
         assert not (tmp_path / "witnessed.next").exists()
         budget_id = str(query(str(tmp_path / "compute_budget.db"),
                               "SELECT budget_id FROM compute_budget_decisions WHERE seq = 2")[0][0])
-        run(f'compute-budget prove {budget_id} --witness-key "$(cat witness.pub)" > receipt.json')
+        set_up(tmp_path, "prove", budget_id, "--witness-key", (tmp_path / "witness.pub").read_text().strip(),
+               stdout="receipt.json")
         assert "; witnessed: 1 of 1 cosignatures" in run(verify).stdout
         gates("day2", 2)
-        run(record.split(" --witness ")[0])  # the witness is not told of rows 8..9
+        unwitnessed = shlex.split(record.split(" --witness ")[0])
+        assert unwitnessed[0] == "compute-budget"
+        set_up(tmp_path, *unwitnessed[1:])  # the witness is not told of rows 8..9
         run(nightly)  # the newest witnessed checkpoint (7) is fresh: rows 8..9 are not yet due
         _age(tmp_path / "witnessed.note.head", 86400 + 60)
         done = shell(local(nightly), tmp_path)

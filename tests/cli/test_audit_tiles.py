@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from tests.backends import is_postgres, tamper
 from tests.conftest import BuiltOnce, copy_built, gate_lines
 from tests.e2e.test_docs import OPERATIONS, commands, fenced, shell
 from tests.publications import publish_store, served_folder, write_publication, write_tiles
-from tests.witnessing import LOG, WITNESS, Served
+from tests.witnessing import LOG, WITNESS, Served, WitnessFactory, late_clock
 from tests.witnessing import ORIGIN as WITNESSED_ORIGIN
 
 Run = Callable[..., tuple[int, str, str]]
@@ -269,6 +268,7 @@ def test_a_frozen_publication_is_checked_against_the_since_root(published: Publi
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("timing")
 def test_the_progress_bar_on_a_terminal_follows_an_audit_of_tiles(
     tmp_path: Path, writer_state_env: Path
 ) -> None:
@@ -338,8 +338,10 @@ def _witnessed_audit(run_cli: Run, location: str, served: Served, *extra: str) -
 
 
 def test_a_frozen_publication_is_unpublished_rows_once_its_cosignature_is_too_old(
-    served: Served, run_cli: Run, store_target: str, log_key: Path, tmp_path: Path
+    witness_servers: WitnessFactory, run_cli: Run, store_target: str, log_key: Path, tmp_path: Path
 ) -> None:
+    """The witness's clock runs late: its word is fresh by the default maximum age, and already over 0 s old."""
+    served = witness_servers(WITNESS, clock=late_clock)
     witness = f"http://127.0.0.1:{served.port}={WITNESS.verifier().format()}"
     _record(run_cli, store_target, log_key, 5, "seen", "--origin", WITNESSED_ORIGIN, "--witness", witness)
     folder = publish_store(store_target, tmp_path / "published", LOG.verifier(), witness_keys=(WITNESS.verifier(),))
@@ -349,7 +351,6 @@ def test_a_frozen_publication_is_unpublished_rows_once_its_cosignature_is_too_ol
     _record(run_cli, store_target, log_key, 3, "unpublished", "--witness", witness)  # the mirror stays at 5
     status, report, err = _witnessed_audit(run_cli, str(folder), served)
     assert status == 0, err  # the published checkpoint's cosignature is fresh: the mirror may lag that long
-    time.sleep(1.1)
     status, report, _ = _witnessed_audit(run_cli, str(folder), served, "--max-witness-age", "0")
     assert status == 1
     assert _kinds(report) == [("unpublished_rows", 6)]

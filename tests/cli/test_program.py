@@ -48,19 +48,24 @@ EXPECTED_STATUS = [2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2]
 
 @pytest.mark.slow
 def test_clirunner_and_the_console_script_agree(tmp_path: Path) -> None:
-    """Exit status and stderr are identical both ways, for every command's error paths."""
+    """Exit status and stderr are identical both ways, for every command's error paths. The in-process calls run
+    first, then one console script per path, all started at once (each spends its time importing, and no path
+    writes what another reads: a failing command leaves nothing behind)."""
     assert SCRIPT.exists(), "the console script is installed with the package"
     runner = CliRunner()
-    for argv, expected in zip(_error_paths(tmp_path), EXPECTED_STATUS, strict=True):
-        in_process = runner.invoke(cli, list(argv), prog_name="compute-budget")
-        installed = subprocess.run(
-            [str(SCRIPT), *argv], capture_output=True, text=True, check=False, cwd=tmp_path,
-            env={**os.environ, "COLUMNS": "200"},
-        )
-        assert (in_process.exit_code, installed.returncode) == (expected, expected), (argv, in_process.stderr)
-        assert in_process.stderr == installed.stderr, argv
-        assert installed.stderr.startswith("compute-budget: "), argv
-        assert "Traceback" not in installed.stderr, argv
+    paths = _error_paths(tmp_path)
+    in_process = [runner.invoke(cli, list(argv), prog_name="compute-budget") for argv in paths]
+    started = [
+        subprocess.Popen([str(SCRIPT), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                         env={**os.environ, "COLUMNS": "200"})
+        for argv in paths
+    ]
+    installed = [(process.communicate(timeout=300)[1], process.returncode) for process in started]
+    for argv, expected, here, (stderr, status) in zip(paths, EXPECTED_STATUS, in_process, installed, strict=True):
+        assert (here.exit_code, status) == (expected, expected), (argv, here.stderr)
+        assert here.stderr == stderr, argv
+        assert stderr.startswith("compute-budget: "), argv
+        assert "Traceback" not in stderr, argv
 
 
 def test_findings_exit_1_under_clirunner(tmp_path: Path) -> None:

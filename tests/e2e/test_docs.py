@@ -11,13 +11,14 @@ import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
 
 from tests.backends import tamper
-from tests.conftest import REPO_ROOT, gate_lines
+from tests.conftest import REPO_ROOT, SetUp, gate_lines
 
 # The README, docs/*.md, and the design's pages under docs/design/.
 DOC_PATHS = ["README.md", *sorted(str(path.relative_to(REPO_ROOT)) for folder in ("docs", "docs/design")
@@ -102,6 +103,32 @@ def with_examples(folder: Path) -> Path:
 PYTHON_BLOCKS = [(doc, index, block) for doc in DOC_PATHS for index, block in enumerate(fenced("python", doc=doc))]
 
 
+def _prints_the_count_and_the_proof(stdout: str) -> None:
+    assert stdout.splitlines()[-1] == "True 499"
+    assert stdout.splitlines()[0].endswith(" 10")
+
+
+def _prints_the_reads(stdout: str) -> None:
+    assert stdout.splitlines()[:5] == ["0 2 True", "1 1 False", "3 3 True", "2 ('residual_ids',)", "1 True"]
+    assert "was closed" in stdout
+
+
+def _prints_the_seal(stdout: str) -> None:
+    assert stdout.splitlines() == ["True True True"]
+
+
+def _prints_the_policy(stdout: str) -> None:
+    assert stdout.splitlines() == ["3 ['unwitnessed_rows'] 1 of a, b"]
+
+
+# The values the comments of these blocks promise (the README's two, python.md's signing section's two), checked on
+# the one run of each block below: a block is started once, not once to run and once more to read its output.
+PROMISES = dict(zip(
+    [*fenced("python"), *fenced("python", "Signing, proving, verifying", doc="docs/python.md")],
+    [_prints_the_count_and_the_proof, _prints_the_reads, _prints_the_seal, _prints_the_policy], strict=False,
+))
+
+
 def test_the_docs_have_python_blocks() -> None:
     """There is something to run in the README and beyond it (a renamed fence would otherwise make the test below
     vacuous)."""
@@ -113,35 +140,26 @@ def test_the_docs_have_python_blocks() -> None:
 @pytest.mark.parametrize(("doc", "index", "block"), PYTHON_BLOCKS,
                          ids=[f"{doc}-{index}" for doc, index, _ in PYTHON_BLOCKS])
 def test_every_python_block_runs(doc: str, index: int, block: str, tmp_path: Path) -> None:
-    """Each python block of every doc runs as it stands, in an empty folder, in a fresh interpreter."""
+    """Each python block of every doc runs as it stands, in an empty folder, in a fresh interpreter, and prints
+    what its comments promise (`PROMISES`)."""
     done = subprocess.run(
         [sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300,
     )
     assert done.returncode == 0, (doc, index, done.stderr)
     assert "Traceback" not in done.stderr
+    if block in PROMISES:
+        PROMISES[block](done.stdout)
 
 
-@pytest.mark.slow
-def test_the_python_blocks_print_what_their_comments_say(tmp_path: Path) -> None:
-    """The values the comments promise are the values printed."""
+def test_the_python_blocks_print_what_their_comments_say() -> None:
+    """The values the comments promise are the values printed: the README's two blocks and python.md's two
+    signing blocks each carry their promise, which `test_every_python_block_runs` checks on the block's run."""
     first_block, second_block = fenced("python")
-    first = subprocess.run([sys.executable, "-c", first_block], cwd=tmp_path, capture_output=True, text=True,
-                           check=True)
-    assert first.stdout.splitlines()[-1] == "True 499"
-    assert first.stdout.splitlines()[0].endswith(" 10")
-    second = subprocess.run([sys.executable, "-c", second_block], cwd=tmp_path, capture_output=True, text=True,
-                            check=True)
-    assert second.stdout.splitlines()[:5] == ["0 2 True", "1 1 False", "3 3 True", "2 ('residual_ids',)", "1 True"]
-    assert "was closed" in second.stdout
     seal_block, policy_block = fenced("python", "Signing, proving, verifying", doc="docs/python.md")
-    (tmp_path / "seal").mkdir()
-    seal = subprocess.run([sys.executable, "-c", seal_block], cwd=tmp_path / "seal", capture_output=True, text=True,
-                          check=False)
-    assert seal.stdout.splitlines() == ["True True True"], seal.stderr
-    (tmp_path / "policy").mkdir()
-    policy = subprocess.run([sys.executable, "-c", policy_block], cwd=tmp_path / "policy", capture_output=True,
-                            text=True, check=False)
-    assert policy.stdout.splitlines() == ["3 ['unwitnessed_rows'] 1 of a, b"], policy.stderr
+    promised = {first_block: _prints_the_count_and_the_proof, second_block: _prints_the_reads,
+                seal_block: _prints_the_seal, policy_block: _prints_the_policy}
+    assert promised == PROMISES
+    assert {block for _, _, block in PYTHON_BLOCKS} >= set(PROMISES)
 
 
 # -- shell ----------------------------------------------------------------------------------------------------
@@ -297,10 +315,11 @@ def _recipe() -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_the_nightly_recipe_for_three_nights(tmp_path: Path) -> None:
+def test_the_nightly_recipe_for_three_nights(tmp_path: Path, set_up: SetUp) -> None:
     """The README's recipe from its first night: the one-time first-night step, then three nights (by the cron
     line, the systemd unit and the shell block) with rows appended in between; the third night finds the row
-    tampered with that day (exit 1, checkpoint kept). A checkpoint deleted later is never a silent pass."""
+    tampered with that day (exit 1, checkpoint kept). A checkpoint deleted later is never a silent pass. The day's
+    gates are recorded in this process: only the recipe's own commands run through the shell."""
     recipe = _recipe()
     practice, logs = tmp_path / "practice", tmp_path / "log"
     practice.mkdir()
@@ -316,8 +335,7 @@ def test_the_nightly_recipe_for_three_nights(tmp_path: Path) -> None:
     def day(name: str, count: int) -> None:
         gates = tmp_path / f"{name}.jsonl"
         gates.write_text("\n".join(gate_lines(count, prefix=name)) + "\n")
-        done = shell(f"compute-budget record {gates} --db {database}", tmp_path)
-        assert done.returncode == 0, done.stderr
+        set_up(tmp_path, "record", str(gates), "--db", str(database))
 
     def seq_of(path: Path) -> int:
         return int(json.loads(path.read_text())["seq"])
@@ -372,10 +390,12 @@ def test_the_nightly_recipe_for_three_nights(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.postgres
-def test_the_postgresql_section_runs(pg_admin_url: str, tmp_path: Path) -> None:
+def test_the_postgresql_section_runs(pg_admin_url: str, tmp_path: Path, set_up: SetUp,
+                                     run_cli: Callable[..., tuple[int, str, str]]) -> None:
     """On a throwaway server, every block run with `set -euo pipefail`: the section's roles and database, `copy`
     from SQLite, the auditor role given exactly what `compute-budget grants` prints (through psql, as the README
-    says) auditing clean with a JUnit report of no failure and no error, and that role refused when it records."""
+    says) auditing clean with a JUnit report of no failure and no error, and that role refused when it records.
+    The store to copy is made, and the refusal checked, in this process: only the section's blocks run in a shell."""
     from sqlalchemy import create_engine
     from sqlalchemy.engine import make_url
 
@@ -401,8 +421,8 @@ def test_the_postgresql_section_runs(pg_admin_url: str, tmp_path: Path) -> None:
     create, create_auditor = fenced("sql", "PostgreSQL", doc=OPERATIONS)
     writer, reader = fenced("sh", "PostgreSQL", doc=OPERATIONS)
     folder = with_examples(tmp_path)
-    assert shell("compute-budget record examples/gates.jsonl && compute-budget checkpoint > checkpoint.json",
-                 folder).returncode == 0
+    set_up(folder, "record", "examples/gates.jsonl")
+    set_up(folder, "checkpoint", stdout="checkpoint.json")
     try:
         run_sql(create, str(admin.database))
         done = shell(local(writer), folder)
@@ -415,10 +435,10 @@ def test_the_postgresql_section_runs(pg_admin_url: str, tmp_path: Path) -> None:
         assert junit_counts(folder / "audit.xml") == ("0", "0")
         auditor_url = re.search(r"AUDITOR_DB=(\S+)", local(reader))
         assert auditor_url is not None
-        refused = shell(f"compute-budget record examples/gates.jsonl --db '{auditor_url.group(1)}'", folder)
-        assert refused.returncode == 2
-        assert f"role '{names['auditor']}' cannot append to table compute_budget_decisions" in refused.stderr
-        assert len(refused.stderr.strip().splitlines()) == 1
+        status, _, refused = run_cli("record", str(folder / "examples" / "gates.jsonl"), "--db", auditor_url.group(1))
+        assert status == 2
+        assert f"role '{names['auditor']}' cannot append to table compute_budget_decisions" in refused
+        assert len(refused.strip().splitlines()) == 1
     finally:
         cleanup = create_engine(admin, isolation_level="AUTOCOMMIT")
         with cleanup.connect() as connection:
@@ -432,10 +452,11 @@ def test_the_postgresql_section_runs(pg_admin_url: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_keys_recipe_runs_for_two_nights(tmp_path: Path) -> None:
+def test_the_keys_recipe_runs_for_two_nights(tmp_path: Path, set_up: SetUp) -> None:
     """The keys recipe as it stands, after the one first night by hand: the writer records signed, the nightly
     audit trusts the writer's key and cosigns with the auditor's, `consistency --auditor-key` checks that line,
-    and the receipt of the example's first decision verifies with no database."""
+    and the receipt of the example's first decision verifies with no database. Every step of the recipe runs
+    through the shell; the first night by hand, in this process."""
     _, recipe = fenced("sh", "Keys and witnesses", doc=OPERATIONS)
     steps = commands(recipe)
     assert len(steps) == 7, steps
@@ -451,7 +472,8 @@ def test_the_keys_recipe_runs_for_two_nights(tmp_path: Path) -> None:
 
     for command in (writer_key, auditor_key, record):
         run(command)
-    run("compute-budget audit --trusted-key writer.pub --save-checkpoint witnessed.note --cosign auditor.key")
+    set_up(folder, "audit", "--trusted-key", "writer.pub", "--save-checkpoint", "witnessed.note", "--cosign",
+           "auditor.key")
     first = (folder / "witnessed.note").read_text()
     (folder / "gates.jsonl").write_text("\n".join(gate_lines(3, prefix="night2")) + "\n")
     run(record)
@@ -464,37 +486,40 @@ def test_the_keys_recipe_runs_for_two_nights(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_adoption_block_adopts_the_unsigned_rows(tmp_path: Path) -> None:
+def test_the_adoption_block_adopts_the_unsigned_rows(tmp_path: Path, set_up: SetUp,
+                                                    run_cli: Callable[..., tuple[int, str, str]]) -> None:
     """`Adopting unsigned rows` as it stands: seven rows recorded without a key are listed, then adopted through
-    the head by the writer's first signed append, and an audit trusting the writer then finds no unattested row."""
+    the head by the writer's first signed append, and an audit trusting the writer then finds no unattested row.
+    The rows and the key are made, and the audit run, in this process: the block alone runs in a shell."""
     adopt, _ = fenced("sh", "Keys and witnesses", doc=OPERATIONS)
     (tmp_path / "old.jsonl").write_text("\n".join(gate_lines(7, prefix="old")) + "\n")
     (tmp_path / "new.jsonl").write_text("\n".join(gate_lines(2, prefix="new")) + "\n")
-    assert shell("compute-budget record old.jsonl && compute-budget keygen writer/prod > writer.pub",
-                 tmp_path).returncode == 0
+    set_up(tmp_path, "record", "old.jsonl")
+    set_up(tmp_path, "keygen", "writer/prod", stdout="writer.pub")
     done = shell(adopt, tmp_path)
     assert done.returncode == 0, done.stderr
     assert "adopted 7 rows (seq 1..7)" in done.stderr
     assert "# stderr: adopted 7 rows (seq 1..7)" in adopt
-    audited = shell("compute-budget audit --trusted-key writer.pub", tmp_path)
-    assert audited.returncode == 0, audited.stdout
+    status, audited, _ = run_cli("audit", "--trusted-key", "writer.pub")
+    assert status == 0, audited
 
 
 # -- docs/incident.md and docs/upgrading.md -------------------------------------------------------------------
 
 
 @pytest.mark.slow
-def test_the_salvage_block_runs_with_its_placeholders_filled(tmp_path: Path) -> None:
+def test_the_salvage_block_runs_with_its_placeholders_filled(tmp_path: Path, set_up: SetUp) -> None:
     """incident.md's `copy --through` block, S and NEW_VERIFIER_KEY filled in: rows 1..3 of a signed store salvaged
-    into a new origin, adopted by the new key's first append, and the new log audits clean with its provenance."""
+    into a new origin, adopted by the new key's first append, and the new log audits clean with its provenance.
+    The keys and the damaged store are made in this process: the block alone runs in a shell."""
     (block,) = fenced("sh", "Salvage: `copy --through`", doc="docs/incident.md")
     filled = re.sub(r"\bS\b", "3", block).replace("NEW_VERIFIER_KEY", '"$(cat new.pub)"')
     assert "NEW_VERIFIER_KEY" in block
     (tmp_path / "gates.jsonl").write_text("\n".join(gate_lines(5)) + "\n")
     (tmp_path / "new.jsonl").write_text("\n".join(gate_lines(2, prefix="new")) + "\n")
-    setup = ("compute-budget keygen writer > writer.pub && compute-budget keygen new > new.pub"
-             " && compute-budget record gates.jsonl --db damaged.db --signing-key writer.key")
-    assert shell(setup, tmp_path).returncode == 0
+    set_up(tmp_path, "keygen", "writer", stdout="writer.pub")
+    set_up(tmp_path, "keygen", "new", stdout="new.pub")
+    set_up(tmp_path, "record", "gates.jsonl", "--db", "damaged.db", "--signing-key", "writer.key")
     done = shell(filled, tmp_path)
     assert done.returncode == 0, done.stderr
     assert "adopted 3 rows (seq 1..3)" in done.stderr
@@ -504,10 +529,11 @@ def test_the_salvage_block_runs_with_its_placeholders_filled(tmp_path: Path) -> 
 
 @pytest.mark.slow
 @pytest.mark.postgres
-def test_the_upgrade_to_the_seal_block_runs(pg_url: str, tmp_path: Path) -> None:
+def test_the_upgrade_to_the_seal_block_runs(pg_url: str, tmp_path: Path, set_up: SetUp) -> None:
     """upgrading.md's 0003 block, either way: each SQLite `migrate` on a store of its own, and on PostgreSQL the
     offline `--sql` script (from a folder laid out as the repository root), applied with psql as it says, then
-    `migrate`; the PostgreSQL store then records and audits clean."""
+    `migrate`; the PostgreSQL store then records and audits clean. The block's commands run in a shell; the checks
+    after them, in this process."""
     from sqlalchemy.engine import make_url
 
     (block,) = fenced("sh", "0003: the seal (spec section 8)", doc="docs/upgrading.md")
@@ -518,7 +544,7 @@ def test_the_upgrade_to_the_seal_block_runs(pg_url: str, tmp_path: Path) -> None
         folder.mkdir()
         done = shell(step, folder)
         assert done.returncode == 0, (step, done.stderr)
-        assert shell("compute-budget checkpoint", folder).returncode == 0
+        set_up(folder, "checkpoint")
     url = make_url(pg_url).set(drivername="postgresql+psycopg")
     root = with_examples(tmp_path / "root")
     shutil.copy(REPO_ROOT / "alembic.ini", root / "alembic.ini")
@@ -533,10 +559,8 @@ def test_the_upgrade_to_the_seal_block_runs(pg_url: str, tmp_path: Path) -> None
     done = shell(migrate, root)
     assert done.returncode == 0, done.stderr
     database = url.render_as_string(hide_password=False)
-    done = shell(f"compute-budget record examples/gates.jsonl --db '{database}' && "
-                 f"compute-budget audit --db '{database}'", root)
-    assert done.returncode == 0, done.stderr
-    assert "CLEAN" in done.stdout
+    set_up(root, "record", "examples/gates.jsonl", "--db", database)
+    assert "CLEAN" in set_up(root, "audit", "--db", database)
 
 
 def _labels(text: str) -> list[tuple[str, str]]:

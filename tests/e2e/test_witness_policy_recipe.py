@@ -1,25 +1,25 @@
 """docs/operations.md "Witness policies", run as written: the keys and the policy file made by its first block, four
 `witness serve --policy` processes, `record --policy`, the nightly `audit --policy` and `verify-proof --policy`
-(hosts and ports made local, nothing else changed)."""
+(hosts and ports made local, nothing else changed). The four witnesses start together; the receipt the last command
+verifies is made in this process."""
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
 from compute_budget.core.log.witness_policy_file import parse_policy
 from tests.backends import query
-from tests.conftest import gate_lines
+from tests.conftest import SetUp, gate_lines
 from tests.e2e.test_docs import OPERATIONS, commands, fenced, shell
-from tests.witnessing import free_port, witness_process
+from tests.witnessing import free_port, witness_processes
 
 NAMES = ("ours1", "ours2", "public", "archive")
 
 
 @pytest.mark.slow
-def test_the_witness_policy_recipe_runs_as_written(tmp_path: Path) -> None:
+def test_the_witness_policy_recipe_runs_as_written(tmp_path: Path, set_up: SetUp) -> None:
     """The policy the recipe writes parses to "both of ours and the public one, the archive optional"; four
     witnesses serve the log the policy names; the writer's record reaches the quorum and names the optional
     archive; the audit, with the policy's log key as the only writer key, is clean and keeps witnessed.note; a
@@ -42,11 +42,10 @@ def test_the_witness_policy_recipe_runs_as_written(tmp_path: Path) -> None:
             command = command.replace(f"http://{name}.internal:7380", f"http://127.0.0.1:{port}")
         return command
 
-    with ExitStack() as witnesses:
-        for name, port in ports.items():
-            one = (serve.replace("ours1", name).replace("/var/lib/witness/", "")
-                   .replace(f"--host 10.0.0.3 --allow-host {name}.internal", f"--host 127.0.0.1 --port {port}"))
-            witnesses.enter_context(witness_process(one, tmp_path, port))
+    served = [(serve.replace("ours1", name).replace("/var/lib/witness/", "")
+               .replace(f"--host 10.0.0.3 --allow-host {name}.internal", f"--host 127.0.0.1 --port {port}"), port)
+              for name, port in ports.items()]
+    with witness_processes(served, tmp_path):
         (tmp_path / "gates.jsonl").write_text("\n".join(gate_lines(5, prefix="night1")) + "\n")
         done = shell(local(record), tmp_path)
         assert done.returncode == 0, done.stderr
@@ -60,8 +59,7 @@ def test_the_witness_policy_recipe_runs_as_written(tmp_path: Path) -> None:
         assert (tmp_path / "witnessed.note").read_text().split("\n")[1] == "5"
     budget_id = str(query(str(tmp_path / "compute_budget.db"),
                           "SELECT budget_id FROM compute_budget_decisions WHERE seq = 3")[0][0])
-    done = shell(f"compute-budget prove {budget_id} --policy policy.txt > receipt.json", tmp_path)
-    assert done.returncode == 0, done.stderr
+    set_up(tmp_path, "prove", budget_id, "--policy", "policy.txt", stdout="receipt.json")
     done = shell(verify, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"valid: budget_id {budget_id}, seq 3")

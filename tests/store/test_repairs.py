@@ -16,7 +16,7 @@ import pytest
 from compute_budget import BudgetStore, InputError, RepairNotAcknowledged, StoreDamaged, StoreUnavailable, audit
 from compute_budget.store.copy import copy_store
 from tests.backends import execute, is_postgres, query, rows
-from tests.conftest import REPO_ROOT, gate_lines
+from tests.conftest import REPO_ROOT, SetUp, gate_lines
 from tests.sealing import rewrite_consistently, signer
 
 Run = Callable[..., tuple[int, str, str]]
@@ -338,16 +338,13 @@ def _runbook_blocks() -> list[list[str]]:
     return [[line for line in block.splitlines() if line.strip()] for block in blocks]
 
 
-def _runbook_store(folder: Path, *edits: str) -> None:
+def _runbook_store(set_up: SetUp, folder: Path, *edits: str) -> None:
     """store.db in `folder`: 5 signed rows, its guard dropped (and rows edited) by an insider; writer.key and
-    writer.pub; new.jsonl, the next batch."""
-    run = Path(sys.executable).with_name("compute-budget")
-    with (folder / "writer.pub").open("w") as pub:
-        subprocess.run([str(run), "keygen", "writer", "--out", "writer.key"], cwd=folder, stdout=pub, check=True)
+    writer.pub; new.jsonl, the next batch. Made in this process: only the runbook's blocks run in a shell."""
+    set_up(folder, "keygen", "writer", "--out", "writer.key", stdout="writer.pub")
     (folder / "gates.jsonl").write_text("\n".join(gate_lines(5)) + "\n", encoding="utf-8")
     (folder / "new.jsonl").write_text("\n".join(gate_lines(2, prefix="new")) + "\n", encoding="utf-8")
-    subprocess.run([str(run), "record", "gates.jsonl", "--db", "store.db", "--signing-key", "writer.key"], cwd=folder,
-                   check=True, capture_output=True)
+    set_up(folder, "record", "gates.jsonl", "--db", "store.db", "--signing-key", "writer.key")
     _drop_guard(str(folder / "store.db"), *edits)
 
 
@@ -359,11 +356,11 @@ def _in_shell(command: str, folder: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.slow
-def test_the_runbook_after_a_clean_repair_runs_as_written(tmp_path: Path) -> None:
+def test_the_runbook_after_a_clean_repair_runs_as_written(tmp_path: Path, set_up: SetUp) -> None:
     """migrate (exit 0, every row holds), the full audit (exit 1: its one finding is the repair), the
     acknowledgement with the next batch, and a clean audit."""
     clean, _ = _runbook_blocks()
-    _runbook_store(tmp_path)
+    _runbook_store(set_up, tmp_path)
     done = [_in_shell(command, tmp_path) for command in clean]
     assert [item.returncode for item in done] == [0, 1, 0, 0], [item.stderr for item in done]
     assert "recorded repair #1 at seq 5" in done[0].stdout
@@ -374,11 +371,11 @@ def test_the_runbook_after_a_clean_repair_runs_as_written(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-def test_the_runbook_after_an_edit_salvages_and_re_records_the_honest_rows(tmp_path: Path) -> None:
+def test_the_runbook_after_an_edit_salvages_and_re_records_the_honest_rows(tmp_path: Path, set_up: SetUp) -> None:
     """migrate (exit 1, row 3 and the salvage command), the salvage through 2, the gates after it re-recorded
     under the writer's key, and a clean audit of the new log holding every gate's honest decision."""
     _, salvage = _runbook_blocks()
-    _runbook_store(tmp_path, EDIT_ROW_3)
+    _runbook_store(set_up, tmp_path, EDIT_ROW_3)
     done = [_in_shell(command, tmp_path) for command in salvage]
     assert [item.returncode for item in done] == [1, 0, 0, 0, 0], [item.stderr for item in done]
     assert "rows that do not hold after the repair: seq 3" in done[0].stdout
