@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from compute_budget.auditor import ranges
 from compute_budget.auditor.report import AuditReport
 from compute_budget.auditor.request import AuditRequest
 from compute_budget.auditor.scan import run_audit
@@ -142,17 +143,20 @@ def test_a_checkpoint_that_is_no_checkpoint_is_one_clear_line(folder: Path, url:
 
 
 @pytest.mark.slow
-def test_jobs_give_the_one_process_report(tmp_path: Path, writer: SignerKey, writer_state_env: Path) -> None:
+def test_jobs_give_the_one_process_report(
+    tmp_path: Path, writer: SignerKey, writer_state_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ranges, "MIN_ROWS_PER_JOB", 256)  # split these few rows as a large store would be
     target = str(tmp_path / "store.db")
     with BudgetStore.open(target, origin=ORIGIN, signing_key=writer) as store:
-        store.record_many([make_gate(decision_id=f"row-{index}") for index in range(25_000)])
+        store.record_many([make_gate(decision_id=f"row-{index}") for index in range(1_500)])
     folder = publish_store(target, tmp_path / "published", writer.verifier())
-    entries = folder / "tile" / "entries" / "050"
+    entries = folder / "tile" / "entries" / "002"
     data = bytearray(entries.read_bytes())
-    data[40] ^= 1  # an entry of row 12,801 edited
+    data[40] ^= 1  # an entry of row 513 edited
     entries.write_bytes(bytes(data))
     one, three = _audit(str(folder), writer), _audit(str(folder), writer, jobs=3)
     assert three.jobs == 3
     assert sorted(_kinds(three), key=str) == sorted(_kinds(one), key=str)
-    assert ("published_mismatch", 12_801) in _kinds(one)
-    assert (one.rows_checked, three.rows_checked) == (25_000, 25_000)
+    assert ("published_mismatch", 513) in _kinds(one)
+    assert (one.rows_checked, three.rows_checked) == (1_500, 1_500)
