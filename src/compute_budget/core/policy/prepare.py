@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
@@ -96,12 +96,12 @@ def _json_value(value: object, where: str, level: int) -> Any:
         result: dict[str, Any] = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                raise GateNotSerializable(f"{where} has a key {key!r} that is not a string; JSON keys are strings")
+                raise GateNotSerializable(f"{where()} has a key {key!r} that is not a string; JSON keys are strings")
             result[str.__str__(key)] = _json_value(item, f"{where}.{key}", level + 1)
         return result
     if isinstance(value, list | tuple):
         return [_json_value(item, f"{where}[{index}]", level + 1) for index, item in enumerate(value)]
-    raise GateNotSerializable(f"{where} is a {type(value).__name__}, which JSON cannot hold")
+    raise GateNotSerializable(f"{where()} is a {type(value).__name__}, which JSON cannot hold")
 
 
 @dataclass(slots=True)
@@ -134,15 +134,21 @@ def _deep_json_text(gate: object, *, ascii_only: bool) -> str:
         elif isinstance(value, int):
             parts.append(int.__repr__(int(value)))
         else:
-            where = "gate" + "".join(entry.place for entry in stack) + place  # only for an error message
+            # The full place, spelled out only for an error: building it for every container would cost time
+            # quadratic in the depth. The containers above this one stay open (and unchanged) while it is.
+            depth = len(stack)
+
+            def where() -> str:
+                return "gate" + "".join(entry.place for entry in stack[:depth]) + place
+
             if isinstance(value, float):
                 if not math.isfinite(value):
-                    raise GateNotSerializable(f"{where} is {value!r}, which JSON cannot hold")
+                    raise GateNotSerializable(f"{where()} is {value!r}, which JSON cannot hold")
                 parts.append(float.__repr__(value))
                 return
             members, opening, closing = _members(value, where, ascii_only)
             if id(value) in open_ids:
-                raise GateNotSerializable(f"{where} contains itself, which JSON cannot hold")
+                raise GateNotSerializable(f"{where()} contains itself, which JSON cannot hold")
             open_ids.add(id(value))
             parts.append(opening)
             stack.append(_Open(members, closing, id(value), place))
@@ -166,8 +172,10 @@ def _deep_json_text(gate: object, *, ascii_only: bool) -> str:
     return "".join(parts)
 
 
-def _members(value: object, where: str, ascii_only: bool) -> tuple[Iterator[tuple[str, str | None, object]], str, str]:
-    """A container's members as (place, key text or None, value), and its brackets; `where` names it in errors."""
+def _members(
+    value: object, where: Callable[[], str], ascii_only: bool
+) -> tuple[Iterator[tuple[str, str | None, object]], str, str]:
+    """A container's members as (place, key text or None, value), and its brackets; `where()` names it in errors."""
     if isinstance(value, SearchGateDecision | SourceSpan) and is_dataclass(value):
         names = [field.name for field in fields(value)]
         return ((f".{name}", json.dumps(name), getattr(value, name)) for name in names), "{", "}"
@@ -176,14 +184,16 @@ def _members(value: object, where: str, ascii_only: bool) -> tuple[Iterator[tupl
         def keyed() -> Iterator[tuple[str, str | None, object]]:
             for key, item in value.items():
                 if not isinstance(key, str):
-                    raise GateNotSerializable(f"{where} has a key {key!r} that is not a string; JSON keys are strings")
+                    raise GateNotSerializable(
+                        f"{where()} has a key {key!r} that is not a string; JSON keys are strings"
+                    )
                 plain = str.__str__(key)
                 yield f".{plain}", json.dumps(plain, ensure_ascii=ascii_only), item
 
         return keyed(), "{", "}"
     if isinstance(value, list | tuple):
         return ((f"[{index}]", None, item) for index, item in enumerate(value)), "[", "]"
-    raise GateNotSerializable(f"{where} is a {type(value).__name__}, which JSON cannot hold")
+    raise GateNotSerializable(f"{where()} is a {type(value).__name__}, which JSON cannot hold")
 
 
 def same_gate(stored_text: str, prepared: PreparedGate) -> bool:
