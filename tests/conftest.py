@@ -139,6 +139,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Two test processes per core (at most 8): about a third of the suite's time is spent waiting on a process it
+    started or on PostgreSQL, and a second process per core fills it (on 2 cores: 5:09 against 6:00 with
+    coverage)."""
+    import os
+
+    return min(8, 2 * (os.cpu_count() or 1))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """In the controlling process: name the folder where the first test process that needs PostgreSQL starts one
     throwaway cluster for every process of the run (pytest-xdist's workers inherit the variable)."""

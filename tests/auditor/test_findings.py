@@ -318,7 +318,6 @@ def test_parallel_audit_checks_the_first_range_itself(store: str, monkeypatch: p
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("timing")
 def test_an_interrupted_parallel_audit_stops_its_workers_at_once(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C (or SIGTERM, which the command line raises the same way) in the auditing process while workers
     check their ranges: the audit stops at once and leaves no worker behind (it used to wait for them)."""

@@ -182,7 +182,6 @@ def _wait_until(condition: Callable[[], bool], seconds: float) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("timing")
 def test_an_audit_killed_outright_leaves_no_worker_and_no_old_verdict(tmp_path: Path) -> None:
     """SIGKILL of `audit --jobs 2` mid-run (a `timeout -s KILL`, the OOM killer): its worker is gone well within
     a second, long before its range would be done, printing nothing, and the report file says the audit has not
@@ -261,7 +260,6 @@ def test_a_full_disk_leaves_no_new_store_behind(run_cli: Run, small_disk: Path, 
 
 @pytest.mark.slow
 @pytest.mark.postgres
-@pytest.mark.xdist_group("timing")
 def test_a_postgresql_server_stopped_mid_append_is_one_line(tmp_path: Path) -> None:
     """The server stopped (immediate shutdown) while `record` appends a large batch: exit 2, exactly one line on
     stderr saying the server closed the connection, no driver noise. The server is stopped once it shows the

@@ -196,7 +196,6 @@ def test_the_audit_command_does_not_import_rich_off_a_terminal(run_cli: Run, rec
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("timing")
 def test_the_progress_bar_on_a_terminal_follows_a_parallel_audit(tmp_path: Path) -> None:
     """On a terminal the audit draws its progress on stderr, also with --jobs 2 (the auditing process checks a
     range itself and counts each worker's rows when it is done), and the report is the same."""

@@ -268,7 +268,6 @@ def test_a_frozen_publication_is_checked_against_the_since_root(published: Publi
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("timing")
 def test_the_progress_bar_on_a_terminal_follows_an_audit_of_tiles(
     tmp_path: Path, writer_state_env: Path
 ) -> None:

@@ -60,7 +60,6 @@ def test_an_html_answer_is_one_clear_line(http_servers: HandlerFactory) -> None:
     assert "\n" not in str(raised.value)
 
 
-@pytest.mark.xdist_group("timing")
 def test_a_slow_server_times_out_after_its_retries(http_servers: HandlerFactory) -> None:
     hits: list[str] = []
     url = _server(http_servers, b"x", delay=1.0, hits=hits)

@@ -109,7 +109,6 @@ def test_a_stopped_witness_is_one_warning_and_submit_catches_up_later(served: Se
     assert [size for size, _, _ in _stored_cosignatures(tmp_path)] == [4]
 
 
-@pytest.mark.xdist_group("timing")
 def test_a_slow_witness_never_holds_the_loop_past_the_timeout(
     tmp_path: Path, misbehaving: Callable[[float, int], str]
 ) -> None:

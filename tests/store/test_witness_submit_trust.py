@@ -209,7 +209,6 @@ def test_old_is_the_largest_cosignature_that_verifies_and_that_the_store_extends
     assert served.state.latest(ORIGIN).size == 5  # type: ignore[union-attr]
 
 
-@pytest.mark.xdist_group("timing")
 def test_a_flood_of_planted_cosignatures_neither_holds_the_writer_nor_stops_witnessing(
     relay: Relay, store_target: str, tmp_path: Path
 ) -> None:
@@ -246,7 +245,6 @@ def test_a_flood_of_planted_cosignatures_neither_holds_the_writer_nor_stops_witn
     assert relay.olds == ["old 0", "old 3"]  # the check gave way; the 409's size, at most the head, drove the retry
 
 
-@pytest.mark.xdist_group("timing")
 def test_an_answer_that_is_not_http_is_a_warning_not_a_thread_traceback(tmp_path: Path) -> None:
     """A server on the witness's URL that answers with no HTTP status line: the request thread died with a
     traceback (BadStatusLine) and the writer waited for the whole timeout. Now it is one warning at once."""
