@@ -26,6 +26,7 @@ def test_a_deep_gate_is_written_as_json_dumps_would() -> None:
     assert serialize_gate(gate) == json.dumps(gate, separators=(",", ":"), ensure_ascii=False)
 
 
+@pytest.mark.parametrize("depth", [DEPTH, 2])  # the explicit stack, and the shallow path beside it
 @pytest.mark.parametrize(
     ("inner", "message"),
     [
@@ -34,14 +35,14 @@ def test_a_deep_gate_is_written_as_json_dumps_would() -> None:
         ({"a": [{"b": {2, 3}}]}, ".a[0].b is a set, which JSON cannot hold"),
     ],
 )
-def test_what_json_cannot_hold_is_named_by_its_exact_place(inner: object, message: str) -> None:
+def test_what_json_cannot_hold_is_named_by_its_exact_place(inner: object, message: str, depth: int) -> None:
     """The place is spelled out only for the error (building it for every container cost time quadratic in the
     depth); it is still the whole path from the gate, whether the error is found on opening a container or while
     its members are written."""
-    gate = make_gate(note=_nested(inner))
+    gate = make_gate(note=_nested(inner, depth))
     with pytest.raises(GateNotSerializable) as raised:
         serialize_gate(gate)
-    assert str(raised.value).startswith("gate.note" + "[0]" * DEPTH + message), str(raised.value)
+    assert str(raised.value).startswith("gate.note" + "[0]" * depth + message), str(raised.value)
 
 
 def test_a_gate_inside_itself_deep_down_is_named_where_it_recurs() -> None:

@@ -96,12 +96,12 @@ def _json_value(value: object, where: str, level: int) -> Any:
         result: dict[str, Any] = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                raise GateNotSerializable(f"{where()} has a key {key!r} that is not a string; JSON keys are strings")
+                raise GateNotSerializable(f"{where} has a key {key!r} that is not a string; JSON keys are strings")
             result[str.__str__(key)] = _json_value(item, f"{where}.{key}", level + 1)
         return result
     if isinstance(value, list | tuple):
         return [_json_value(item, f"{where}[{index}]", level + 1) for index, item in enumerate(value)]
-    raise GateNotSerializable(f"{where()} is a {type(value).__name__}, which JSON cannot hold")
+    raise GateNotSerializable(f"{where} is a {type(value).__name__}, which JSON cannot hold")
 
 
 @dataclass(slots=True)
