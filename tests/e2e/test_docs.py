@@ -181,17 +181,24 @@ def test_the_quick_start_runs(tmp_path: Path) -> None:
 
 
 def test_ci_runs_the_readme_test_command_in_a_fresh_environment() -> None:
-    """Issue 18: .ci/run's test step is the README's test command, character for character, and nothing is
-    installed into its .venv before it (lint and types have their own environment); an existing .venv stops
-    the run instead of being reused."""
+    """.ci/run's test step is the README's test command, character for character; nothing touches .venv before it
+    (an existing .venv stops the run instead of being reused), and after it only the lint steps run, from that
+    environment with ruff added (every other tool they need is in the test extra)."""
     readme_test_command = commands(fenced("sh", "Quick start")[0])[1]
     assert "'.[test]'" in readme_test_command
     script = (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8")
     lines = [line.strip() for line in script.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-    assert lines[-1] == readme_test_command
-    before = "\n".join(lines[:-1])
-    assert ".venv/" not in before.replace(".venv-lint/", "")  # nothing touches .venv before the README's command
+    assert lines.count(readme_test_command) == 1
+    at = lines.index(readme_test_command)
+    before, after = "\n".join(lines[:at]), lines[at + 1 :]
+    assert ".venv/" not in before  # nothing touches .venv before the README's command
     assert 'if [ -e .venv ]; then' in before
+    assert [line for line in after if not line.startswith("echo ")] == [
+        ".venv/bin/python -m pip install -q 'ruff>=0.5'",
+        ".venv/bin/ruff check src tests benchmarks",
+        ".venv/bin/lint-imports",
+        ".venv/bin/mypy --strict src",
+    ]
 
 
 def test_the_readme_stays_under_250_lines() -> None:
