@@ -145,21 +145,7 @@ class HttpSubmitter:
     """The `submitter.WitnessSubmitter` that speaks HTTP: `submit_to_witnesses` (the package root installs it as
     the default; the command line hands it to the store it opens)."""
 
-    def submit(
-        self,
-        note: str,
-        size: int,
-        targets: Sequence[WitnessTarget],
-        *,
-        plan: Plan,
-        keep: Keep,
-        plan_deadline: float,
-        deadline: float,
-        failures: tuple[type[Exception], ...],
-    ) -> list[Submitted]:
-        """`submit_to_witnesses`, as the protocol names it."""
-        return submit_to_witnesses(note, size, targets, plan=plan, keep=keep, plan_deadline=plan_deadline,
-                                   deadline=deadline, failures=failures)
+    submit = staticmethod(submit_to_witnesses)
 
 
 def _post_all(submissions: Sequence[Submission], note: str, deadline: float) -> list[_Answer]:
