@@ -5,6 +5,7 @@ Each test names the first affected seq."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -85,6 +86,10 @@ def _kinds(report: dict) -> list[tuple[str, int | None]]:  # type: ignore[type-a
     return [(item["kind"], item["seq"]) for item in report["findings"]]
 
 
+def _action(report: dict, kind: str) -> str:  # type: ignore[type-arg]
+    return str(next(item["action"] for item in report["findings"] if item["kind"] == kind))
+
+
 def _edit_entry(folder: Path, seq: int, old: bytes, new: bytes) -> list[bytes]:
     """Edit the entry of row `seq` in its bundle (lengths kept right); returns every entry, edited."""
     entries = _entries(folder)
@@ -116,6 +121,7 @@ def test_a_clean_publication_audits_as_its_store_does(published: Published, run_
     assert report["rows_checked"] == json.loads(db_out)["rows_checked"] == ROWS
     assert "freshness not checked: a stale mirror would pass" in err
     assert any("freshness not checked" in item for item in report["warnings"])
+    assert (report["freshness_checked"], json.loads(db_out)["freshness_checked"]) == (False, None)
     text = run_cli("audit", "--tiles", published.url, "--origin", ORIGIN, "--trusted-key",
                    published.key.verifier().format())[1]
     assert "  freshness     not checked: a stale mirror would pass (give --witness-url URL=KEY)" in text.splitlines()
@@ -140,6 +146,11 @@ def test_a_store_with_findings_gives_the_same_verdict_published(
     assert ("rederive_mismatch", 17) in _kinds(tiles)
     assert ("rederive_mismatch", 17) in _kinds(database)
     assert ("checkpoint_mismatch", 300) in _kinds(tiles)  # the signed root no longer matches the rows
+    # the database's owner is told to salvage with `copy`; the publication's reader has no database (spec 11.4)
+    assert "copy --through" in _action(database, "rederive_mismatch")
+    assert "copy" not in _action(tiles, "rederive_mismatch").replace("keep a copy of", "")
+    # the chain break at the last row is no entry's: only row 17's entry is wrong
+    assert (tiles["affected_rows"]["seqs"], database["affected_rows"]["seqs"]) == ([17], [17])
 
 
 def test_an_edited_entry_is_published_mismatch_at_its_seq(published: Published, run_cli: Run) -> None:
@@ -147,7 +158,10 @@ def test_an_edited_entry_is_published_mismatch_at_its_seq(published: Published, 
     status, report, err = published.audit(run_cli)
     assert status == 1, err
     assert _kinds(report)[0] == ("published_mismatch", 300)
-    assert ("chain_break", ROWS) in _kinds(report)  # the chain no longer reaches the checkpoint's `chain` line
+    # the chain no longer reaches the checkpoint's `chain` line, because of entry 300: the break is said there, not
+    # at the innocent last row (spec 11.4)
+    assert ("chain_break", 300) in _kinds(report)
+    assert ("chain_break", ROWS) not in _kinds(report)
 
 
 def test_an_entry_edited_with_its_tiles_rewritten_is_checkpoint_mismatch(published: Published, run_cli: Run) -> None:
@@ -159,6 +173,10 @@ def test_an_entry_edited_with_its_tiles_rewritten_is_checkpoint_mismatch(publish
     assert "published_mismatch" not in [kind for kind, _ in kinds]
     assert ("checkpoint_mismatch", ROWS) in kinds
     assert ("chain_break", ROWS) in kinds
+    # no entry differs from its tile, so no row can be named: the entry at the end may well be intact (spec 11.4)
+    assert report["affected_rows"]["seqs"] == []
+    chain_break = next(item for item in report["findings"] if item["kind"] == "chain_break")
+    assert chain_break["cause_seq"] is None
 
 
 def test_a_removed_bundle_is_exit_2_in_one_line(published: Published, run_cli: Run) -> None:
@@ -347,6 +365,7 @@ def test_a_frozen_publication_is_unpublished_rows_once_its_cosignature_is_too_ol
     status, report, err = _witnessed_audit(run_cli, str(folder), served)
     assert status == 0, err
     assert "freshness not checked" not in err
+    assert report["freshness_checked"] is True
     _record(run_cli, store_target, log_key, 3, "unpublished", "--witness", witness)  # the mirror stays at 5
     status, report, err = _witnessed_audit(run_cli, str(folder), served)
     assert status == 0, err  # the published checkpoint's cosignature is fresh: the mirror may lag that long
@@ -459,3 +478,64 @@ def test_the_junit_report_skips_unpublished_rows_without_a_witness(published: Pu
     assert skipped is not None
     assert skipped.get("message", "").startswith("freshness not checked: a stale mirror would pass")
     assert cases["published_mismatch"].find("skipped") is None
+
+
+# -- findings said to the reader of a publication (spec 11.4) ------------------------------------------------------
+
+# A command that needs the database, named in any form ("keep a copy of the files" is the reader's own copy).
+DATABASE_COMMAND = re.compile(r"\b(show|list|migrate|rotate|record)\b|\bcopy\b(?! of )")
+
+
+def test_a_red_tiles_audit_speaks_to_the_reader_causes_first_in_every_format(
+    published: Published, run_cli: Run, tmp_path: Path
+) -> None:
+    _edit_entry(published.folder, 300, b'"explanation":"', b'"explanation":"!')
+    json_file, junit_file = tmp_path / "audit.json", tmp_path / "audit.xml"
+    status, text, err = run_cli(
+        "audit", "--tiles", published.url, "--origin", ORIGIN, "--trusted-key", published.key.verifier().format(),
+        "--report", f"json:{json_file}", "--report", f"junit:{junit_file}",
+    )
+    assert status == 1, err
+    report, junit = json.loads(json_file.read_text()), junit_file.read_text()
+    for rendered in (text, json_file.read_text(), junit):
+        assert DATABASE_COMMAND.search(rendered) is None, DATABASE_COMMAND.search(rendered)
+    for item in report["findings"]:  # what the reader does: keep the files, tell the publisher, audit again
+        assert "keep a copy of the publication's files" in item["action"], item
+        assert "tell the publisher" in item["action"], item
+        assert "audit again after they republish" in item["action"], item
+    kinds = [kind for kind, _ in _kinds(report)]
+    # JSON: the cause first, then the chain break and the checkpoint mismatches it causes
+    assert _kinds(report)[:2] == [("published_mismatch", 300), ("chain_break", 300)]
+    assert set(kinds[2:]) == {"checkpoint_mismatch"}
+    assert (report["affected_rows"]["seqs"], report["summary"]["rows_affected"]) == ([300], [300])
+    assert all(item["cause_seq"] == 300 for item in report["findings"])
+    # text: the kinds in the same order, and the first screen names entry 300 and what the reader does
+    lines = text.splitlines()
+    assert lines[1].startswith("1 rows affected: seq 300;")
+    assert lines[2].startswith("  what now      keep a copy of the publication's files")
+    headings = [line.strip() for line in lines if re.fullmatch(r"  [a-z_]+ \(\d+\)", line)]
+    assert headings == ["published_mismatch (1)", "chain_break (1)", "checkpoint_mismatch (3)"]
+    # JUnit: the row case names row 300 alone; the kind cases put the causes first
+    suite = ElementTree.fromstring(junit).find("testsuite")
+    assert suite is not None
+    rows = [case.get("name") for case in suite.iter("testcase") if case.get("classname") == "compute_budget.audit.rows"]
+    assert rows == ["row 300"]
+    failing = [case.get("name") for case in suite.iter("testcase")
+               if case.get("classname") == "compute_budget.audit" and case.find("failure") is not None]
+    assert failing == ["published_mismatch", "chain_break", "checkpoint_mismatch"]
+
+
+def test_the_database_audit_of_the_same_damage_still_tells_its_owner_the_commands(
+    run_cli: Run, store_target: str, tmp_path: Path
+) -> None:
+    """The owner of the database keeps the actions that name its commands (`copy --through`, `show`)."""
+    key_file = tmp_path / "writer.key"
+    run_cli("keygen", "writer", "--out", str(key_file))
+    _record(run_cli, store_target, key_file, 20, "night", "--origin", ORIGIN)
+    tamper(store_target, "UPDATE compute_budget_decisions SET max_candidates = 99 WHERE seq = 7")
+    status, text, _ = run_cli("audit", "--db", store_target)
+    assert status == 1
+    assert "what to do: the stored decision or its gate was edited: keep the evidence, then salvage the rows " \
+           "before it into a new log (copy --through; docs/incident.md)" in text
+    assert "`compute-budget show` each row" in text
+    assert re.search(r"`compute-budget copy \S+ NEW --through 6`", text)

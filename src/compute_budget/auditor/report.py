@@ -8,6 +8,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from compute_budget.auditor.causes import (
+    KIND_ORDER,
+    affected_rows,
+    break_at_edited_entry,
+    causes_first,
+    is_row_finding,
+)
+from compute_budget.auditor.causes import ROW_KINDS as ROW_KINDS  # where it was first defined, still importable
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.head import ChainHead
 from compute_budget.core.verify import Finding, FindingKind
@@ -30,11 +38,6 @@ def utc_now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-# The kinds of finding about one row itself: what an operator looks for first.
-ROW_KINDS = frozenset({
-    FindingKind.BUDGET_ID_MISMATCH, FindingKind.REDERIVE_MISMATCH, FindingKind.CHAIN_BREAK,
-    FindingKind.UNSUPPORTED_POLICY_VERSION, FindingKind.MALFORMED_ROW,
-})
 MAX_LISTED_ROWS = 1000
 MAX_SUMMARY_ROWS = 100
 
@@ -65,6 +68,40 @@ ACTIONS: dict[FindingKind, str] = {
     "file): publish again from the store, and audit the store itself (docs/operations.md)",
     FindingKind.UNPUBLISHED_ROWS: "the witnesses saw rows the publication does not hold: the mirror is stale or "
     "frozen; ask its operator, and audit another copy (docs/operations.md)",
+}
+
+# The same, for the reader of a publication (`audit --tiles`, spec 11.4), who has its files and no database: keep
+# them as evidence, tell the publisher, audit again after they republish; never a command that needs the database.
+_KEEP = "keep a copy of the publication's files (checkpoint, tile/) and this report as evidence"
+_AGAIN = "audit again after they republish (docs/incident.md, \"Auditing a publication\")"
+PUBLICATION_ACTIONS: dict[FindingKind, str] = {
+    FindingKind.BUDGET_ID_MISMATCH: f"an entry's hashed fields do not give its budget_id (an edited entry): {_KEEP}; "
+    f"tell the publisher which entry; {_AGAIN}",
+    FindingKind.REDERIVE_MISMATCH: f"an entry's decision does not follow from its gate (an edited entry, or a fault "
+    f"of the writer's): {_KEEP}; tell the publisher which entry; {_AGAIN}",
+    FindingKind.CHAIN_BREAK: "the entries' chain does not reach the checkpoint's chain line: an entry here or before "
+    f"it was edited, inserted, deleted or reordered; {_KEEP}; tell the publisher; {_AGAIN}",
+    FindingKind.UNSUPPORTED_POLICY_VERSION: "an entry of a policy this release does not know: audit again with a "
+    f"release that knows it; if none does, treat the entry as forged: {_KEEP}; tell the publisher which entry; "
+    f"{_AGAIN}",
+    FindingKind.MALFORMED_ROW: f"an entry cannot be read: {_KEEP}; tell the publisher which entry; {_AGAIN}",
+    FindingKind.CHECKPOINT_MISMATCH: "the published tree is not the history its checkpoint, your kept checkpoint or "
+    f"a witness vouches for (a rewrite or a fork): {_KEEP}, beside the checkpoint you kept; tell the publisher; "
+    f"{_AGAIN}",
+    FindingKind.BAD_SIGNATURE: "the published checkpoint carries no valid signature by a key you trust: trust "
+    f"nothing it vouches for; check the key you were given (a new writer key?), then {_KEEP}; tell the publisher; "
+    f"{_AGAIN}",
+    FindingKind.UNATTESTED_ROWS: "entries no trusted writer key signed: rely on none of them; ask the publisher, "
+    f"out of band, whether the writer key changed (and for its new verifier key); {_KEEP}; tell the publisher if "
+    f"the key did not change; {_AGAIN}",
+    FindingKind.SCHEMA_TAMPERED: f"the publisher's database was changed outside the log: {_KEEP}; tell the "
+    f"publisher; {_AGAIN}",
+    FindingKind.UNWITNESSED_ROWS: f"entries no quorum of witnesses cosigned in time: {_KEEP}; tell the publisher "
+    f"their witnesses are not reached; {_AGAIN}",
+    FindingKind.PUBLISHED_MISMATCH: "a published file differs from what the checkpoint vouches for (an entry bundle "
+    f"or a tile edited after publishing): {_KEEP}; tell the publisher which file; {_AGAIN}",
+    FindingKind.UNPUBLISHED_ROWS: "the witnesses cosigned rows this publication does not hold (a stale or frozen "
+    f"mirror, or rows held back): {_KEEP}; tell the publisher; audit another mirror if there is one; {_AGAIN}",
 }
 
 
@@ -124,19 +161,37 @@ class AuditReport:
     # The note `--cosign` made (what `--save-checkpoint` writes, the auditor's line last), None without one: the
     # Workbench trusts a clean report only with it (`serve --auditor-key`).
     checkpoint_note: str | None = None
+    # The source is a publication read with no database (`audit --tiles`): the actions address its reader, and a
+    # chain break is said at the edited entry it follows from (`causes.break_at_edited_entry`).
+    publication: bool = False
+    # A publication's audit: whether witnesses' answers (--witness-url) dated it (spec 10.2); None for a database.
+    freshness_checked: bool | None = None
     # Derived from `findings` once (every rendering reads it, and per finding for `cause_seq`): see `affected_rows`.
     _affected: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_affected", tuple(sorted({
-            finding.seq for finding in self.findings if finding.kind in ROW_KINDS and finding.seq is not None
-        })))
+        findings = self.findings
+        if self.publication:
+            findings = break_at_edited_entry(findings, self.head.seq)
+        object.__setattr__(self, "findings", causes_first(findings))  # every rendering lists causes first
+        object.__setattr__(self, "_affected", affected_rows(self.findings, self.publication))
 
     @property
     def affected_rows(self) -> tuple[int, ...]:
-        """The seqs of the rows a finding is about (re-derivation, budget_id, chain, policy, malformed): the causes;
-        checkpoint, tree, signature and schema findings follow from them or stand alone."""
+        """The seqs of the rows whose entry or hashes are wrong (re-derivation, budget_id, chain, policy, malformed,
+        a publication's edited entry): the causes; checkpoint, tree, signature and schema findings follow from them
+        or stand alone."""
         return self._affected
+
+    def action(self, kind: FindingKind) -> str:
+        """What to do about a finding of this kind, said to whoever holds the source: a database's owner, or a
+        publication's reader."""
+        return (PUBLICATION_ACTIONS if self.publication else ACTIONS)[kind]
+
+    def is_row_finding(self, finding: Finding) -> bool:
+        """True when the finding is about its row itself (its seq is then among `affected_rows`, but for a
+        publication's chain break no edited entry explains)."""
+        return is_row_finding(finding, self.publication)
 
     @property
     def clean(self) -> bool:
@@ -149,9 +204,10 @@ class AuditReport:
         return self.rows_checked / self.elapsed_seconds if self.elapsed_seconds > 0 else 0.0
 
     def findings_by_kind(self) -> dict[str, int]:
-        """How many findings of each kind, in the spec's order of kinds."""
+        """How many findings of each kind, causes first (`published_mismatch`, `bad_signature`), then in the spec's
+        order of kinds."""
         counts = Counter(finding.kind for finding in self.findings)
-        return {kind.value: counts[kind] for kind in FindingKind if counts[kind]}
+        return {kind.value: counts[kind] for kind in KIND_ORDER if counts[kind]}
 
     def head_checkpoint(self) -> Checkpoint:
         """The checkpoint of the head this audit reached, with the store's origin and the recomputed root."""
@@ -161,9 +217,9 @@ class AuditReport:
         """The affected row a finding follows from: a row finding's own seq; for a checkpoint finding, the first
         affected row its tree covers; None when it follows from no row."""
         rows = self.affected_rows
-        if finding.kind in ROW_KINDS:
+        if self.is_row_finding(finding) and finding.seq in rows:
             return finding.seq
-        if finding.kind is FindingKind.CHECKPOINT_MISMATCH and finding.seq is not None:
+        if finding.kind in (FindingKind.CHECKPOINT_MISMATCH, FindingKind.CHAIN_BREAK) and finding.seq is not None:
             return next((seq for seq in rows if seq <= finding.seq), None)
         return None
 
@@ -177,7 +233,7 @@ class AuditReport:
             "rewritten_between": list(self.rewritten_between) if self.rewritten_between else None,
             "checkpoint_note": self.checkpoint_note,
             "findings": [
-                {**finding.to_dict(), "action": ACTIONS[finding.kind], "cause_seq": self.cause_seq(finding)}
+                {**finding.to_dict(), "action": self.action(finding.kind), "cause_seq": self.cause_seq(finding)}
                 for finding in self.findings
             ],
             "findings_by_kind": self.findings_by_kind(),
@@ -199,6 +255,7 @@ class AuditReport:
             "witness_keys": list(self.witness_keys),
             "witnessed_size": self.witnessed_size,
             "witness_age": self.witness_age,
+            "freshness_checked": self.freshness_checked,
             "witness_policy": self.witness_policy,
             "status_counts": dict(sorted(self.status_counts.items())),
             "reason_counts": dict(sorted(self.reason_counts.items())),

@@ -169,13 +169,16 @@ _Clock = tuple[float, str]  # when the audit started: perf_counter() and UTC tex
 
 def _audit_source(source: AuditSource, request: AuditRequest, inputs: AuditInputs, clock: _Clock) -> AuditReport:
     """`run_audit` once its source is open: a source read from a published checkpoint (spec 10.2) is audited
-    against it, the rows after --since linked from its chain hash, and the witnesses judged on its freshness."""
+    against it, the rows after --since linked from its chain hash, the witnesses judged on its freshness, and its
+    report said to the publication's reader."""
     published = source.published()
     if published is None:
         return _audit_escalating(source, request, inputs, clock)
     pinned, inputs = pin(request, inputs, published)
     report = _audit_escalating(source.linked_from(inputs.since), pinned.request, inputs, clock)
-    return with_freshness(report, pinned, int(time.time()))
+    report = with_freshness(report, pinned, int(time.time()))
+    # Said to the publication's reader (spec 11.4), whatever kind of source the publication is read through.
+    return dataclasses.replace(report, publication=True, freshness_checked=bool(pinned.answers))
 
 
 def _audit_escalating(source: AuditSource, request: AuditRequest, inputs: AuditInputs, clock: _Clock) -> AuditReport:

@@ -7,8 +7,9 @@ import base64
 import json
 from xml.etree import ElementTree
 
+from compute_budget.auditor.causes import KIND_ORDER
 from compute_budget.auditor.freshness import NOT_CHECKED
-from compute_budget.auditor.report import ACTIONS, ROW_KINDS, TOOL_NAME, tool_version
+from compute_budget.auditor.report import ROW_KINDS, TOOL_NAME, tool_version
 from compute_budget.auditor.scan import AuditReport, Finding, FindingKind
 from compute_budget.cli.render import escaped, shown
 
@@ -95,8 +96,8 @@ def render_text(report: AuditReport) -> str:
     for kind, count in report.findings_by_kind().items():
         lines.append(f"  {kind} ({count})")
         listed = [finding for finding in report.findings if finding.kind == kind][:MAX_TEXT_FINDINGS_PER_KIND]
-        lines.append(f"    what to do: {ACTIONS[FindingKind(kind)]}")
-        lines.extend(f"    {_where(finding)}: {escaped(finding.detail)}" for finding in listed)
+        lines.append(f"    what to do: {report.action(FindingKind(kind))}")
+        lines.extend(f"    {_where(report, finding)}: {escaped(finding.detail)}" for finding in listed)
         if count > len(listed):
             lines.append(f"    ... and {count - len(listed)} more (use --format json for all)")
     return "\n".join(lines)
@@ -119,6 +120,8 @@ def _first_screen(report: AuditReport) -> list[str]:
     verdict is `N rows affected: seq a, b, …`)."""
     if report.clean:
         return []
+    if report.publication:
+        return _first_screen_of_publication(report)
     rows = report.affected_rows
     if not rows and report.rewritten_between is not None:
         first, last = report.rewritten_between
@@ -166,9 +169,30 @@ def _first_screen(report: AuditReport) -> list[str]:
     ]
 
 
-def _where(finding: Finding) -> str:
+def _first_screen_of_publication(report: AuditReport) -> list[str]:
+    """Which entries, and what now, for the reader of a publication (spec 11.4): no command that needs the
+    publisher's database, which the reader does not have."""
+    rows = report.affected_rows
+    what_now = ("  what now      keep a copy of the publication's files (checkpoint, tile/) and this report as "
+                "evidence; tell the publisher {}; audit again after they republish (docs/incident.md, \"Auditing a "
+                "publication\")")
+    if not rows:
+        kinds = ", ".join(report.findings_by_kind())
+        return [f"0 rows affected: no entry can be named ({kinds}); each finding below says what it means",
+                what_now.format("what this report found")]
+    named = ", ".join(str(seq) for seq in rows[:MAX_ROWS_NAMED])
+    more = ", …" if len(rows) > MAX_ROWS_NAMED else ""
+    follows = len(report.findings) - sum(report.is_row_finding(finding) for finding in report.findings)
+    consequence = f"; {follows} other finding(s) follow from them or stand beside them" if follows else ""
+    return [f"{len(rows)} rows affected: seq {named}{more}{consequence}",
+            what_now.format(f"which entries differ (from seq {rows[0]})")]
+
+
+def _where(report: AuditReport, finding: Finding) -> str:
     if finding.seq is None and finding.budget_id is None:
-        return "the schema" if finding.kind is FindingKind.SCHEMA_TAMPERED else "the store"
+        if finding.kind is FindingKind.SCHEMA_TAMPERED:
+            return "the schema"
+        return "the publication" if report.publication else "the store"
     seq = "seq ?" if finding.seq is None else f"seq {finding.seq}"
     return f"{seq} budget_id {escaped(shown(finding.budget_id)) if finding.budget_id else '?'}"
 
@@ -226,12 +250,14 @@ def _row_cases(suite: ElementTree.Element, report: AuditReport, rows: tuple[int,
     """One failing test case per affected row (the first `MAX_ROW_CASES`), then one counting the rest."""
     for seq in rows[:MAX_ROW_CASES]:
         case = ElementTree.SubElement(suite, "testcase", classname="compute_budget.audit.rows", name=f"row {seq}")
-        found = [finding for finding in report.findings if finding.seq == seq and finding.kind in ROW_KINDS]
+        found = [finding for finding in report.findings if finding.seq == seq and report.is_row_finding(finding)]
         said = [f"{finding.kind.value}: {escaped(finding.detail)}" for finding in found]
         failure = ElementTree.SubElement(
             case, "failure", type=found[0].kind.value, message=f"row seq {seq}: " + "; ".join(said)
         )
-        failure.text = "\n".join(f"{_where(finding)}: {line}" for finding, line in zip(found, said, strict=True))
+        failure.text = "\n".join(
+            f"{_where(report, finding)}: {line}" for finding, line in zip(found, said, strict=True)
+        )
     if len(rows) > MAX_ROW_CASES:
         case = ElementTree.SubElement(
             suite, "testcase", classname="compute_budget.audit.rows", name=f"{len(rows) - MAX_ROW_CASES} more rows"
@@ -241,8 +267,9 @@ def _row_cases(suite: ElementTree.Element, report: AuditReport, rows: tuple[int,
 
 
 def _kind_cases(suite: ElementTree.Element, report: AuditReport, skipped: dict[FindingKind, str]) -> None:
-    """One test case per kind of check: failing with its findings, skipped when the check did not run."""
-    for kind in FindingKind:
+    """One test case per kind of check, causes first: failing with its findings, skipped when the check did not
+    run."""
+    for kind in KIND_ORDER:
         case = ElementTree.SubElement(suite, "testcase", classname="compute_budget.audit", name=kind.value)
         found = [finding for finding in report.findings if finding.kind is kind]
         if kind in skipped and not found:
@@ -252,10 +279,10 @@ def _kind_cases(suite: ElementTree.Element, report: AuditReport, skipped: dict[F
                 case,
                 "failure",
                 type=kind.value,
-                message=f"{len(found)} finding(s); what to do: {ACTIONS[kind]}; first: {_where(found[0])}: "
-                f"{escaped(found[0].detail)}",
+                message=f"{len(found)} finding(s); what to do: {report.action(kind)}; first: "
+                f"{_where(report, found[0])}: {escaped(found[0].detail)}",
             )
-            failure.text = "\n".join(f"{_where(finding)}: {escaped(finding.detail)}" for finding in found)
+            failure.text = "\n".join(f"{_where(report, finding)}: {escaped(finding.detail)}" for finding in found)
 
 
 def render_error(output_format: str, reason: str, *, database: str, started_at: str, finished_at: str) -> str:
