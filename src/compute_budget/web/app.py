@@ -288,7 +288,9 @@ class Workbench:
 
     def checkpoints(self, request: Request) -> Response:
         found = self._checkpoints()
-        return self.render("checkpoints.html", nav="checkpoints", c=found, policy=self.audits.keys.policy_in_words())
+        common, notes = checkpoints.said_once(found.signed.items)
+        return self.render("checkpoints.html", nav="checkpoints", c=found, policy=self.audits.keys.policy_in_words(),
+                           common=common, rows=list(zip(found.signed.items, notes, strict=True)))
 
     def _withheld(self) -> str | None:
         """Why no checkpoint of the head may be offered to keep now, or None: a broken guard, a head row that does
