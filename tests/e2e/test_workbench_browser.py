@@ -333,12 +333,12 @@ def test_the_publication_viewer_shows_authenticated_rows_receipts_and_an_edited_
     rollback's banner needs the minute between re-reads: tests/web/test_publication_viewer.py forces it.)"""
     from playwright.sync_api import expect
 
-    from tests.web.test_publication_viewer import LARGE, ORIGIN, _build, _edit_row_3
+    from tests.web.test_publication_viewer import LARGE, ORIGIN, build_publications, edit_row_3
 
-    _build(tmp_path)
+    build_publications(tmp_path)
     served_folder = tmp_path / "served"
     shutil.copytree(tmp_path / "large", served_folder)
-    _edit_row_3(served_folder)
+    edit_row_3(served_folder)
     files = {path: sha256(path) for path in served_folder.rglob("*") if path.is_file()}
     key = load_signer_key(str(tmp_path / "writer.key")).verifier().format()
     server = Served(None, "--tiles", str(served_folder), "--origin", ORIGIN, "--trusted-key", key)

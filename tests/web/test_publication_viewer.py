@@ -36,7 +36,7 @@ def _record(store: Path, key_file: Path, count: int, prefix: str) -> None:
         opened.record_many([json.loads(line) for line in gate_lines(count, prefix=prefix)])
 
 
-def _build(folder: Path) -> None:
+def build_publications(folder: Path) -> None:
     """Into `folder`: a writer key; its store published at 5 rows (`small/`) and at 305 (`large/`); and a fork of
     7 other rows signed by the same key (a stolen copy, `fork/`)."""
     key = generate_signer("writer")
@@ -53,7 +53,7 @@ def _build(folder: Path) -> None:
 
 @pytest.fixture
 def built(built_once: BuiltOnce, tmp_path: Path) -> Path:
-    return copy_built(built_once("viewer", _build), tmp_path / "built")
+    return copy_built(built_once("viewer", build_publications), tmp_path / "built")
 
 
 Serve = Callable[..., TestClient]
@@ -79,7 +79,7 @@ def _force(client: TestClient) -> None:
     client.app.workbench.watch.current(force=True)  # type: ignore[attr-defined]
 
 
-def _edit_row_3(served: Path) -> None:
+def edit_row_3(served: Path) -> None:
     """Change the year row 3 was recorded in, in its entry bundle (same length: the bundle still reads)."""
     bundle = served / "tile" / "entries" / "000"
     data = bundle.read_bytes()
@@ -156,7 +156,7 @@ def test_the_checkpoint_page_names_its_signers(serve: Serve) -> None:
 
 def test_an_edited_bundle_row_does_not_hold_and_is_not_shown(serve: Serve, tmp_path: Path) -> None:
     with serve("large") as client:
-        _edit_row_3(tmp_path / "served")
+        edit_row_3(tmp_path / "served")
         row = client.get("/rows/3")
         listed = client.get("/api/decisions", params={"before_seq": 5}).json()["decisions"]
         api = client.get("/api/rows/3").json()
@@ -251,7 +251,7 @@ def test_the_audit_page_runs_audit_tiles(serve: Serve, tmp_path: Path) -> None:
         started = client.post("/api/audit/run", headers={"Sec-Fetch-Site": "same-origin"})
         client.app.workbench.audits.wait()  # type: ignore[attr-defined]
         clean = client.get("/api/audit").json()["audit"]
-        _edit_row_3(tmp_path / "served")
+        edit_row_3(tmp_path / "served")
         client.post("/audit/run", headers={"Sec-Fetch-Site": "same-origin"})
         client.app.workbench.audits.wait()  # type: ignore[attr-defined]
         found = client.get("/api/audit").json()["audit"]
