@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from compute_budget.auditor.key_states import configured_states
 from compute_budget.core.log.note import generate_signer
+from compute_budget.core.log.witness_policy import TlogPolicy
 from compute_budget.core.receipts import verify_proof
 from compute_budget.errors import UntrustedCheckpoint
 from compute_budget.keys.key_files import load_signer_key, write_new_signer_key
@@ -26,6 +28,7 @@ from compute_budget.web.publication_app import create_publication_app
 from compute_budget.web.publication_watch import ALARM, Trust
 from tests.conftest import BuiltOnce, copy_built, gate_lines
 from tests.publications import publish_store
+from tests.witnessing import WITNESS
 
 ORIGIN = "example.org/viewer-log"
 SMALL, LARGE, FORK = 5, 305, 7
@@ -285,3 +288,40 @@ def test_serve_publication_uses_the_servers_limits(built: Path, monkeypatch: pyt
     assert config.limit_concurrency == web_server.CONNECTION_LIMIT
     assert config.timeout_keep_alive == web_server.IDLE_TIMEOUT_SECONDS
     assert "read-only at http://127.0.0.1:" in said[0]
+
+
+def test_a_witness_quorum_and_key_states_are_held_as_the_audit_holds_them(
+    serve: Serve, built: Path, tmp_path: Path
+) -> None:
+    """With witnesses, the checkpoint must carry the quorum (its cosigner is listed, verified, with its time); a
+    writer key retired below the published size counts for nothing."""
+    key = load_signer_key(str(built / "writer.key")).verifier()
+    rule = TlogPolicy.from_witness_keys([WITNESS.verifier()], 1)
+    target = PublicationTarget(str(built / "large"))
+    with pytest.raises(UntrustedCheckpoint, match="untrusted checkpoint: it carries 0 of 1"):
+        create_publication_app(target, Trust(ORIGIN, (key,), rule))
+    retired = configured_states(retired=[f"{key.format()}@{SMALL}"])
+    with pytest.raises(UntrustedCheckpoint, match="no signature by a --trusted-key that counts"):
+        create_publication_app(target, Trust(ORIGIN, (key,), states=retired))
+    cosigned = tmp_path / "cosigned"
+    shutil.copytree(built / "large", cosigned)
+    note = (cosigned / "checkpoint").read_text()
+    (cosigned / "checkpoint").write_text(note + WITNESS.cosign(note.split("\n\n")[0] + "\n", 1_700_000_000).line())
+    with TestClient(create_publication_app(PublicationTarget(str(cosigned)), Trust(ORIGIN, (key,), rule))) as client:
+        api = client.get("/api/checkpoints").json()
+        page = client.get("/checkpoints").text
+    assert [signer["name"] for signer in api["cosigners"]] == [WITNESS.name]
+    assert api["cosigners"][0]["verdict"] == "witness cosignature, verified, made 2023-11-14T22:13:20Z"
+    assert "cosigner" in page
+
+
+def test_a_checkpoint_that_cannot_be_fetched_again_is_an_outage_not_an_alarm(serve: Serve, tmp_path: Path) -> None:
+    with serve("small") as client:
+        (tmp_path / "served" / "checkpoint").unlink()
+        _force(client)
+        page = client.get("/").text
+        api = client.get("/api/checkpoints").json()
+    assert _alarms(page) == []
+    assert (api["alarm"], api["tree_size"]) == (None, SMALL)
+    assert api["unreadable"].startswith("the checkpoint could not be read again")
+    assert 'class="banner grey"' in page
