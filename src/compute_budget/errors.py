@@ -343,6 +343,11 @@ class PublicationMissing(PublicationUnavailable):
     """The publication has no such file (a 404, or no such file in the folder)."""
 
 
+class UntrustedCheckpoint(AuditError):
+    """A publication's checkpoint that `serve --tiles` may not show: of another log, or with no trusted signature
+    that counts, or short of the witness quorum (the message says which, in one line)."""
+
+
 # What stops `publish` from running (exit 2), each one actionable line. Results a person must look at (the audit's
 # findings, `bad_signature`, `published_mismatch`) are not errors: they come back in `PublishOutcome` (exit 1).
 class PublishError(ComputeBudgetError):

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from compute_budget.keys.key_files import load_signer_key
 from tests.conftest import make_gate
 from tests.web.test_pages import ROWS, XSS_GATE_ID, XSS_SPAN, fill, xss_gate
 
@@ -68,10 +69,11 @@ def template_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Served:
     """`compute-budget serve` running over a store, on a free loopback port."""
 
-    def __init__(self, db: Path, *extra: str) -> None:
-        self.db = db
+    def __init__(self, db: Path | None, *extra: str) -> None:
+        self.db = db  # None: a publication (`serve --tiles`, in `extra`)
+        source = ["--db", str(db)] if db is not None else []
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "compute_budget", "serve", "--db", str(db), "--port", "0", *extra],
+            [sys.executable, "-m", "compute_budget", "serve", *source, "--port", "0", *extra],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -146,6 +148,7 @@ def test_a_person_lists_filters_opens_a_detail_and_runs_an_audit(
     """List → filter → detail → audit → checkpoints, as clicked in Chromium; the file is unchanged after."""
     from playwright.sync_api import expect
 
+    assert served.db is not None
     before = sha256(served.db)
     page.goto(served.url + "/")
     expect(page.get_by_role("heading", level=1)).to_have_text("Decisions")
@@ -318,3 +321,58 @@ def test_a_clean_report_nobody_signed_is_grey_not_green(browser: Any, template_s
     finally:
         context.close()
         server.stop()
+
+
+@pytest.mark.slow
+def test_the_publication_viewer_shows_authenticated_rows_receipts_and_an_edited_entry(
+    browser: Any, tmp_path: Path
+) -> None:
+    """`serve --tiles` in Chromium: the decisions newest first, a row with its check and both receipts, a decision
+    found by a scan, the checkpoint's signers, the audit page running `audit --tiles`; an edited entry shown as
+    `does not hold (published_mismatch)`, with no console error (the CSP holds). The viewer changes no file. (A
+    rollback's banner needs the minute between re-reads: tests/web/test_publication_viewer.py forces it.)"""
+    from playwright.sync_api import expect
+
+    from tests.web.test_publication_viewer import LARGE, ORIGIN, build_publications, edit_row_3
+
+    build_publications(tmp_path)
+    served_folder = tmp_path / "served"
+    shutil.copytree(tmp_path / "large", served_folder)
+    edit_row_3(served_folder)
+    files = {path: sha256(path) for path in served_folder.rglob("*") if path.is_file()}
+    key = load_signer_key(str(tmp_path / "writer.key")).verifier().format()
+    server = Served(None, "--tiles", str(served_folder), "--origin", ORIGIN, "--trusted-key", key)
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+    try:
+        page.goto(server.url + "/")
+        expect(page.get_by_role("heading", level=1)).to_have_text("Decisions")
+        expect(page.locator("table.decisions tbody tr").first.locator("td").first).to_have_text(str(LARGE))
+        expect(page.locator("form")).to_have_count(0)  # no filters
+        shot(page, tmp_path, "p1-list")
+        page.locator("table.decisions tbody tr").nth(2).locator("a.id").click()
+        page.wait_for_url(re.compile(rf"/rows/{LARGE - 2}$"))
+        expect(page.get_by_text("✓ Authenticated")).to_be_visible()
+        expect(page.get_by_label("Proof bundle")).to_contain_text("compute_budget.proof.v1")
+        expect(page.get_by_label("tlog-proof")).to_contain_text("c2sp.org/tlog-proof")
+        budget_id = page.locator("h1 code").inner_text()
+        shot(page, tmp_path, "p2-row")
+        page.goto(f"{server.url}/decisions/{budget_id[:12]}")
+        expect(page.get_by_text(re.compile("Found by scanning 2 entry bundle"))).to_be_visible()
+        page.goto(server.url + "/rows/3")
+        expect(page.get_by_role("alert")).to_contain_text("does not hold (published_mismatch)")
+        shot(page, tmp_path, "p3-edited")
+        page.get_by_role("navigation", name="Main").get_by_role("link", name="Checkpoints").click()
+        expect(page.get_by_role("table")).to_contain_text("trusted writer key (active), verified")
+        page.get_by_role("navigation", name="Main").get_by_role("link", name="Audit").click()
+        page.get_by_role("button", name="Run audit --tiles").click()
+        expect(page.get_by_text("published_mismatch").first).to_be_visible(timeout=30_000)
+        shot(page, tmp_path, "p4-audit")
+        assert errors == []
+    finally:
+        context.close()
+        stderr = server.stop()
+    assert "Traceback" not in stderr
+    assert {path: sha256(path) for path in served_folder.rglob("*") if path.is_file()} == files

@@ -364,8 +364,8 @@ def test_a_signed_clean_report_turns_grey_while_the_guard_is_broken_and_says_its
 ) -> None:
     """Red team on issue 28 h: the green banner stood beside the red guard banner, over rows that may have changed
     since the auditor signed; and the report's `finished_at` (a forged year 2099) read as the auditor's word. Now
-    the report's banner is grey while the guard banner is up, and the time is marked as the report's unsigned
-    word."""
+    the report's banner is grey while the guard banner is up, and the time is marked as the report's word, which the
+    signature does not cover."""
     target, writer, auditor_file, auditor = signed_store
     report = nightly(run_cli, target, writer, auditor_file, tmp_path)
     document = json.loads(report.read_text())
@@ -374,7 +374,8 @@ def test_a_signed_clean_report_turns_grey_while_the_guard_is_broken_and_says_its
     with TestClient(create_app(target, audit_report=str(report), auditor_key=auditor)) as client:
         [(css, text)] = banners(client.get("/").text)
         assert css == "banner green clean"
-        assert "(finished 2099-01-01T00:00:00Z, by the report's unsigned word)" in text
+        assert "The report says it finished 2099-01-01T00:00:00Z: the signature covers the rows, not that time" in text
+        assert "unsigned" not in text  # issue 36: a green banner does not also call the report unsigned
     drop_guard(target)
     with TestClient(create_app(target, audit_report=str(report), auditor_key=auditor)) as client:
         shown = banners(client.get("/").text)

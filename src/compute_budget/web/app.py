@@ -242,7 +242,7 @@ class Workbench:
 
     def _start_audit(self, request: Request, params: Mapping[str, str]) -> tuple[int, str | None]:
         """Start an audit of the range in `params` (the form's fields): (HTTP status, message or None)."""
-        refused = _cross_site(request)
+        refused = cross_site(request)
         if refused is not None:
             return 403, refused
         head_seq = self.store.head_seq()
@@ -288,7 +288,9 @@ class Workbench:
 
     def checkpoints(self, request: Request) -> Response:
         found = self._checkpoints()
-        return self.render("checkpoints.html", nav="checkpoints", c=found, policy=self.audits.keys.policy_in_words())
+        common, notes = checkpoints.said_once(found.signed.items)
+        return self.render("checkpoints.html", nav="checkpoints", c=found, policy=self.audits.keys.policy_in_words(),
+                           common=common, rows=list(zip(found.signed.items, notes, strict=True)))
 
     def _withheld(self) -> str | None:
         """Why no checkpoint of the head may be offered to keep now, or None: a broken guard, a head row that does
@@ -358,7 +360,7 @@ async def _fields(request: Request) -> dict[str, str]:
 MAX_FORM_BYTES = 4096
 
 
-def _cross_site(request: Request) -> str | None:
+def cross_site(request: Request) -> str | None:
     """Why a request that starts an audit is refused as cross-site, or None. Starting an audit replaces the verdict
     shown, so only the workbench's own page may do it: a browser's `Sec-Fetch-Site: same-origin`, or, without that
     header (a script, curl), an `Origin` that is this workbench's own."""

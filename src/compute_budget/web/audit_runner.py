@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,12 +92,17 @@ class AuditKeys:
         return f"{self.policy.quorum_in_words()} (policy SHA-256 {self.policy.sha256})"
 
 
+WholeAudit = Callable[[Callable[[int, int], None]], AuditReport]
+"""An audit of everything a viewer serves, given its progress callback (`serve --tiles`: `audit --tiles`)."""
+
+
 class AuditRunner:
     """Runs at most one audit at a time for a server; keeps the latest run for the audit page."""
 
-    def __init__(self, target: str, keys: AuditKeys | None = None) -> None:
+    def __init__(self, target: str, keys: AuditKeys | None = None, *, whole: WholeAudit | None = None) -> None:
         self._target = target  # the store's path or URL as given, password included: never shown or logged
         self._keys = keys if keys is not None else AuditKeys()
+        self._whole = whole  # a publication's viewer: the one audit it runs (`audit --tiles`), not a store's range
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -142,7 +148,7 @@ class AuditRunner:
         report: AuditReport | None = None
         error: str | None = None
         try:
-            report = audit(
+            report = self._whole(progress) if self._whole is not None else audit(
                 self._target, since=after, through=run.through_seq, on_progress=progress,
                 trusted_keys=self._keys.trusted, witness_keys=self._keys.witnesses,
                 witness_quorum=self._keys.witness_quorum, retired=self._keys.states.states,  # KeyStates as they are

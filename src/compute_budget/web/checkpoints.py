@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import base64
 import json
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from compute_budget.auditor.key_states import note_problem
 from compute_budget.core.log.checkpoint import Checkpoint
-from compute_budget.core.log.key_states import KeyStates
-from compute_budget.core.log.note import VerifierKey, parse_note, verify_note
+from compute_budget.core.log.key_states import NOTE_SIGNATURE_BYTES, KeyStates, handover_in
+from compute_budget.core.log.note import Signature, VerifierKey, parse_note, verify_note
 from compute_budget.errors import ComputeBudgetError, NoteError, StoreDamaged
 from compute_budget.keys.key_files import verifier_key
 from compute_budget.store import BudgetStore
@@ -134,46 +135,85 @@ def _signed_items(
     store: BudgetStore, verifiers: Sequence[VerifierKey], mismatched: frozenset[int], checked: Checked | None,
     judge: Callable[[str], str | None],
 ) -> list[dict[str, Any]]:
-    """The newest signed checkpoints, each with its root, its signers, and whether a trusted key verifies it."""
-    items: list[dict[str, Any]] = []
-    for _, tree_size, note in store.newest_signed_checkpoints():
-        if tree_size is None or note is None:
-            items.append({"tree_size": "?", "root": "", "signers": [], "root_check": "unreadable",
-                          "trusted": "unreadable: a value is not of its column's type (run `compute-budget audit`)"})
-            continue
-        item = _signed_item(tree_size, note, verifiers, tree_size in mismatched, checked)
-        problem = judge(note)  # a retired or revoked key's signature that does not count (spec 11.7.4)
-        if problem is not None:
-            item["trusted"] += f" (but {problem})"
-        items.append(item)
-    return items
+    """The newest signed checkpoints, one item per checkpoint (the entries of one size and root merged: a handover
+    is filed beside the old key's own checkpoint), each with its root, signers, cosigners, a handover mark, and
+    whether a trusted key verifies it."""
+    unreadable: dict[str, Any] = {
+        "tree_size": "?", "root": "", "short_root": "", "signers": [], "cosigners": [], "handover": None,
+        "root_check": "unreadable",
+        "trusted": "unreadable: a value is not of its column's type (run `compute-budget audit`)",
+    }
+    merged: dict[tuple[int, str] | int, list[str]] = {}
+    for place, (_, tree_size, note) in enumerate(store.newest_signed_checkpoints()):
+        merged.setdefault((tree_size, _root_of(note)) if tree_size is not None and note is not None else place,
+                          []).extend([note] if note is not None else [])
+    with store.snapshot() as snapshot:  # each checkpoint's stored cosignatures, read at once
+        cosigned = {key: [line for note in notes for line in snapshot.cosignatures_of(_body(note), key[0])]
+                    for key, notes in merged.items() if isinstance(key, tuple)}
+    return [
+        _signed_item(key[0], merged[key], cosigned[key], verifiers, key[0] in mismatched, checked, judge)
+        if isinstance(key, tuple) else dict(unreadable)
+        for key in merged
+    ]
+
+
+def _body(note: str) -> str:
+    """A note's text, without its signatures (what cosignatures are filed under)."""
+    return note.split("\n\n")[0] + "\n"
+
+
+def _root_of(note: str) -> str:
+    """A note's root line (its third), to tell checkpoints apart without parsing them twice."""
+    lines = note.split("\n")
+    return lines[2] if len(lines) > 2 else ""
 
 
 def _signed_item(
-    tree_size: int, note: str, verifiers: Sequence[VerifierKey], mismatched: bool, checked: Checked | None
+    tree_size: int, notes: list[str], cosigned: list[str], verifiers: Sequence[VerifierKey], mismatched: bool,
+    checked: Checked | None, judge: Callable[[str], str | None],
 ) -> dict[str, Any]:
-    """One stored signed checkpoint as the page lists it."""
+    """One stored signed checkpoint (its stored notes) as the page lists it."""
     try:
-        found = Checkpoint.from_note(note)
-        _, signatures = parse_note(note)
-        outcome = verify_note(note, list(verifiers)) if verifiers else None
+        found = Checkpoint.from_note(notes[0])
+        signatures = [signature for note in notes for signature in parse_note(note + "".join(cosigned))[1]]
+        outcomes = [verify_note(note, list(verifiers)) for note in notes] if verifiers else []
+        handovers = [handover for handover in map(handover_in, notes) if handover is not None]
     except (NoteError, ValueError) as error:
-        return {"tree_size": tree_size, "root": "", "signers": [], "trusted": f"unreadable: {error}",
-                "root_check": "unreadable"}
-    if outcome is None:
-        trusted = "no key given"
-    elif outcome.failed:
-        trusted = "FAILS: " + ", ".join(key.name for key in outcome.failed)
-    elif outcome.verified:
-        trusted = "yes: " + ", ".join(key.name for key in outcome.verified)
-    else:
-        trusted = "no trusted signature"
+        return {"tree_size": tree_size, "root": "", "short_root": "", "signers": [], "cosigners": [],
+                "handover": None, "trusted": f"unreadable: {error}", "root_check": "unreadable"}
+    failed = list(dict.fromkeys(key.name for outcome in outcomes for key in outcome.failed))
+    verified = list(dict.fromkeys(key.name for outcome in outcomes for key in outcome.verified))
+    trusted = ("no key given" if not verifiers else "FAILS: " + ", ".join(failed) if failed
+               else "yes: " + ", ".join(verified) if verified else "no trusted signature")
+    problem = next((reason for reason in map(judge, notes) if reason is not None), None)
+    if problem is not None:  # a retired or revoked key's signature that does not count (spec 11.7.4)
+        trusted += f" (but {problem})"
     if mismatched:
         trusted += " (but the last audit found this root no longer matches the rows: do not keep it)"
+    root = base64.b64encode(found.root).decode("ascii") if found.root is not None else ""
+    writers = [signature for signature in signatures if len(signature.signature) == NOTE_SIGNATURE_BYTES]
     return {
-        "tree_size": tree_size,
-        "root": base64.b64encode(found.root).decode("ascii") if found.root is not None else "",
-        "signers": [f"{signature.name}+{signature.key_hash:08x}" for signature in signatures],
+        "tree_size": tree_size, "root": root, "short_root": root[:12] + "…" if root else "",
+        "signers": list(dict.fromkeys(_label(signature) for signature in writers)),
+        "cosigners": list(dict.fromkeys(_label(signature) for signature in signatures if signature not in writers)),
+        "handover": (f"{_label(handovers[0].giver)} handed over to "
+                     f"{', '.join(_label(taker) for taker in handovers[0].takers)}") if handovers else None,
         "trusted": trusted,
         "root_check": _root_check(tree_size, checked),
     }
+
+
+def _label(signature: Signature) -> str:
+    return f"{signature.name}+{signature.key_hash:08x}"
+
+
+def said_once(items: Sequence[dict[str, Any]]) -> tuple[dict[str, str], list[list[str]]]:
+    """What the checkpoints table says once, above it (the trusted signature and the root check most rows share),
+    and for each item what it says apart from that (empty for an item like the others)."""
+    common: dict[str, str] = {}
+    for name in ("trusted", "root_check"):
+        values = Counter(str(item[name]) for item in items)
+        if values:
+            common[name] = values.most_common(1)[0][0]
+    notes = [[str(item[name]) for name in common if str(item[name]) != common[name]] for item in items]
+    return common, notes

@@ -9,6 +9,7 @@ import uvicorn
 
 from compute_budget.core.log.key_states import KeyStates
 from compute_budget.core.log.witness_policy import TlogPolicy
+from compute_budget.publication_reader.snapshot import PublicationTarget
 from compute_budget.serving import (
     CONNECTION_LIMIT,
     HEADER_TIMEOUT_SECONDS,
@@ -19,8 +20,11 @@ from compute_budget.serving import (
     is_loopback,
 )
 from compute_budget.web.app import create_app
+from compute_budget.web.guard import Guard
+from compute_budget.web.publication_app import create_publication_app
+from compute_budget.web.publication_watch import Trust
 
-__all__ = ["bind", "is_loopback", "serve", "server_config"]
+__all__ = ["bind", "is_loopback", "serve", "serve_publication", "server_config"]
 
 
 def server_config(app: Any, *, header_timeout: float = HEADER_TIMEOUT_SECONDS) -> uvicorn.Config:
@@ -66,6 +70,21 @@ def serve(
         key_states=key_states,
         witness_policy=witness_policy,
     )
+    _run(app, host, port, say)
+
+
+def serve_publication(
+    target: PublicationTarget, trust: Trust, *, host: str, port: int, allow_hosts: Sequence[str] = (),
+    say: Callable[[str], None] = print,
+) -> None:
+    """Serve the viewer over the publication at `target` (`serve --tiles`) until interrupted: its checkpoint is
+    read and verified before the socket is bound (`ComputeBudgetError`: one clear error, nothing served)."""
+    app = create_publication_app(target, trust, allowed_hosts=tuple(allowed_hosts(host, allow_hosts)))
+    _run(app, host, port, say)
+
+
+def _run(app: Guard, host: str, port: int, say: Callable[[str], None]) -> None:
+    """Bind the socket (a port in use is one clear error), say where, and serve until interrupted."""
     try:
         sock = bind(host, port)
     except BaseException:

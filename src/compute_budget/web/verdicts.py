@@ -225,14 +225,16 @@ def _store_mismatch(signed: Checkpoint, store: BudgetStore) -> tuple[str | None,
 
 
 def _green(report: dict[str, Any], signed: Checkpoint, key: VerifierKey, head: int) -> Banner:
-    # The report's time is not under the auditor's signature (a note signs the checkpoint alone): say so.
+    # The report's time is not under the auditor's signature (a note signs the checkpoint alone): say so, without
+    # calling the signed verdict itself unsigned.
     when = str(report.get("finished_at") or "an unknown time")
     newer = head - signed.seq
     since = f"; the {newer} row(s) recorded since are not covered by it" if newer > 0 else ""
     return Banner(
         Tone.GREEN,
         f"The last audit was clean: auditor {key.name} signed rows 1..{signed.seq} of this store, whose stored tree "
-        f"still gives the root it signed{since} (finished {when}, by the report's unsigned word).",
+        f"still gives the root it signed{since}. The report says it finished {when}: the signature covers the rows, "
+        "not that time.",
     )
 
 
