@@ -154,11 +154,17 @@ def test_a_writer_with_the_old_key_refuses_to_sign(log: Log) -> None:
     assert "handover" in err
     assert "retired" in err
     assert "nothing was written" in err
-    # On another host (a state file of its own, made from the store) it refuses too: the store's handover says so.
-    status, _, err = log.record(log.old_path, 1, "late2", "--writer-state", str(log.folder / "other.state"),
-                                "--init-writer-state")
+    # On another host (a state file of its own, made from the store) it refuses too. The store's handover says so
+    # when that host knows the new key (--peer-key): a handover read from the store counts only when both its
+    # signatures verify (spec 11.7.3); without it, the rows the new key signed are what it refuses to launder.
+    other = ("--writer-state", str(log.folder / "other.state"), "--init-writer-state")
+    status, _, err = log.record(log.old_path, 1, "late2", *other)
+    assert status == 2
+    assert "rows 4..5" in err
+    status, _, err = log.record(log.old_path, 1, "late2", *other, "--peer-key", log.new)
     assert status == 2
     assert "handover" in err
+    assert "retired" in err
     # `checkpoint --signing-key` signs inside the append lock under the same rules: it refuses too.
     status, _, err = log.run("checkpoint", "--db", log.target, "--signing-key", str(log.old_path))
     assert status == 2
@@ -229,3 +235,35 @@ def test_the_audit_command_takes_retired_and_reports_in_json(log: Log) -> None:
     assert status == 2
     assert "--retired 'garbage'" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.postgres_smoke
+def test_a_forged_handover_blocks_no_writer_and_no_rotate(run_cli: Run, store_target: str, tmp_path: Path) -> None:
+    # A keyless insider copies the note OLD signed at the head and appends a signature of a key of their own: it
+    # looks like OLD's handover, but its second signature verifies under no key the writer knows (spec 11.7.3).
+    made = Log(run_cli, store_target, tmp_path)
+    assert made.record(made.old_path, 3, "before")[0] == 0
+    insider = tmp_path / "insider.key"  # named like the real next key, but the insider's own
+    assert made.run("keygen", "new", "--out", str(insider))[0] == 0
+    with BudgetStore.open(made.target, readonly=True) as store:
+        honest = next(row[3] for row in store.iter_checkpoint_rows() if row[0] == 3)
+    old = made.signer(made.old_path)
+    execute(made.target, (
+        "INSERT INTO compute_budget_checkpoints (tree_size, key_name, key_hash, note, recorded_at) "
+        "VALUES (3, :name, :hash, :note, '2026-01-01T00:00:00Z')",
+        {"name": old.name, "hash": f"{old.key_hash:08x}", "note": add_signature(honest, made.signer(insider))},
+    ))
+    status, _, err = made.record(made.old_path, 1, "after-plant")
+    assert status == 0, err
+    status, _, err = made.record(made.old_path, 1, "other-host", "--writer-state", str(tmp_path / "other.state"),
+                                 "--init-writer-state", "--peer-key", made.new)
+    assert status == 0, err
+    status, _, err = made.rotate(made.old_path, made.new_path)
+    assert status == 0, err
+    assert "at size 5" in err
+    report = audit(made.target, trusted_keys=[made.old, made.new], retired=[f"{made.old}@5"])
+    bad = [detail for kind, detail in findings(report) if kind == "bad_signature"]
+    assert len(bad) == 1
+    assert "size 3" in bad[0]
+    assert "not trusted" in bad[0]
+    assert not [detail for kind, detail in findings(report) if kind == "checkpoint_mismatch"]
