@@ -5,6 +5,7 @@ key refuses, a stolen old key's forged handover is caught, and the stored handov
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ class Log:
         self.run, self.target, self.folder = run_cli, target, folder
         self.old_path, self.old = self.keygen("old")
         self.new_path, self.new = self.keygen("new")
+        self.said = ""  # what `rotate` said on stderr
 
     def keygen(self, name: str) -> tuple[Path, str]:
         path = self.folder / f"{name}.key"
@@ -67,6 +69,7 @@ def log(run_cli: Run, store_target: str, tmp_path: Path) -> Log:
     assert made.record(made.old_path, 3, "before")[0] == 0
     status, out, err = made.rotate(made.old_path, made.new_path)
     assert status == 0, err
+    made.said = err
     assert "handed" in err
     assert "at size 3" in err
     assert out.count("\n\u2014 ") == 2  # the handover note: OLD's signature, then NEW's
@@ -76,6 +79,45 @@ def log(run_cli: Run, store_target: str, tmp_path: Path) -> Log:
 
 def findings(report: Any) -> list[tuple[str, str]]:
     return [(finding.kind.value, finding.detail) for finding in report.findings]
+
+
+def printed_arguments(said: str, command: str) -> list[str]:
+    """The arguments `rotate` printed for `command` (its line `  compute-budget COMMAND ARGS`)."""
+    words = [shlex.split(line) for line in said.splitlines() if line.startswith("  compute-budget ")]
+    named = [line for line in words if line[1:].index(next(word for word in line[1:] if word != "--tiles"
+                                                            and word.startswith("--"))) == len(command.split())
+             and line[1:1 + len(command.split())] == command.split()]
+    assert len(named) == 1, said
+    return named[0][1 + len(command.split()):]
+
+
+@pytest.mark.postgres_smoke
+def test_rotate_prints_both_keys_and_the_exact_arguments_of_every_checking_command(log: Log) -> None:
+    assert "NEW_VERIFIER_KEY" not in log.said
+    assert "OLD_VERIFIER_KEY" not in log.said
+    assert f"new verifier key: {log.new}" in log.said
+    assert f"old verifier key: {log.old}" in log.said
+    for command in ("audit", "publish", "prove", "verify-proof", "consistency", "serve"):
+        assert printed_arguments(log.said, command) == ["--trusted-key", log.new, "--retired", f"{log.old}@3"]
+    with BudgetStore.open(log.target, readonly=True) as store:
+        origin = store.checkpoint().origin
+    assert printed_arguments(log.said, "audit --tiles") == [
+        "--origin", origin, "--trusted-key", log.new, "--retired", f"{log.old}@3"]
+    # The audit with exactly those arguments is clean, and a receipt OLD signed below the handover verifies.
+    status, out, err = log.run("audit", "--db", log.target, *printed_arguments(log.said, "audit"))
+    assert status == 0, (out, err)
+    with BudgetStore.open(log.target, readonly=True) as store:
+        note = next(row[3] for row in store.iter_checkpoint_rows() if row[3].count("\n\u2014 ") == 1)
+    given = log.folder / "old.note"
+    given.write_text(note)
+    status, bundle, err = log.run("prove", first_budget_id(log.target), "--db", log.target, "--checkpoint",
+                                  str(given), *printed_arguments(log.said, "prove"))
+    assert status == 0, err
+    receipt = log.folder / "old-receipt.json"
+    receipt.write_text(bundle)
+    status, out, err = log.run("verify-proof", str(receipt), *printed_arguments(log.said, "verify-proof"))
+    assert status == 0, (out, err)
+    assert "signed by old+" in out
 
 
 @pytest.mark.postgres_smoke

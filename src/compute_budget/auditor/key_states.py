@@ -93,6 +93,7 @@ def _survey(
     limited = states.limited()
     if not keys and not limited:
         return survey
+    keys = _with_retired(keys, states)
     roots = _TreeRoots(snapshot, max_seq)
     anchored = {state.key: _anchored(state, roots, survey) for state in limited}
     handed: set[tuple[VerifierKey, int]] = set()
@@ -199,7 +200,7 @@ def _judge_handover(
 ) -> None:
     """A stored handover by a trusted key: to an untrusted key, `bad_signature`; else noted, and a warning when its
     giver has no `--retired`."""
-    verdict = _handover(stored, keys)
+    verdict = _handover(stored.note, keys)
     if verdict is None:
         return
     giver, problem = verdict
@@ -226,23 +227,30 @@ def _missing_handovers(states: KeyStates, handed: set[tuple[VerifierKey, int]], 
             ))
 
 
-def _handover(stored: StoredCheckpoint, keys: list[VerifierKey]) -> tuple[VerifierKey, str | None] | None:
-    """(giver, problem) for a stored handover whose giver is a trusted key that verifies; None for anything else."""
+def _with_retired(keys: list[VerifierKey], states: KeyStates) -> list[VerifierKey]:
+    """The trusted keys and the `--retired` ones: a retired key was the log's writer up to its size, so it gives a
+    handover (and `--trusted-key NEW --retired OLD@H`, as `rotate` prints them, is enough)."""
+    retired = [state.key for state in states.limited() if state.status is KeyStatus.RETIRED]
+    return list(dict.fromkeys([*keys, *retired]))
+
+
+def _handover(note: str, keys: list[VerifierKey]) -> tuple[VerifierKey, str | None] | None:
+    """(giver, problem) for a handover note whose giver is a trusted key that verifies; None for anything else."""
     try:
-        handover = handover_in(stored.note)
+        handover = handover_in(note)
     except NoteError:
         return None
     if handover is None:
         return None
     giver = next((key for key in keys if is_key(handover.giver, key)), None)
-    if giver is None or note_signature_problem(stored.note, giver) is not None:
+    if giver is None or note_signature_problem(note, giver) is not None:
         return None
     for taker in handover.takers:
         key = next((item for item in keys if is_key(taker, item)), None)
         if key is None:
             return giver, (f"a handover from {label(giver)} to {label(taker)}, a key that is not trusted (a stolen "
                            "key's forged rotation?)")
-        problem = note_signature_problem(stored.note, key)
+        problem = note_signature_problem(note, key)
         if problem is not None:
             return giver, f"a handover from {label(giver)}: {problem}"
     return giver, None
