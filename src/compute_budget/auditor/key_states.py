@@ -14,8 +14,10 @@ the configured retirements. The rules themselves are `core.log.key_states`.
 from __future__ import annotations
 
 import base64
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from compute_budget.auditor.source import LogView as Snapshot
 from compute_budget.core.log.checkpoint import Checkpoint
@@ -99,7 +101,11 @@ def _survey(
     handed: set[tuple[VerifierKey, int]] = set()
     seen: set[str] = set()
     bad: dict[VerifierKey | None, int] = {}
-    for stored in snapshot.checkpoints_between(-1, max_seq):
+    published = isinstance(snapshot, PublishedHandovers)
+    notes = snapshot.checkpoints_between(-1, max_seq)
+    if published:  # a publication's one checkpoint is judged as a stored one would be
+        notes = itertools.chain(notes, snapshot.checkpoints_at(max_seq))
+    for stored in notes:
         # Most notes carry one signature by an active key: told apart by text before anything is parsed.
         multi = stored.note.count(_SIGNATURE_LINE) >= 2
         named = [state for state in limited if f"{_SIGNATURE_LINE}{state.key.name} " in stored.note]
@@ -119,8 +125,56 @@ def _survey(
                                                               f"{reason}"))
         if multi:
             _judge_handover(stored, keys, states, handed, bad, survey)
-    _missing_handovers(states, handed, survey)
+    if isinstance(snapshot, PublishedHandovers):
+        for state in limited:
+            if state.status is KeyStatus.RETIRED and (state.key, state.size) not in handed:
+                _judge_published_handover(snapshot, state, keys, origin, roots, handed, survey)
+    _missing_handovers(states, handed, survey, published)
     return survey
+
+
+@runtime_checkable
+class PublishedHandovers(Protocol):
+    """A publication's view: the handovers it publishes (spec 11.1), read by the retired key's size and hash."""
+
+    def published_handover(self, size: int, key_hash: int) -> str | None: ...
+
+
+def _judge_published_handover(
+    snapshot: PublishedHandovers, state: KeyState, keys: list[VerifierKey], origin: str | None, roots: _TreeRoots,
+    handed: set[tuple[VerifierKey, int]], survey: KeyStateSurvey,
+) -> None:
+    """`handover/<SIZE>/<key ID>` for a `--retired KEY@SIZE`, judged as a stored handover is: the retired key's
+    signature, then a trusted (or retired) key's, both verifying (else `bad_signature`), of this log at SIZE with
+    the tiles' root there (else `checkpoint_mismatch`). Not published: left to `_missing_handovers`."""
+    path = f"handover/{state.size}/{state.key.key_hash:08x}"
+    note = snapshot.published_handover(state.size, state.key.key_hash)
+    if note is None:
+        return
+    try:
+        found = Checkpoint.from_note(note)
+    except (CheckpointError, NoteError) as error:
+        survey.findings.append(Finding(FindingKind.CHECKPOINT_MISMATCH, None, state.size,
+                                       f"the published {path} is no signed checkpoint ({error})"))
+        return
+    if found.origin != origin or found.seq != state.size or found.root != roots.at(state.size):
+        survey.findings.append(Finding(
+            FindingKind.CHECKPOINT_MISMATCH, None, state.size,
+            f"the published {path} is of log {found.origin} at size {found.seq} with root {_b64(found.root)}, but "
+            f"the tiles' tree at size {state.size} has root {_b64(roots.at(state.size))}: it is not this log's "
+            "handover",
+        ))
+        return
+    verdict = _handover(note, keys)
+    problem: str | None = None
+    if verdict is None or verdict[0] != state.key:
+        problem = f"it carries no verifying signature by {state.label()} followed by a trusted key's"
+    else:
+        problem = verdict[1]
+    if problem is not None:
+        survey.findings.append(Finding(FindingKind.BAD_SIGNATURE, None, state.size, f"the published {path}: {problem}"))
+        return
+    handed.add((state.key, state.size))
 
 
 def _anchored(state: KeyState, roots: _TreeRoots, survey: KeyStateSurvey) -> bool:
@@ -216,14 +270,21 @@ def _judge_handover(
         )
 
 
-def _missing_handovers(states: KeyStates, handed: set[tuple[VerifierKey, int]], survey: KeyStateSurvey) -> None:
-    """Each configured retirement needs its stored handover: else `checkpoint_mismatch` (`handover missing`)."""
+def _missing_handovers(
+    states: KeyStates, handed: set[tuple[VerifierKey, int]], survey: KeyStateSurvey, published: bool = False
+) -> None:
+    """Each configured retirement needs its stored (or published) handover: else `checkpoint_mismatch` (`handover
+    missing`)."""
     for state in states.limited():
         if state.status is KeyStatus.RETIRED and (state.key, state.size) not in handed:
+            holds = (f"the publication holds no handover/{state.size}/{state.key.key_hash:08x}, a checkpoint of size "
+                     f"{state.size} signed by that key and then by a trusted key (`publish --retired` writes it)"
+                     if published else
+                     f"the store holds no checkpoint of size {state.size} signed by that key and then by a trusted "
+                     "key (`rotate` stores one)")
             survey.findings.append(Finding(
                 FindingKind.CHECKPOINT_MISMATCH, None, state.size,
-                f"handover missing: --retired {state.label()}@{state.size} is given, but the store holds no "
-                f"checkpoint of size {state.size} signed by that key and then by a trusted key (`rotate` stores one)",
+                f"handover missing: --retired {state.label()}@{state.size} is given, but {holds}",
             ))
 
 
