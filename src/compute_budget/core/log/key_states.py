@@ -127,6 +127,13 @@ def signature_problem(state: KeyState, size: int, root: bytes | None, *, proven:
     return None if exact or proven else state.words()
 
 
+def vouches_for_chain(states: KeyStates, signers: Iterable[VerifierKey]) -> bool:
+    """True when a note's `chain` line is covered: one of its verified trusted `signers` does not stand revoked. A
+    note only revoked keys signed counts offline for its size and root alone (they can be checked against the
+    revocation's or the tree's; a chain line the thief wrote cannot)."""
+    return any(states.of_key(key).status is not KeyStatus.REVOKED for key in signers)
+
+
 @dataclass(frozen=True, slots=True)
 class Handover:
     """A handover note's writer signatures: `giver` (the first), and `takers` (the others)."""
@@ -186,4 +193,5 @@ __all__ = [
     "parse_key_state",
     "signature_problem",
     "verified_handover",
+    "vouches_for_chain",
 ]
