@@ -309,3 +309,22 @@ def test_a_forged_handover_blocks_no_writer_and_no_rotate(run_cli: Run, store_ta
     assert "size 3" in bad[0]
     assert "not trusted" in bad[0]
     assert not [detail for kind, detail in findings(report) if kind == "checkpoint_mismatch"]
+
+
+def test_an_audit_not_told_of_the_rotation_names_the_handover_and_what_to_obtain(log: Log) -> None:
+    # The auditor trusts only OLD: NEW's checkpoint is named as the note shows it, the handover from OLD at 3 gives
+    # the out-of-band advice, and NEW's verifier key (never given) is printed nowhere (spec 11.6).
+    with BudgetStore.open(log.target, readonly=True) as store:
+        newest = next(row[3] for row in store.iter_checkpoint_rows() if row[0] == 5)
+    given = log.folder / "newest.note"
+    given.write_text(newest)
+    status, out, err = log.run("audit", "--db", log.target, "--trusted-key", log.old, "--checkpoint", str(given),
+                               "--format", "json")
+    assert status == 1, err
+    details = [item["detail"] for item in json.loads(out)["findings"] if item["kind"] == "bad_signature"]
+    new_label = log.new.split("+")[0] + "+" + log.new.split("+")[1]
+    assert any(f"signed by {new_label}, unverified" in detail for detail in details), details
+    advice = ("obtain the new verifier key from the log's operator out of band, then add --trusted-key <that key> "
+              f"--retired {log.old}@3")
+    assert any(advice in detail and "at size 3" in detail for detail in details), details
+    assert log.new not in out + err

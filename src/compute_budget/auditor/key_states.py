@@ -309,12 +309,24 @@ def _handover(note: str, keys: list[VerifierKey]) -> tuple[VerifierKey, str | No
     for taker in handover.takers:
         key = next((item for item in keys if is_key(taker, item)), None)
         if key is None:
-            return giver, (f"a handover from {label(giver)} to {label(taker)}, a key that is not trusted (a stolen "
-                           "key's forged rotation?)")
+            return giver, _untrusted_taker(note, giver, taker)
         problem = note_signature_problem(note, key)
         if problem is not None:
             return giver, f"a handover from {label(giver)}: {problem}"
     return giver, None
+
+
+def _untrusted_taker(note: str, giver: VerifierKey, taker: Signature) -> str:
+    """A handover from a trusted key to one this audit does not trust: a thief's, or a rotation nobody told the
+    auditor of (spec 11.6). The advice names the taker as the note shows it, never a key it was not given."""
+    try:
+        size = str(Checkpoint.from_note(note).seq)
+    except CheckpointError:
+        size = "SIZE"
+    return (f"a handover from {label(giver)} to {label(taker)} (unverified) at size {size}, a key that is not "
+            "trusted (a stolen key's forged rotation, or a rotation this audit was not told of: obtain the new "
+            f"verifier key from the log's operator out of band, then add --trusted-key <that key> --retired "
+            f"{giver.format()}@{size})")
 
 
 def _checkpoint(stored: StoredCheckpoint, origin: str | None) -> Checkpoint | None:
