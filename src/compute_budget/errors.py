@@ -225,6 +225,12 @@ class ProofError(AuditError):
     """A proof cannot be made as asked: a checkpoint that does not cover the row, or is of another store."""
 
 
+class UntrustedCheckpoint(ProofError):
+    """A publication's checkpoint that does not count (`prove --tiles`, spec 11.2): no trusted signature that
+    counts, another log's, or short of the witness quorum; one line starting `untrusted checkpoint:` or
+    `checkpoint of another log:`."""
+
+
 class UnknownBudgetId(ProofError, LookupError):
     """No decision with this budget_id is stored (nothing to prove)."""
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from compute_budget import BudgetStore, audit
+from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import generate_witness, with_cosignatures
 from compute_budget.core.log.note import format_checkpoint, sign_note
 from compute_budget.keys.key_files import load_signer_key
@@ -198,3 +199,31 @@ def test_publish_passes_over_a_note_the_revocation_does_not_count(leak: Leak) ->
     status, out, err = leak.run("publish", str(leak.folder / "all"), "--db", leak.target, "--trusted-key", leak.key)
     assert status == 0, (out, err)
     assert (leak.folder / "all" / "checkpoint").read_text().split("\n")[1] == "5"
+
+
+def test_a_revoked_keys_note_vouches_for_its_size_and_root_not_its_chain_line(leak: Leak) -> None:
+    # The thief signs the exact revoked (SIZE, ROOT) with a made-up chain line, and a receipt of the last row
+    # carrying that chain hash: offline the note counts for its size and root only (spec 11.7.4).
+    made_up = "ab" * 32
+    head = Checkpoint.from_note(leak.note_at(3))
+    assert head.root is not None
+    forged = sign_note(format_checkpoint(head.origin or "", 3, head.root, made_up), leak.signer)
+    given = leak.folder / "at3.note"
+    given.write_text(leak.note_at(3))
+    with BudgetStore.open(leak.target, readonly=True) as store:
+        third = next(row for row in store if row.seq == 3).decision.budget_id
+    status, bundle, err = leak.run("prove", third, "--db", leak.target, "--checkpoint", str(given))
+    assert status == 0, err
+    honest = json.loads(bundle)
+    assert honest["row"]["seq"] == 3
+    receipt = leak.folder / "made-up-chain.json"
+    receipt.write_text(json.dumps({**honest, "checkpoint": forged, "row": {**honest["row"], "chain_hash": made_up}}))
+    status, out, _ = leak.run("verify-proof", str(receipt), "--trusted-key", leak.key, "--revoked", leak.revoked)
+    assert status == 0, out
+    assert "chain_hash not covered" in out
+    assert "revoked keys only" in out
+    # The honest note's chain line, by a key that does not stand revoked, is covered.
+    receipt.write_text(bundle)
+    status, out, _ = leak.run("verify-proof", str(receipt), "--trusted-key", leak.key)
+    assert status == 0, out
+    assert "not covered" not in out

@@ -5,6 +5,7 @@ key refuses, a stolen old key's forged handover is caught, and the stored handov
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ class Log:
         self.run, self.target, self.folder = run_cli, target, folder
         self.old_path, self.old = self.keygen("old")
         self.new_path, self.new = self.keygen("new")
+        self.said = ""  # what `rotate` said on stderr
 
     def keygen(self, name: str) -> tuple[Path, str]:
         path = self.folder / f"{name}.key"
@@ -67,6 +69,7 @@ def log(run_cli: Run, store_target: str, tmp_path: Path) -> Log:
     assert made.record(made.old_path, 3, "before")[0] == 0
     status, out, err = made.rotate(made.old_path, made.new_path)
     assert status == 0, err
+    made.said = err
     assert "handed" in err
     assert "at size 3" in err
     assert out.count("\n\u2014 ") == 2  # the handover note: OLD's signature, then NEW's
@@ -76,6 +79,45 @@ def log(run_cli: Run, store_target: str, tmp_path: Path) -> Log:
 
 def findings(report: Any) -> list[tuple[str, str]]:
     return [(finding.kind.value, finding.detail) for finding in report.findings]
+
+
+def printed_arguments(said: str, command: str) -> list[str]:
+    """The arguments `rotate` printed for `command` (its line `  compute-budget COMMAND ARGS`)."""
+    words = [shlex.split(line) for line in said.splitlines() if line.startswith("  compute-budget ")]
+    named = [line for line in words if line[1:].index(next(word for word in line[1:] if word != "--tiles"
+                                                            and word.startswith("--"))) == len(command.split())
+             and line[1:1 + len(command.split())] == command.split()]
+    assert len(named) == 1, said
+    return named[0][1 + len(command.split()):]
+
+
+@pytest.mark.postgres_smoke
+def test_rotate_prints_both_keys_and_the_exact_arguments_of_every_checking_command(log: Log) -> None:
+    assert "NEW_VERIFIER_KEY" not in log.said
+    assert "OLD_VERIFIER_KEY" not in log.said
+    assert f"new verifier key: {log.new}" in log.said
+    assert f"old verifier key: {log.old}" in log.said
+    for command in ("audit", "publish", "prove", "verify-proof", "consistency", "serve"):
+        assert printed_arguments(log.said, command) == ["--trusted-key", log.new, "--retired", f"{log.old}@3"]
+    with BudgetStore.open(log.target, readonly=True) as store:
+        origin = store.checkpoint().origin
+    assert printed_arguments(log.said, "audit --tiles") == [
+        "--origin", origin, "--trusted-key", log.new, "--retired", f"{log.old}@3"]
+    # The audit with exactly those arguments is clean, and a receipt OLD signed below the handover verifies.
+    status, out, err = log.run("audit", "--db", log.target, *printed_arguments(log.said, "audit"))
+    assert status == 0, (out, err)
+    with BudgetStore.open(log.target, readonly=True) as store:
+        note = next(row[3] for row in store.iter_checkpoint_rows() if row[3].count("\n\u2014 ") == 1)
+    given = log.folder / "old.note"
+    given.write_text(note)
+    status, bundle, err = log.run("prove", first_budget_id(log.target), "--db", log.target, "--checkpoint",
+                                  str(given), *printed_arguments(log.said, "prove"))
+    assert status == 0, err
+    receipt = log.folder / "old-receipt.json"
+    receipt.write_text(bundle)
+    status, out, err = log.run("verify-proof", str(receipt), *printed_arguments(log.said, "verify-proof"))
+    assert status == 0, (out, err)
+    assert "signed by old+" in out
 
 
 @pytest.mark.postgres_smoke
@@ -154,11 +196,17 @@ def test_a_writer_with_the_old_key_refuses_to_sign(log: Log) -> None:
     assert "handover" in err
     assert "retired" in err
     assert "nothing was written" in err
-    # On another host (a state file of its own, made from the store) it refuses too: the store's handover says so.
-    status, _, err = log.record(log.old_path, 1, "late2", "--writer-state", str(log.folder / "other.state"),
-                                "--init-writer-state")
+    # On another host (a state file of its own, made from the store) it refuses too. The store's handover says so
+    # when that host knows the new key (--peer-key): a handover read from the store counts only when both its
+    # signatures verify (spec 11.7.3); without it, the rows the new key signed are what it refuses to launder.
+    other = ("--writer-state", str(log.folder / "other.state"), "--init-writer-state")
+    status, _, err = log.record(log.old_path, 1, "late2", *other)
+    assert status == 2
+    assert "rows 4..5" in err
+    status, _, err = log.record(log.old_path, 1, "late2", *other, "--peer-key", log.new)
     assert status == 2
     assert "handover" in err
+    assert "retired" in err
     # `checkpoint --signing-key` signs inside the append lock under the same rules: it refuses too.
     status, _, err = log.run("checkpoint", "--db", log.target, "--signing-key", str(log.old_path))
     assert status == 2
@@ -229,3 +277,54 @@ def test_the_audit_command_takes_retired_and_reports_in_json(log: Log) -> None:
     assert status == 2
     assert "--retired 'garbage'" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.postgres_smoke
+def test_a_forged_handover_blocks_no_writer_and_no_rotate(run_cli: Run, store_target: str, tmp_path: Path) -> None:
+    # A keyless insider copies the note OLD signed at the head and appends a signature of a key of their own: it
+    # looks like OLD's handover, but its second signature verifies under no key the writer knows (spec 11.7.3).
+    made = Log(run_cli, store_target, tmp_path)
+    assert made.record(made.old_path, 3, "before")[0] == 0
+    insider = tmp_path / "insider.key"  # named like the real next key, but the insider's own
+    assert made.run("keygen", "new", "--out", str(insider))[0] == 0
+    with BudgetStore.open(made.target, readonly=True) as store:
+        honest = next(row[3] for row in store.iter_checkpoint_rows() if row[0] == 3)
+    old = made.signer(made.old_path)
+    execute(made.target, (
+        "INSERT INTO compute_budget_checkpoints (tree_size, key_name, key_hash, note, recorded_at) "
+        "VALUES (3, :name, :hash, :note, '2026-01-01T00:00:00Z')",
+        {"name": old.name, "hash": f"{old.key_hash:08x}", "note": add_signature(honest, made.signer(insider))},
+    ))
+    status, _, err = made.record(made.old_path, 1, "after-plant")
+    assert status == 0, err
+    status, _, err = made.record(made.old_path, 1, "other-host", "--writer-state", str(tmp_path / "other.state"),
+                                 "--init-writer-state", "--peer-key", made.new)
+    assert status == 0, err
+    status, _, err = made.rotate(made.old_path, made.new_path)
+    assert status == 0, err
+    assert "at size 5" in err
+    report = audit(made.target, trusted_keys=[made.old, made.new], retired=[f"{made.old}@5"])
+    bad = [detail for kind, detail in findings(report) if kind == "bad_signature"]
+    assert len(bad) == 1
+    assert "size 3" in bad[0]
+    assert "not trusted" in bad[0]
+    assert not [detail for kind, detail in findings(report) if kind == "checkpoint_mismatch"]
+
+
+def test_an_audit_not_told_of_the_rotation_names_the_handover_and_what_to_obtain(log: Log) -> None:
+    # The auditor trusts only OLD: NEW's checkpoint is named as the note shows it, the handover from OLD at 3 gives
+    # the out-of-band advice, and NEW's verifier key (never given) is printed nowhere (spec 11.6).
+    with BudgetStore.open(log.target, readonly=True) as store:
+        newest = next(row[3] for row in store.iter_checkpoint_rows() if row[0] == 5)
+    given = log.folder / "newest.note"
+    given.write_text(newest)
+    status, out, err = log.run("audit", "--db", log.target, "--trusted-key", log.old, "--checkpoint", str(given),
+                               "--format", "json")
+    assert status == 1, err
+    details = [item["detail"] for item in json.loads(out)["findings"] if item["kind"] == "bad_signature"]
+    new_label = log.new.split("+")[0] + "+" + log.new.split("+")[1]
+    assert any(f"signed by {new_label}, unverified" in detail for detail in details), details
+    advice = ("obtain the new verifier key from the log's operator out of band, then add --trusted-key <that key> "
+              f"--retired {log.old}@3")
+    assert any(advice in detail and "at size 3" in detail for detail in details), details
+    assert log.new not in out + err

@@ -257,8 +257,10 @@ def _check_given_signature(proof: Checkpoint, keys: list[VerifierKey]) -> list[F
         return [finding(f"the given checkpoint's signatures cannot be read: {error}")]
     found = [finding(f"the given checkpoint's signature by {key_label(key)} does not verify") for key in failed]
     if not verified and not failed:
-        names = ", ".join(sorted({signature.name for signature in proof.signatures()}))
-        found.append(finding(f"the given checkpoint carries no signature by a trusted key (it is signed by {names})"))
+        # Each signer as the note shows it (spec 11.6): never a verifier key, which the auditor was not given.
+        names = ", ".join(sorted({f"{item.name}+{item.key_hash:08x}" for item in proof.signatures()}))
+        found.append(finding(f"the given checkpoint carries no signature by a trusted key (it is signed by {names}, "
+                             "unverified)"))
     return found
 
 

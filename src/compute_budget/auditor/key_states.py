@@ -14,8 +14,10 @@ the configured retirements. The rules themselves are `core.log.key_states`.
 from __future__ import annotations
 
 import base64
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from compute_budget.auditor.source import LogView as Snapshot
 from compute_budget.core.log.checkpoint import Checkpoint
@@ -93,12 +95,17 @@ def _survey(
     limited = states.limited()
     if not keys and not limited:
         return survey
+    keys = _with_retired(keys, states)
     roots = _TreeRoots(snapshot, max_seq)
     anchored = {state.key: _anchored(state, roots, survey) for state in limited}
     handed: set[tuple[VerifierKey, int]] = set()
     seen: set[str] = set()
     bad: dict[VerifierKey | None, int] = {}
-    for stored in snapshot.checkpoints_between(-1, max_seq):
+    published = isinstance(snapshot, PublishedHandovers)
+    notes = snapshot.checkpoints_between(-1, max_seq)
+    if published:  # a publication's one checkpoint is judged as a stored one would be
+        notes = itertools.chain(notes, snapshot.checkpoints_at(max_seq))
+    for stored in notes:
         # Most notes carry one signature by an active key: told apart by text before anything is parsed.
         multi = stored.note.count(_SIGNATURE_LINE) >= 2
         named = [state for state in limited if f"{_SIGNATURE_LINE}{state.key.name} " in stored.note]
@@ -118,8 +125,56 @@ def _survey(
                                                               f"{reason}"))
         if multi:
             _judge_handover(stored, keys, states, handed, bad, survey)
-    _missing_handovers(states, handed, survey)
+    if isinstance(snapshot, PublishedHandovers):
+        for state in limited:
+            if state.status is KeyStatus.RETIRED and (state.key, state.size) not in handed:
+                _judge_published_handover(snapshot, state, keys, origin, roots, handed, survey)
+    _missing_handovers(states, handed, survey, published)
     return survey
+
+
+@runtime_checkable
+class PublishedHandovers(Protocol):
+    """A publication's view: the handovers it publishes (spec 11.1), read by the retired key's size and hash."""
+
+    def published_handover(self, size: int, key_hash: int) -> str | None: ...
+
+
+def _judge_published_handover(
+    snapshot: PublishedHandovers, state: KeyState, keys: list[VerifierKey], origin: str | None, roots: _TreeRoots,
+    handed: set[tuple[VerifierKey, int]], survey: KeyStateSurvey,
+) -> None:
+    """`handover/<SIZE>/<key ID>` for a `--retired KEY@SIZE`, judged as a stored handover is: the retired key's
+    signature, then a trusted (or retired) key's, both verifying (else `bad_signature`), of this log at SIZE with
+    the tiles' root there (else `checkpoint_mismatch`). Not published: left to `_missing_handovers`."""
+    path = f"handover/{state.size}/{state.key.key_hash:08x}"
+    note = snapshot.published_handover(state.size, state.key.key_hash)
+    if note is None:
+        return
+    try:
+        found = Checkpoint.from_note(note)
+    except (CheckpointError, NoteError) as error:
+        survey.findings.append(Finding(FindingKind.CHECKPOINT_MISMATCH, None, state.size,
+                                       f"the published {path} is no signed checkpoint ({error})"))
+        return
+    if found.origin != origin or found.seq != state.size or found.root != roots.at(state.size):
+        survey.findings.append(Finding(
+            FindingKind.CHECKPOINT_MISMATCH, None, state.size,
+            f"the published {path} is of log {found.origin} at size {found.seq} with root {_b64(found.root)}, but "
+            f"the tiles' tree at size {state.size} has root {_b64(roots.at(state.size))}: it is not this log's "
+            "handover",
+        ))
+        return
+    verdict = _handover(note, keys)
+    problem: str | None = None
+    if verdict is None or verdict[0] != state.key:
+        problem = f"it carries no verifying signature by {state.label()} followed by a trusted key's"
+    else:
+        problem = verdict[1]
+    if problem is not None:
+        survey.findings.append(Finding(FindingKind.BAD_SIGNATURE, None, state.size, f"the published {path}: {problem}"))
+        return
+    handed.add((state.key, state.size))
 
 
 def _anchored(state: KeyState, roots: _TreeRoots, survey: KeyStateSurvey) -> bool:
@@ -199,7 +254,7 @@ def _judge_handover(
 ) -> None:
     """A stored handover by a trusted key: to an untrusted key, `bad_signature`; else noted, and a warning when its
     giver has no `--retired`."""
-    verdict = _handover(stored, keys)
+    verdict = _handover(stored.note, keys)
     if verdict is None:
         return
     giver, problem = verdict
@@ -215,37 +270,63 @@ def _judge_handover(
         )
 
 
-def _missing_handovers(states: KeyStates, handed: set[tuple[VerifierKey, int]], survey: KeyStateSurvey) -> None:
-    """Each configured retirement needs its stored handover: else `checkpoint_mismatch` (`handover missing`)."""
+def _missing_handovers(
+    states: KeyStates, handed: set[tuple[VerifierKey, int]], survey: KeyStateSurvey, published: bool = False
+) -> None:
+    """Each configured retirement needs its stored (or published) handover: else `checkpoint_mismatch` (`handover
+    missing`)."""
     for state in states.limited():
         if state.status is KeyStatus.RETIRED and (state.key, state.size) not in handed:
+            holds = (f"the publication holds no handover/{state.size}/{state.key.key_hash:08x}, a checkpoint of size "
+                     f"{state.size} signed by that key and then by a trusted key (`publish --retired` writes it)"
+                     if published else
+                     f"the store holds no checkpoint of size {state.size} signed by that key and then by a trusted "
+                     "key (`rotate` stores one)")
             survey.findings.append(Finding(
                 FindingKind.CHECKPOINT_MISMATCH, None, state.size,
-                f"handover missing: --retired {state.label()}@{state.size} is given, but the store holds no "
-                f"checkpoint of size {state.size} signed by that key and then by a trusted key (`rotate` stores one)",
+                f"handover missing: --retired {state.label()}@{state.size} is given, but {holds}",
             ))
 
 
-def _handover(stored: StoredCheckpoint, keys: list[VerifierKey]) -> tuple[VerifierKey, str | None] | None:
-    """(giver, problem) for a stored handover whose giver is a trusted key that verifies; None for anything else."""
+def _with_retired(keys: list[VerifierKey], states: KeyStates) -> list[VerifierKey]:
+    """The trusted keys and the `--retired` ones: a retired key was the log's writer up to its size, so it gives a
+    handover (and `--trusted-key NEW --retired OLD@H`, as `rotate` prints them, is enough)."""
+    retired = [state.key for state in states.limited() if state.status is KeyStatus.RETIRED]
+    return list(dict.fromkeys([*keys, *retired]))
+
+
+def _handover(note: str, keys: list[VerifierKey]) -> tuple[VerifierKey, str | None] | None:
+    """(giver, problem) for a handover note whose giver is a trusted key that verifies; None for anything else."""
     try:
-        handover = handover_in(stored.note)
+        handover = handover_in(note)
     except NoteError:
         return None
     if handover is None:
         return None
     giver = next((key for key in keys if is_key(handover.giver, key)), None)
-    if giver is None or note_signature_problem(stored.note, giver) is not None:
+    if giver is None or note_signature_problem(note, giver) is not None:
         return None
     for taker in handover.takers:
         key = next((item for item in keys if is_key(taker, item)), None)
         if key is None:
-            return giver, (f"a handover from {label(giver)} to {label(taker)}, a key that is not trusted (a stolen "
-                           "key's forged rotation?)")
-        problem = note_signature_problem(stored.note, key)
+            return giver, _untrusted_taker(note, giver, taker)
+        problem = note_signature_problem(note, key)
         if problem is not None:
             return giver, f"a handover from {label(giver)}: {problem}"
     return giver, None
+
+
+def _untrusted_taker(note: str, giver: VerifierKey, taker: Signature) -> str:
+    """A handover from a trusted key to one this audit does not trust: a thief's, or a rotation nobody told the
+    auditor of (spec 11.6). The advice names the taker as the note shows it, never a key it was not given."""
+    try:
+        size = str(Checkpoint.from_note(note).seq)
+    except CheckpointError:
+        size = "SIZE"
+    return (f"a handover from {label(giver)} to {label(taker)} (unverified) at size {size}, a key that is not "
+            "trusted (a stolen key's forged rotation, or a rotation this audit was not told of: obtain the new "
+            f"verifier key from the log's operator out of band, then add --trusted-key <that key> --retired "
+            f"{giver.format()}@{size})")
 
 
 def _checkpoint(stored: StoredCheckpoint, origin: str | None) -> Checkpoint | None:

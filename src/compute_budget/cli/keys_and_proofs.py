@@ -74,6 +74,8 @@ def verifier_key_command(key_path: str) -> None:
 @db_option
 @click.option("--tiles", metavar="LOCATION", help="Prove from a publication (a folder or http(s):// prefix); no --db.")
 @click.option("--seq", type=click.IntRange(min=1), metavar="N", help="With --tiles: the row N (1-based).")
+@click.option("--origin", metavar="NAME", help="With --tiles: the log the publication's checkpoint must be of "
+              "(required when --policy names several logs).")
 @click.option(
     "--checkpoint",
     "checkpoint_path",
@@ -98,6 +100,7 @@ def prove_command(
     db: str | None,
     tiles: str | None,
     seq: int | None,
+    origin: str | None,
     checkpoint_path: str | None,
     trust: TrustOptions,
     output_format: str,
@@ -120,12 +123,15 @@ def prove_command(
     if tiles is not None or seq is not None:  # spec 10.3: from a publication
         from compute_budget.cli.audit.tiles import prove_from_tiles
 
-        bundle_from_tiles = prove_from_tiles(tiles, wanted, seq, db=db, checkpoint=checkpoint_path,
-                                             trusted_keys=trust.trusted_keys, rule=rule)
+        bundle_from_tiles = prove_from_tiles(tiles, wanted, seq, db=db, checkpoint=checkpoint_path, trust=trust,
+                                             rule=rule, origin=origin)
         _print_receipt(bundle_from_tiles, output_format, verified=True)
         return
     if wanted is None:
         raise click.BadParameter("give the decision's budget_id", param_hint="BUDGET_ID")
+    if origin is not None:
+        raise click.BadParameter("--origin checks a publication's checkpoint: it goes with --tiles",
+                                 param_hint="--origin")
     keys = trust.writer_keys()
     checkpoint = load_checkpoint(checkpoint_path) if checkpoint_path else None
     if len(wanted) < 64:
@@ -205,7 +211,7 @@ def verify_proof_command(bundle_path: str, origin: str | None, trust: TrustOptio
     from compute_budget.errors import InputUnreadable
 
     rule = trust.witness_rule()
-    keys, origin = _receipt_keys(trust.writer_keys(), rule, origin)
+    keys, origin = receipt_keys(trust.writer_keys(), rule, origin)
     states = trust.key_states()
     try:
         if bundle_path == "-":
@@ -229,7 +235,7 @@ def verify_proof_command(bundle_path: str, origin: str | None, trust: TrustOptio
     click.get_current_context().exit(1)
 
 
-def _receipt_keys(
+def receipt_keys(
     keys: list[VerifierKey], rule: TlogPolicy | None, origin: str | None
 ) -> tuple[list[VerifierKey], str | None]:
     """The writer keys a receipt may be signed by and the origin it must be of: --trusted-key, and a policy's log

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import shlex
 
 import click
 
@@ -43,6 +44,27 @@ def rotate_command(
     ) as store:
         rotated = store.rotate(new_key, new_writer_state=new_writer_state)
     root = base64.b64encode(rotated.root).decode("ascii")
-    say(f"handed {rotated.origin} over at size {rotated.head.seq} (root {root}) from {old.name} to {new.name}: "
-        f"audit with --trusted-key NEW_VERIFIER_KEY and --retired OLD_VERIFIER_KEY@{rotated.head.seq}")
+    say(f"handed {rotated.origin} over at size {rotated.head.seq} (root {root}) from {old.name} to {new.name}")
+    for line in verifier_lines(rotated.origin, old.verifier().format(), new.verifier().format(), rotated.head.seq):
+        click.echo(line, err=True)
     click.echo(rotated.note, nl=False)
+
+
+# Every command that checks this log's writer signatures, as the auditors and the publisher run them.
+_CHECKING_COMMANDS = ("audit", "audit --tiles", "publish", "prove", "verify-proof", "consistency", "serve")
+
+
+def verifier_lines(origin: str, old: str, new: str, size: int) -> list[str]:
+    """What `rotate` tells the operator to hand on: both verifier keys, and the exact arguments each checking
+    command then takes in place of `--trusted-key OLD` (the real keys: nothing left to fill in)."""
+    arguments = f"--trusted-key {new} --retired {old}@{size}"
+    lines = [
+        f"new verifier key: {new}",
+        f"old verifier key: {old}",
+        "give every command that checks this log's signatures these arguments in place of --trusted-key OLD "
+        "(the new key to auditors out of band, as the old one was):",
+    ]
+    for command in _CHECKING_COMMANDS:
+        extra = f" --origin {shlex.quote(origin)}" if command == "audit --tiles" else ""
+        lines.append(f"  compute-budget {command}{extra} {arguments}")
+    return lines

@@ -32,10 +32,15 @@ class TrustOptions:
     revoked: tuple[str, ...] = ()
 
     def writer_keys(self) -> list[VerifierKey]:
-        """The `--trusted-key` keys, each read (key text, else a file)."""
+        """The `--trusted-key` keys, each read (key text, else a file), then the `--retired` ones: a retired key was
+        the log's writer up to its size, where its signatures still count (above it the key states say they do
+        not), so `--trusted-key NEW --retired OLD@H`, as `rotate` prints them, verifies what OLD signed."""
         from compute_budget.keys.key_files import verifier_key
 
-        return [verifier_key(item) for item in self.trusted_keys]
+        keys = [verifier_key(item) for item in self.trusted_keys]
+        if self.retired:
+            keys += [state.key for state in self.key_states().states if state.status.value == "retired"]
+        return list(dict.fromkeys(keys))
 
     def witness_rule(self) -> TlogPolicy | None:
         """The witness policy: `--policy`, or the `--witness-key` shorthand; None with neither (`witness_rule`)."""

@@ -16,7 +16,7 @@ from typing import Any
 from compute_budget.core.chain import CHAINED_COLUMNS
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import WitnessKey, valid_cosignatures
-from compute_budget.core.log.key_states import KeyStates, signature_problem
+from compute_budget.core.log.key_states import KeyStates, signature_problem, vouches_for_chain
 from compute_budget.core.log.note import VerifierKey
 from compute_budget.core.log.witness_policy import QuorumTally, TlogPolicy, shown
 from compute_budget.core.row import ROW_COLUMNS
@@ -105,6 +105,7 @@ class Judgement:
     signers: tuple[VerifierKey, ...]
     failure: tuple[str, str] | None
     witnessed: str = ""
+    chain_vouched: bool = True  # a signer that does not stand revoked vouches for the `chain` line (spec 11.7.4)
 
     @property
     def signer_names(self) -> tuple[str, ...]:
@@ -187,16 +188,17 @@ class ReceiptTrust:
         if self.origin is not None and checkpoint.origin != self.origin:
             message = f"the checkpoint is of log {checkpoint.origin}, not {self.origin}"
             return Judgement(checkpoint, signers, ("origin", message))
+        vouched = vouches_for_chain(self.states, signers)
         tally = self.tally(note)
         if tally is None or self.policy is None:
-            return Judgement(checkpoint, signers, None)
+            return Judgement(checkpoint, signers, None, chain_vouched=vouched)
         said = self.policy.count_words(tally.counted)
         if tally.verdict.optional:  # asked, reported, never counted (C2SP tlog-policy)
             said += f" (optional: {', '.join(shown(name) for name in tally.verdict.optional)})"
         if not tally.met:
             return Judgement(checkpoint, signers, ("witness", said))
         # The quorum checked is said on the line, so a reader sees which witnesses made it count.
-        return Judgement(checkpoint, signers, None, f"; witnessed: {said}")
+        return Judgement(checkpoint, signers, None, f"; witnessed: {said}", vouched)
 
     def _limited(self, note: str, checkpoint: Checkpoint, signers: tuple[VerifierKey, ...]) -> str | None:
         """Why a verified signature of a retired or revoked key does not count (spec 11.7.4), or None. Offline, a

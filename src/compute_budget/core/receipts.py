@@ -309,8 +309,12 @@ def _verify_bundle(proof: ProofBundle, trust: ReceiptTrust) -> ProofVerification
     problem = rederive_problem(row, seq)
     if problem is not None:
         return _outcome(judged, row, "rederive", problem)
-    # Spec 9.6: only the last leaf's chain hash is named by the note; any other is the bundle's word alone.
+    # Spec 9.6: only the last leaf's chain hash is named by the note; any other is the bundle's word alone. Spec
+    # 11.7.4: a note only revoked keys signed counts for its size and root, its `chain` line for nothing.
     uncovered = "; chain_hash not covered (only the tree's last row's is)" if not last and "chain_hash" in row else ""
+    if last and not judged.chain_vouched:
+        uncovered = ("; chain_hash not covered (the checkpoint's chain line is signed by revoked keys only, which "
+                     "vouch for its size and root alone)")
     return _valid_line(judged, row, uncovered)
 
 

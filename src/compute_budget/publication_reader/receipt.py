@@ -1,7 +1,8 @@
 """`prove --tiles` (spec 10.3): a receipt from a publication, with no database. The checkpoint is verified before
-use (a trusted writer's signature; with witness keys, K valid cosignatures); the row is found by its seq, or by
-its budget_id in a scan of the entry bundles (linear in the log); its entry must hash to its level-0 tile and the
-tiles must prove it against the checkpoint's root."""
+any tile is read, as `verify-proof` would judge the receipt (spec 11.2: a trusted writer's signature that counts
+under `--retired`/`--revoked`, the origin, the witness quorum): else `UntrustedCheckpoint`, one line. The row is
+found by its seq, or by its budget_id in a scan of the entry bundles (linear in the log); its entry must hash to
+its level-0 tile and the tiles must prove it against the checkpoint's root."""
 
 from __future__ import annotations
 
@@ -10,21 +11,24 @@ import time
 from collections.abc import Sequence
 
 from compute_budget.core.leaf import LEAF_KEYS
-from compute_budget.core.log.cosignature import WitnessKey, valid_cosignatures
+from compute_budget.core.log.cosignature import WitnessKey
+from compute_budget.core.log.key_states import KeyStates
 from compute_budget.core.log.merkle import inclusion_proof, verify_inclusion
-from compute_budget.core.log.note import VerifierKey, verify_note
+from compute_budget.core.log.note import VerifierKey
 from compute_budget.core.log.tile_reader import TileNodeReader
 from compute_budget.core.log.tiles import TILE_HEIGHT, Tile
 from compute_budget.core.log.witness_policy import TlogPolicy
+from compute_budget.core.receipt_checks import ReceiptTrust
 from compute_budget.core.receipts import ProofBundle
 from compute_budget.errors import (
     ArgumentTypeError,
+    MalformedProof,
     MerkleError,
-    NoteError,
     ProofError,
     PublicationMissing,
     TileError,
     UnknownBudgetId,
+    UntrustedCheckpoint,
 )
 from compute_budget.publication_reader.snapshot import Publication, PublicationTarget, entry_row
 
@@ -40,19 +44,23 @@ def prove_published(
     witness_keys: Sequence[WitnessKey] = (),
     witness_quorum: int | None = None,
     witness_policy: TlogPolicy | None = None,
+    origin: str | None = None,
+    key_states: KeyStates | None = None,
 ) -> ProofBundle:
     """The receipt of row `seq` (1-based) or of the decision `budget_id` (a unique prefix of 8 or more hex digits
-    will do) in the publication at `target`. `ProofError` when its checkpoint does not verify or its tiles do not
-    prove the row; `UnknownBudgetId` when no such row is published. The witnesses: `witness_policy` (C2SP
-    tlog-policy; its log keys count beside `trusted_keys`), or `witness_quorum` (default: all) of `witness_keys`."""
+    will do) in the publication at `target`. `UntrustedCheckpoint` when its checkpoint does not count (checked
+    before any tile is read: a trusted signature, `origin` when given, `key_states`, the witnesses), `ProofError`
+    when its tiles do not prove the row; `UnknownBudgetId` when no such row is published. The witnesses:
+    `witness_policy` (C2SP tlog-policy; its log keys count beside `trusted_keys`), or `witness_quorum` (default:
+    all) of `witness_keys`."""
     rule = witness_policy
     if rule is None and witness_keys:
         rule = TlogPolicy.from_witness_keys(witness_keys, witness_quorum)
     publication = Publication.open(target)
     if witness_policy is not None and witness_policy.logs:
-        origin = publication.checkpoint.origin or ""
-        trusted_keys = [*trusted_keys, *witness_policy.store_log_keys(origin)]
-    _check_checkpoint(publication, trusted_keys, rule)
+        named = origin if origin is not None else publication.checkpoint.origin or ""
+        trusted_keys = [*trusted_keys, *witness_policy.store_log_keys(named)]
+    _check_checkpoint(publication, trusted_keys, rule, origin, key_states or KeyStates())
     size = publication.size
     if seq is None:
         if budget_id is None:
@@ -82,23 +90,35 @@ def prove_published(
     return ProofBundle(row, seq - 1, size, tuple(path), publication.note)
 
 
-def _check_checkpoint(publication: Publication, keys: Sequence[VerifierKey], rule: TlogPolicy | None) -> None:
-    """The published checkpoint carries a valid trusted writer signature (and the witness quorum), else
-    `ProofError`."""
+def _check_checkpoint(
+    publication: Publication, keys: Sequence[VerifierKey], rule: TlogPolicy | None, origin: str | None,
+    states: KeyStates,
+) -> None:
+    """The published checkpoint counts as `verify-proof` would count it (a trusted writer's signature that counts
+    under the key states, the origin, the witness quorum), else `UntrustedCheckpoint` in one line: `checkpoint of
+    another log: ...` or `untrusted checkpoint: ...`."""
+    now = int(time.time())
     try:
-        outcome = verify_note(publication.note, list(keys))
-        cosigned = valid_cosignatures(publication.note, rule.witness_keys, now=int(time.time())) if rule else []
-    except NoteError as error:
-        raise ProofError(f"the publication's checkpoint cannot be read: {error}") from None
-    if not outcome.verified or outcome.failed:
-        raise ProofError("the publication's checkpoint carries no valid signature by a --trusted-key: not used")
-    if rule is None or not rule.requires_witnesses:
+        trust = ReceiptTrust.of(keys, origin, (), None, now, policy=rule)
+    except ValueError as error:
+        raise ProofError(str(error)) from None
+    try:
+        judged = ReceiptTrust(trust.keys, trust.origin, trust.policy, now, states).judge(
+            publication.note, "the publication's checkpoint")
+    except MalformedProof as error:
+        raise UntrustedCheckpoint(f"untrusted checkpoint: it cannot be read: {error}") from None
+    if judged.failure is None:
         return
-    tally = rule.tally({item.key: item.timestamp for item in cosigned})
-    if not tally.met:
-        raise ProofError(
-            f"the publication's checkpoint carries {rule.count_words(tally.counted)} by --witness-key keys"
-        )
+    check, message = judged.failure
+    if check == "origin":
+        raise UntrustedCheckpoint(f"checkpoint of another log: the publication's {message.removeprefix('the ')}")
+    if check == "witness":
+        message = f"the checkpoint carries {message} by --witness-key keys"
+    elif not judged.signers:
+        signers = ", ".join(f"{item.name}+{item.key_hash:08x}" for item in publication.checkpoint.signatures())
+        message = (f"the checkpoint carries no valid signature by a --trusted-key (it is signed by "
+                   f"{signers or 'no key'}, unverified)")
+    raise UntrustedCheckpoint(f"untrusted checkpoint: the publication's {message.removeprefix('the ')}: not used")
 
 
 def _find(publication: Publication, wanted: str) -> int:

@@ -182,6 +182,15 @@ class Publication:
         except TileError as error:
             raise PublicationUnavailable(f"{self._fetcher.display('')}{error}: a damaged bundle") from None
 
+    def handover(self, size: int, key_hash: int) -> str | None:
+        """The text of `handover/<size>/<key_hash as 8 hex>` (spec 11.1: the handover the key with that hash gave at
+        `size`), or None when the publication has no such file; `PublicationUnavailable` when it cannot be read."""
+        try:
+            data = self._fetcher.read(f"handover/{size}/{key_hash:08x}", CHECKPOINT_LIMIT)
+        except PublicationMissing:
+            return None
+        return data.decode("utf-8", "replace")
+
     def _rows_of(self, tile: Tile) -> str:
         """The rows (1-based seqs) under `tile` in this publication, as a missing file's message names them: the
         operator restores the file, or knows which rows no audit could check."""
@@ -412,6 +421,10 @@ class PublicationSnapshot:
     def witness_sizes(self) -> list[tuple[str, str, int]]:
         """None: a publication keeps no witness sizes."""
         return []
+
+    def published_handover(self, size: int, key_hash: int) -> str | None:
+        """The handover the publication holds at `size` from the key with `key_hash` (`Publication.handover`)."""
+        return self._publication.handover(size, key_hash)
 
     def _signatures(self) -> list[Signature]:
         return self._publication.checkpoint.signatures()  # parsed once, when the checkpoint was read

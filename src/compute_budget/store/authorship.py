@@ -26,7 +26,7 @@ from sqlalchemy import Connection
 from compute_budget.core.leaf import unreadable_leaf_hash
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
-from compute_budget.core.log.key_states import handover_in, is_key
+from compute_budget.core.log.key_states import handover_in, is_key, verified_handover
 from compute_budget.core.log.merkle import CompactRange
 from compute_budget.core.log.note import SignerKey, VerifierKey, parse_note, verify_note
 from compute_budget.core.row import CHAINED_COUNT
@@ -235,6 +235,7 @@ def check_signed_head(
 ) -> Authorised:
     """Rule 1 (and adoption): raise `StoreDamaged` unless the head is exactly the newest trusted checkpoint (or
     the store is empty, or the rows after it are adopted and hold)."""
+    _refuse_if_state_handed_over(keys, origin)
     refuse_if_handed_over(connection, seal, keys, origin, verified)
     trusted = newest_trusted(connection, seal, origin, keys.trusted(), verified)
     root = frontier.root()
@@ -368,7 +369,7 @@ def check_state(
         held = Checkpoint.from_note(note)
     except (NoteError, CheckpointError) as error:
         raise WriterStateError(f"writer state {state.path}: the note of {origin} cannot be used ({error})") from None
-    _check_held(held, note, origin, keys)
+    _check_held(held, note, origin, keys, from_store=made is not None)
     if held.seq == head.seq and held.chain_hash == head.chain_hash and held.root == root:
         return made  # the common case: this key signed the head itself
     outcome = extends(
@@ -392,7 +393,9 @@ def refuse_if_handed_over(
     connection: Connection, seal: SealStatements, keys: WriterKeys, origin: str, verified: set[tuple[str, VerifierKey]]
 ) -> None:
     """A writer never signs with a key a stored handover retired (`compute-budget rotate`): `KeyRetired` when the
-    newest stored checkpoint filed under this key is a handover of this origin it gave (its signature verifying)."""
+    newest stored checkpoint filed under this key is a handover of this origin it gave to a peer key, both
+    signatures verifying. One whose taker does not verify under a peer key is no handover here (spec 11.7.3: a
+    keyless insider can append such a line to a note the key signed), and the audit reports it."""
     for stored in sealing.newest_by_key(connection, seal, keys.signer):
         try:
             found = Checkpoint.from_note(stored.note)
@@ -401,8 +404,20 @@ def refuse_if_handed_over(
         if found.origin != origin:
             continue
         if signature_verifies(stored.note, keys.verifier, verified):
-            _refuse_handover(stored.note, keys, f"stored checkpoint #{stored.id}")
+            _refuse_handover(stored.note, keys, f"stored checkpoint #{stored.id}", from_store=True)
         return
+
+
+def _refuse_if_state_handed_over(keys: WriterKeys, origin: str) -> None:
+    """The writer's own state file holds the handover `rotate` made on this host: refused as retired, before the
+    store is read (a handover read from the store counts only with a peer's signature verifying). A state that
+    cannot be read is rule 2's to report."""
+    try:
+        note = keys.state.note_for(origin)
+    except WriterStateError:
+        return
+    if note is not None:
+        _refuse_handover(note, keys, f"writer state {keys.state.path}", from_store=False)
 
 
 def signature_verifies(note: str, key: VerifierKey, verified: set[tuple[str, VerifierKey]]) -> bool:
@@ -419,19 +434,23 @@ def signature_verifies(note: str, key: VerifierKey, verified: set[tuple[str, Ver
     return False
 
 
-def _check_held(held: Checkpoint, note: str, origin: str, keys: WriterKeys) -> None:
+def _check_held(held: Checkpoint, note: str, origin: str, keys: WriterKeys, *, from_store: bool) -> None:
     """The state's note must be of `origin`, and no handover this key gave (then it was retired)."""
     if held.origin != origin:
         raise WriterStateError(f"writer state {keys.state.path}: the note filed under {origin} is of {held.origin}")
-    _refuse_handover(note, keys, f"writer state {keys.state.path}")
+    _refuse_handover(note, keys, f"writer state {keys.state.path}", from_store=from_store)
 
 
-def _refuse_handover(note: str, keys: WriterKeys, where: str) -> None:
+def _refuse_handover(note: str, keys: WriterKeys, where: str, *, from_store: bool) -> None:
+    """`KeyRetired` when `note` is a handover this key gave. The writer's own state file is its own record; a note
+    read from the store counts only when a peer key's signature on it verifies too (`verified_handover`)."""
     try:
         handover = handover_in(note)
     except NoteError:
         return
     if handover is None or not is_key(handover.giver, keys.verifier):
+        return
+    if from_store and verified_handover(note, [keys.verifier], keys.peers) is None:
         return
     size = Checkpoint.from_note(note).seq
     takers = ", ".join(f"{taker.name}+{taker.key_hash:08x}" for taker in handover.takers)

@@ -13,6 +13,7 @@ from compute_budget.errors import clip
 
 if TYPE_CHECKING:
     from compute_budget.auditor.report import AuditReport
+    from compute_budget.cli.trust import TrustOptions
     from compute_budget.core.log.cosignature import WitnessKey
     from compute_budget.core.log.witness_policy import TlogPolicy
     from compute_budget.core.receipts import ProofBundle
@@ -91,12 +92,13 @@ def published_to_keep(report: AuditReport) -> tuple[str, int, str | None] | None
 
 def prove_from_tiles(
     tiles: str | None, budget_id: str | None, seq: int | None, *, db: str | None, checkpoint: str | None,
-    trusted_keys: tuple[str, ...], rule: TlogPolicy | None,
+    trust: TrustOptions, rule: TlogPolicy | None, origin: str | None,
 ) -> ProofBundle:
-    """`prove --tiles LOCATION --trusted-key KEY ... (BUDGET_ID | --seq N)` (spec 10.3); its usage rules exit 2,
-    an unknown budget_id or seq exits 1."""
+    """`prove --tiles LOCATION --trusted-key KEY ... [--origin NAME] (BUDGET_ID | --seq N)` (spec 10.3, 11.2): its
+    usage rules and a checkpoint that does not count (checked before any tile is read) exit 2, an unknown budget_id
+    or seq exits 1. With a policy naming several logs, --origin is required (as for `verify-proof`)."""
+    from compute_budget.cli.keys_and_proofs import receipt_keys
     from compute_budget.errors import UnknownBudgetId
-    from compute_budget.keys.key_files import verifier_key
     from compute_budget.publication_reader.receipt import prove_published
     from compute_budget.publication_reader.snapshot import PublicationTarget
 
@@ -108,13 +110,13 @@ def prove_from_tiles(
                                  param_hint="--tiles")
     if (budget_id is None) == (seq is None):
         raise click.BadParameter("give a BUDGET_ID or --seq N, not both", param_hint="--seq")
-    if not trusted_keys and (rule is None or not rule.logs):
+    if not trust.trusted_keys and (rule is None or not rule.logs):
         raise click.BadParameter("--tiles verifies the publication's checkpoint: give --trusted-key KEY (or a "
                                  "--policy with a log line)", param_hint="--trusted-key")
-    keys = [verifier_key(item) for item in trusted_keys]
+    keys, origin = receipt_keys(trust.writer_keys(), rule, origin)
     try:
         return prove_published(PublicationTarget(tiles), trusted_keys=keys, budget_id=budget_id, seq=seq,
-                               witness_policy=rule)
+                               witness_policy=rule, origin=origin, key_states=trust.key_states())
     except UnknownBudgetId as unknown:
         from compute_budget.cli.program import say
 

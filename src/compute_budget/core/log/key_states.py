@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from compute_budget.core.log.encoding import strict_b64decode
-from compute_budget.core.log.note import ParsedNote, Signature, VerifierKey, parse_note
-from compute_budget.errors import InputError, KeyStateError
+from compute_budget.core.log.note import ParsedNote, Signature, VerifierKey, parse_note, verify_note
+from compute_budget.errors import InputError, KeyStateError, NoteError
 
 NOTE_SIGNATURE_BYTES = 64  # an Ed25519 note signature; cosignatures carry a timestamp too, so they are longer
 
@@ -127,6 +127,13 @@ def signature_problem(state: KeyState, size: int, root: bytes | None, *, proven:
     return None if exact or proven else state.words()
 
 
+def vouches_for_chain(states: KeyStates, signers: Iterable[VerifierKey]) -> bool:
+    """True when a note's `chain` line is covered: one of its verified trusted `signers` does not stand revoked. A
+    note only revoked keys signed counts offline for its size and root alone (they can be checked against the
+    revocation's or the tree's; a chain line the thief wrote cannot)."""
+    return any(states.of_key(key).status is not KeyStatus.REVOKED for key in signers)
+
+
 @dataclass(frozen=True, slots=True)
 class Handover:
     """A handover note's writer signatures: `giver` (the first), and `takers` (the others)."""
@@ -144,6 +151,33 @@ def handover_in(note: str | ParsedNote) -> Handover | None:
     return Handover(writers[0], tuple(writers[1:]))
 
 
+def verified_handover(
+    note: str, givers: Iterable[VerifierKey], takers: Iterable[VerifierKey]
+) -> tuple[VerifierKey, VerifierKey] | None:
+    """(giver, taker) when `note` is a handover whose first writer signature verifies under one of `givers` and a
+    later one under one of `takers`; else None. A note counts as a handover only so: anyone who can write the
+    checkpoints table can append a line that merely looks like a taker's signature to a note the giver signed."""
+    try:
+        parsed = parse_note(note)
+        handover = handover_in(parsed)
+    except NoteError:
+        return None
+    if handover is None:
+        return None
+    giver = next((key for key in givers if is_key(handover.giver, key)), None)
+    if giver is None:
+        return None
+    claimed = [key for key in takers if key != giver and any(is_key(item, key) for item in handover.takers)]
+    try:
+        outcome = verify_note(parsed, [giver, *claimed])
+    except NoteError:
+        return None
+    if giver not in outcome.verified or giver in outcome.failed:
+        return None
+    taker = next((key for key in claimed if key in outcome.verified and key not in outcome.failed), None)
+    return None if taker is None else (giver, taker)
+
+
 def is_key(signature: Signature, key: VerifierKey) -> bool:
     """True when `signature` claims `key` (name and key hash; whether it verifies is the caller's)."""
     return (signature.name, signature.key_hash) == (key.name, key.key_hash)
@@ -158,4 +192,6 @@ __all__ = [
     "is_key",
     "parse_key_state",
     "signature_problem",
+    "verified_handover",
+    "vouches_for_chain",
 ]
