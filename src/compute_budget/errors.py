@@ -226,9 +226,9 @@ class ProofError(AuditError):
 
 
 class UntrustedCheckpoint(ProofError):
-    """A publication's checkpoint that does not count (`prove --tiles`, spec 11.2): no trusted signature that
-    counts, another log's, or short of the witness quorum; one line starting `untrusted checkpoint:` or
-    `checkpoint of another log:`."""
+    """A publication's checkpoint that does not count (`prove --tiles`, spec 11.2; `serve --tiles` shows nothing
+    from it): no trusted signature that counts, another log's, or short of the witness quorum; one line starting
+    `untrusted checkpoint:` or `checkpoint of another log:`."""
 
 
 class UnknownBudgetId(ProofError, LookupError):
@@ -347,11 +347,6 @@ class PublicationUnavailable(StoreUnavailable):
 
 class PublicationMissing(PublicationUnavailable):
     """The publication has no such file (a 404, or no such file in the folder)."""
-
-
-class UntrustedCheckpoint(AuditError):
-    """A publication's checkpoint that `serve --tiles` may not show: of another log, or with no trusted signature
-    that counts, or short of the witness quorum (the message says which, in one line)."""
 
 
 # What stops `publish` from running (exit 2), each one actionable line. Results a person must look at (the audit's
