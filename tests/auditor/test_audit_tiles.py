@@ -5,9 +5,13 @@ process report. Each test names the first affected seq."""
 from __future__ import annotations
 
 import base64
+import functools
+import http.server
 import re
 import shutil
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -263,3 +267,79 @@ def test_the_tiles_are_counted_on_the_progress_bar_as_they_are_read(folder: Path
     seen: list[tuple[int, int]] = []
     _audit(str(folder), writer, since=_published_note(folder), on_progress=lambda *done: seen.append(done))
     assert seen[:3] == [(256, ROWS), (512, ROWS), (ROWS, ROWS)]  # no row is above --since: only the tiles count
+
+
+# -- spec 11.3 (a deleted partial) and 11.7.6 (an audit racing a publish) ------------------------------------------
+
+
+def _grown(tmp_path: Path, sizes: tuple[int, ...]) -> tuple[Path, list[str]]:
+    """A store published at each of `sizes` in turn into one folder; the checkpoint of each, and the folder with
+    every partial tile and bundle but the last publish's removed (C2SP lets a log delete them)."""
+    target, folder = str(tmp_path / "store.db"), tmp_path / "published"
+    notes: list[str] = []
+    with BudgetStore.open(target, origin=ORIGIN, signing_key=WRITER) as store:
+        for before, size in zip((0, *sizes), sizes, strict=False):
+            store.record_many([make_gate(decision_id=f"row-{index}") for index in range(before, size)])
+            publish_store(target, folder, WRITER.verifier())
+            notes.append((folder / "checkpoint").read_text())
+    for size in sizes[:-1]:
+        if size % 256:
+            for kind in ("0", "entries"):
+                (folder / "tile" / kind / f"{size // 256:03d}.p" / str(size % 256)).unlink(missing_ok=True)
+    return folder, notes
+
+
+@pytest.mark.usefixtures("writer_state_env")
+def test_a_deleted_partial_is_read_from_the_full_tile_at_its_position(tmp_path: Path) -> None:
+    folder, notes = _grown(tmp_path, (300, 512))  # tile 1 is full at 512: 001.p/44 and its bundle are gone
+    (folder / "checkpoint").write_text(notes[0])
+    report = _audit(str(folder), WRITER)
+    assert report.clean, report.findings
+    assert report.rows_checked == 300
+
+
+@contextmanager
+def _racing(folder: Path, notes: list[str]) -> Iterator[str]:
+    """`folder` over loopback HTTP, its checkpoint answered with each of `notes` in turn (the last one for good):
+    a `publish` that replaces the checkpoint while an audit reads."""
+    answers = list(notes)
+
+    class Racing(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path != "/checkpoint":
+                return super().do_GET()
+            body = (answers.pop(0) if len(answers) > 1 else answers[0]).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return None
+
+        def log_message(self, format: str, *args: object) -> None:
+            return None
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Racing, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.usefixtures("writer_state_env")
+def test_an_audit_racing_a_publish_starts_again_once_from_the_new_checkpoint(tmp_path: Path) -> None:
+    folder, notes = _grown(tmp_path, (300, 400))  # 001.p/44 gone, 001.p/144 in its place
+    with _racing(folder, notes) as url:
+        report = _audit(url, WRITER)
+    assert report.clean, report.findings
+    assert (report.rows_checked, report.checkpoint.seq if report.checkpoint else None) == (400, 400)
+
+
+@pytest.mark.usefixtures("writer_state_env")
+def test_an_audit_that_races_two_publishes_is_exit_2_never_a_finding(tmp_path: Path) -> None:
+    folder, notes = _grown(tmp_path, (300, 350, 400))
+    with _racing(folder, notes) as url, pytest.raises(
+        PublicationUnavailable, match=r"^the publication changed while it was read; run again$"
+    ):
+        _audit(url, WRITER)

@@ -459,3 +459,35 @@ def test_the_junit_report_skips_unpublished_rows_without_a_witness(published: Pu
     assert skipped is not None
     assert skipped.get("message", "").startswith("freshness not checked: a stale mirror would pass")
     assert cases["published_mismatch"].find("skipped") is None
+
+
+def test_a_forged_size_is_bad_signature_exit_1_with_no_tile_read(published: Published, run_cli: Run) -> None:
+    lines = (published.folder / "checkpoint").read_text().split("\n")
+    lines[1] = str(ROWS * 10)  # the size line edited under the signature
+    (published.folder / "checkpoint").write_text("\n".join(lines))
+    shutil.rmtree(published.folder / "tile")  # a tile read would be "missing from the publication (404)", exit 2
+    status, report, err = published.audit(run_cli)
+    assert status == 1, err
+    assert _kinds(report) == [("bad_signature", ROWS * 10)]
+    assert "missing from the publication" not in err
+
+
+@pytest.mark.parametrize(("edited", "named", "failing"), [
+    ("tile/0/001", "tile/0/001 was edited", range(257, 513)),  # the level-0 tile, not its bundle (spec 11.3)
+    ("tile/entries/001", "the entry bundle was edited", range(257, 258)),  # row 257's entry
+])
+def test_without_since_prove_and_audit_agree_on_every_row(
+    published: Published, run_cli: Run, edited: str, named: str, failing: range
+) -> None:
+    path = published.folder / edited
+    data = bytearray(path.read_bytes())
+    data[70] ^= 1
+    path.write_bytes(bytes(data))
+    status, report, _ = published.audit(run_cli)
+    assert status == 1
+    assert _kinds(report)[0] == ("published_mismatch", 257)
+    assert named in report["findings"][0]["detail"]
+    key = published.key.verifier().format()
+    for seq in (1, 256, 257, 300, 512, 513, ROWS):
+        status = run_cli("prove", "--tiles", published.url, "--trusted-key", key, "--seq", str(seq))[0]
+        assert (status != 0) == (seq in failing), seq  # no receipt exactly where the audit names the damage

@@ -186,6 +186,6 @@ def _edited(tile: Tile, where: str, below: str | None) -> Finding:
     said = f"; the tiles {below}" if below is not None and tile.level else ""
     return Finding(
         FindingKind.PUBLISHED_MISMATCH, None, first,
-        f"{tile.path} was edited: it does not hash to its value in {where} (rows {first}..{last}){said}; proofs "
-        "of these rows fail until the publisher restores it",
+        f"{tile.path} was edited: it does not hash to its value in {where} (rows {first}..{last}){said}; a "
+        "proof through it fails until the publisher restores it",
     )
