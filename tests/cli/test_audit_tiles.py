@@ -514,7 +514,7 @@ def test_a_red_tiles_audit_speaks_to_the_reader_causes_first_in_every_format(
     assert lines[1].startswith("1 rows affected: seq 300;")
     assert lines[2].startswith("  what now      keep a copy of the publication's files")
     headings = [line.strip() for line in lines if re.fullmatch(r"  [a-z_]+ \(\d+\)", line)]
-    assert headings == ["published_mismatch (1)", "chain_break (1)", "checkpoint_mismatch (3)"]
+    assert headings == ["published_mismatch (1)", "chain_break (1)", "checkpoint_mismatch (1)"]
     # JUnit: the row case names row 300 alone; the kind cases put the causes first
     suite = ElementTree.fromstring(junit).find("testsuite")
     assert suite is not None
@@ -539,3 +539,35 @@ def test_the_database_audit_of_the_same_damage_still_tells_its_owner_the_command
            "before it into a new log (copy --through; docs/incident.md)" in text
     assert "`compute-budget show` each row" in text
     assert re.search(r"`compute-budget copy \S+ NEW --through 6`", text)
+
+
+def test_a_forged_size_is_bad_signature_exit_1_with_no_tile_read(published: Published, run_cli: Run) -> None:
+    lines = (published.folder / "checkpoint").read_text().split("\n")
+    lines[1] = str(ROWS * 10)  # the size line edited under the signature
+    (published.folder / "checkpoint").write_text("\n".join(lines))
+    shutil.rmtree(published.folder / "tile")  # a tile read would be "missing from the publication (404)", exit 2
+    status, report, err = published.audit(run_cli)
+    assert status == 1, err
+    assert _kinds(report) == [("bad_signature", ROWS * 10)]
+    assert "missing from the publication" not in err
+
+
+@pytest.mark.parametrize(("edited", "named", "failing"), [
+    ("tile/0/001", "tile/0/001 was edited", range(257, 513)),  # the level-0 tile, not its bundle (spec 11.3)
+    ("tile/entries/001", "the entry bundle was edited", range(257, 258)),  # row 257's entry
+])
+def test_without_since_prove_and_audit_agree_on_every_row(
+    published: Published, run_cli: Run, edited: str, named: str, failing: range
+) -> None:
+    path = published.folder / edited
+    data = bytearray(path.read_bytes())
+    data[70] ^= 1
+    path.write_bytes(bytes(data))
+    status, report, _ = published.audit(run_cli)
+    assert status == 1
+    assert _kinds(report)[0] == ("published_mismatch", 257)
+    assert named in report["findings"][0]["detail"]
+    key = published.key.verifier().format()
+    for seq in (1, 256, 257, 300, 512, 513, ROWS):
+        status = run_cli("prove", "--tiles", published.url, "--trusted-key", key, "--seq", str(seq))[0]
+        assert (status != 0) == (seq in failing), seq  # no receipt exactly where the audit names the damage

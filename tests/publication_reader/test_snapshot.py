@@ -8,7 +8,7 @@ from compute_budget import decide
 from compute_budget.core.leaf import leaf_and_chain, leaf_input
 from compute_budget.core.log.head import GENESIS_CHAIN_HASH
 from compute_budget.core.row import chained_row
-from compute_budget.publication_reader.snapshot import chained, entry_row
+from compute_budget.publication_reader.entries import chained, entry_row
 from tests.conftest import make_gate
 
 

@@ -42,7 +42,7 @@ from compute_budget.auditor.checkpoints import (
 from compute_budget.auditor.head_note import HeadNote
 from compute_budget.auditor.key_states import KeyStateLike, configured_states, survey_key_states
 from compute_budget.auditor.look_back import LookedBack, look_back_in
-from compute_budget.auditor.published import another_log, pin, with_freshness
+from compute_budget.auditor.published import another_log, audit_published
 from compute_budget.auditor.ranges import (
     AuditPlan,
     count_mismatch,
@@ -169,16 +169,16 @@ _Clock = tuple[float, str]  # when the audit started: perf_counter() and UTC tex
 
 def _audit_source(source: AuditSource, request: AuditRequest, inputs: AuditInputs, clock: _Clock) -> AuditReport:
     """`run_audit` once its source is open: a source read from a published checkpoint (spec 10.2) is audited
-    against it, the rows after --since linked from its chain hash, the witnesses judged on its freshness, and its
-    report said to the publication's reader."""
-    published = source.published()
-    if published is None:
+    against it (`published.audit_published`: the checkpoint first, then every tile, then the rows after --since
+    linked from its chain hash), the witnesses judged on its freshness, and its report said to the publication's
+    reader."""
+    if source.published() is None:
         return _audit_escalating(source, request, inputs, clock)
-    pinned, inputs = pin(request, inputs, published)
-    report = _audit_escalating(source.linked_from(inputs.since), pinned.request, inputs, clock)
-    report = with_freshness(report, pinned, int(time.time()))
+    report = audit_published(
+        source, request, inputs, lambda opened, pinned, held: _audit_escalating(opened, pinned, held, clock)
+    )
     # Said to the publication's reader (spec 11.4), whatever kind of source the publication is read through.
-    return dataclasses.replace(report, publication=True, freshness_checked=bool(pinned.answers))
+    return dataclasses.replace(report, publication=True, freshness_checked=bool(inputs.answers))
 
 
 def _audit_escalating(source: AuditSource, request: AuditRequest, inputs: AuditInputs, clock: _Clock) -> AuditReport:

@@ -30,7 +30,8 @@ from compute_budget.errors import (
     UnknownBudgetId,
     UntrustedCheckpoint,
 )
-from compute_budget.publication_reader.snapshot import Publication, PublicationTarget, entry_row
+from compute_budget.publication_reader.entries import entry_row
+from compute_budget.publication_reader.snapshot import Publication, PublicationTarget
 
 _BUDGET_ID = LEAF_KEYS.index("budget_id")
 

@@ -4,33 +4,32 @@ the same interface as a database snapshot (`auditor.source.AuditSource`, `LogVie
 Rows come from the entry bundles: each entry is a row's leaf input (section 8, the 17 keys), so the row is its
 values; its chain hash is recomputed from the row before it, and the last row's is the checkpoint's ``chain``
 line, so a chain that does not reach that line is a `chain_break` at the last row. Tree nodes come from the hash
-tiles; the published checkpoint is the one stored checkpoint. An entry whose leaf hash differs from its level-0
-tile is a `published_mismatch`, collected as the rows are read (`take_findings`). The checkpoint is read and parsed
-once, when the publication opens; every later copy (a worker's, `linked_from`) carries the parsed value. A
-publication has no database of its own: its view's `health` is None.
+tiles, every one of which `Publication.check_tiles` reads and judges first (spec 11.3); the published checkpoint
+is the one stored checkpoint. An entry whose leaf hash differs from its level-0 tile (or, the tile edited, whose
+bundle does not give its parent's value) is a `published_mismatch`, collected as the rows are read
+(`take_findings`). A missing partial tile or bundle is read from the full one at its position. The checkpoint is
+read and parsed once, when the publication opens; every later copy (a worker's, `linked_from`) carries the parsed
+value (`reread` reads it again). A publication has no database of its own: its view's `health` is None.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import operator
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from compute_budget.core.leaf import LEAF_KEYS, leaf_and_chain
+from compute_budget.core.leaf import LEAF_KEYS
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.entry_bundle import decode_bundle
 from compute_budget.core.log.head import GENESIS_CHAIN_HASH
-from compute_budget.core.log.merkle import CompactRange
+from compute_budget.core.log.merkle import HASH_SIZE, CompactRange
 from compute_budget.core.log.note import Signature, VerifierKey
-from compute_budget.core.log.tiles import TILE_HEIGHT, TILE_WIDTH, Tile, check_tile
+from compute_budget.core.log.tiles import TILE_HEIGHT, TILE_WIDTH, Tile, check_tile, tile_hash
 from compute_budget.core.seal_checks import StoredCheckpoint
-from compute_budget.core.verify import Finding, FindingKind
+from compute_budget.core.verify import Finding
 from compute_budget.errors import (
     CheckpointError,
     NoteError,
@@ -39,6 +38,8 @@ from compute_budget.errors import (
     TileError,
     clip,
 )
+from compute_budget.publication_reader.entries import bundle_mismatch, chained, published_mismatch
+from compute_budget.publication_reader.entries import entry_row as entry_row  # where it was first imported from
 from compute_budget.publication_reader.fetch import (
     BUNDLE_LIMIT,
     CHECKPOINT_LIMIT,
@@ -47,12 +48,9 @@ from compute_budget.publication_reader.fetch import (
     TILE_LIMIT,
     Fetcher,
 )
-from compute_budget.publication_reader.hash_tiles import PublishedTree
+from compute_budget.publication_reader.hash_tiles import PublishedTree, TreeVerdict, check_tree
 
-_SEQ = LEAF_KEYS.index("seq")
 _BUDGET_ID = LEAF_KEYS.index("budget_id")
-_KEYS = frozenset(LEAF_KEYS)
-_VALUES = operator.itemgetter(*LEAF_KEYS)  # a row's 17 values from its entry, in `LEAF_KEYS` order
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +64,10 @@ class PublicationTarget:
     retries: int = DEFAULT_RETRIES
     checkpoint: Checkpoint | str | None = None
     chains: tuple[tuple[int, str], ...] = ()
+    # What the whole tree's check proved (spec 11.3), for every process of the audit: the content an edited tile
+    # should hold ((level, index, width, hex)), and the hash an edited level-0 tile's entries must give.
+    repaired: tuple[tuple[int, int, int, str], ...] = ()
+    leaf_roots: tuple[tuple[int, str], ...] = ()
 
     @property
     def display(self) -> str:
@@ -101,6 +103,9 @@ class Publication:
         self._snapshot = PublicationSnapshot(self, dict(target.chains))
         self._target = dataclasses.replace(target, checkpoint=self.checkpoint)
         self._findings: list[Finding] = []
+        self.bytes_read = 0  # what this process fetched of the publication's files, for the benchmark
+        self._repaired = {Tile(*item[:3]): bytes.fromhex(item[3]) for item in target.repaired}
+        self._leaf_roots = {index: bytes.fromhex(value) for index, value in target.leaf_roots}
 
     def _read_checkpoint(self, given: Checkpoint | str | None) -> Checkpoint:
         """The checkpoint as read already (parsed), or read now from its text or the publication's file."""
@@ -163,22 +168,52 @@ class Publication:
         self._findings.clear()  # the same list: a scan still running appends to it
         return found
 
-    def tile(self, tile: Tile) -> bytes:
-        """The bytes of one hash tile (level 0: leaf hashes), checked to be 32 per hash of its width."""
+    def check_tiles(self, on_progress: Callable[[int, int], None] | None = None) -> TreeVerdict:
+        """Read every hash tile and judge each (`hash_tiles.check_tree`), before any entry: what it proves is kept
+        for this audit's every read, in this process and its workers."""
+        verdict = check_tree(self.size, self.checkpoint.root or b"", self.tile, self._leaf_hashes, on_progress)
+        self._repaired.update(verdict.repaired)
+        self._leaf_roots.update(verdict.leaf_roots)
+        self._target = dataclasses.replace(
+            self._target,
+            repaired=tuple((t.level, t.index, t.width, data.hex()) for t, data in sorted(self._repaired.items())),
+            leaf_roots=tuple((index, value.hex()) for index, value in sorted(self._leaf_roots.items())),
+        )
+        return verdict
+
+    def _leaf_hashes(self, tile: Tile) -> bytes | None:
+        """The leaf hashes of level-0 tile `tile`'s entries (None when its bundle cannot be read)."""
         try:
-            return check_tile(tile, self._fetcher.read(tile.path, TILE_LIMIT))
-        except PublicationMissing as missing:
-            raise PublicationMissing(f"{missing}; it holds {self._rows_of(tile)}") from None
+            return b"".join(hashlib.sha256(b"\x00" + entry).digest() for entry in self.bundle(tile.index))
+        except PublicationUnavailable:
+            return None
+
+    def reread(self) -> Publication | None:
+        """The publication as its checkpoint now is, read again, or None when that checkpoint has not changed (an
+        audit that raced a `publish`, spec 11.7.6, starts again once from the new one)."""
+        text = self._fetcher.read("checkpoint", CHECKPOINT_LIMIT).decode("utf-8", "replace")
+        if text == self.note:
+            return None
+        return Publication(dataclasses.replace(self._target, checkpoint=text, chains=(), repaired=(), leaf_roots=()))
+
+    def tile(self, tile: Tile) -> bytes:
+        """The bytes of one hash tile (level 0: leaf hashes), checked to be 32 per hash of its width; an edited one
+        as the tiles below it prove it (`check_tiles`)."""
+        known = self._repaired.get(tile)
+        if known is not None:
+            return known
+        data, whole = self._read(tile, tile.path, TILE_LIMIT, Tile(tile.level, tile.index).path)
+        try:
+            return check_tile(tile, data[: HASH_SIZE * tile.width] if whole else data)
         except TileError as error:
             raise PublicationUnavailable(f"{self._fetcher.display('')}{error}: a damaged tile") from None
 
     def bundle(self, number: int) -> list[bytes]:
         """The entries of entry bundle `number`, as many as the published tree has there."""
         tile = Tile(0, number, min(TILE_WIDTH, self.size - number * TILE_WIDTH))
+        data, whole = self._read(tile, tile.bundle_path, BUNDLE_LIMIT, Tile(0, number).bundle_path)
         try:
-            return decode_bundle(tile, self._fetcher.read(tile.bundle_path, BUNDLE_LIMIT))
-        except PublicationMissing as missing:
-            raise PublicationMissing(f"{missing}; it holds {self._rows_of(tile)}") from None
+            return decode_bundle(Tile(0, number), data)[: tile.width] if whole else decode_bundle(tile, data)
         except TileError as error:
             raise PublicationUnavailable(f"{self._fetcher.display('')}{error}: a damaged bundle") from None
 
@@ -191,42 +226,30 @@ class Publication:
             return None
         return data.decode("utf-8", "replace")
 
+    def _read(self, tile: Tile, path: str, limit: int, full: str) -> tuple[bytes, bool]:
+        """The file at `path` and False; a missing partial one read as the full one at its position (C2SP lets a
+        log delete partials once the full one exists: its first items are the same) and True."""
+        try:
+            data, whole = self._fetcher.read(path, limit), False
+        except PublicationMissing as missing:
+            if not tile.partial:
+                raise PublicationMissing(f"{missing}; it holds {self._rows_of(tile)}") from None
+            try:
+                data, whole = self._fetcher.read(full, limit), True
+            except PublicationMissing:
+                raise PublicationMissing(f"{missing}; it holds {self._rows_of(tile)}") from None
+        self.bytes_read += len(data)
+        return data, whole
+
+    def leaf_root(self, number: int) -> bytes | None:
+        """The hash entry bundle `number` must give when its level-0 tile was found edited, else None."""
+        return self._leaf_roots.get(number)
+
     def _rows_of(self, tile: Tile) -> str:
         """The rows (1-based seqs) under `tile` in this publication, as a missing file's message names them: the
         operator restores the file, or knows which rows no audit could check."""
         last = min(self.size, tile.start + (tile.width << (TILE_HEIGHT * tile.level)))
         return f"rows {tile.start + 1}..{last}"
-
-
-def entry_row(entry: bytes, seq: int) -> tuple[Any, ...]:
-    """A row's 17 values from its entry (its leaf input), or the seq and 16 Nones when it is not such an object
-    (the audit's `malformed_row`)."""
-    try:
-        value = orjson.loads(entry)
-    except orjson.JSONDecodeError:
-        value = None
-    if not isinstance(value, dict) or value.keys() != _KEYS:
-        return (seq, *([None] * (len(LEAF_KEYS) - 1)))
-    return _VALUES(value)  # type: ignore[no-any-return]
-
-
-# In a canonical (key-sorted) leaf input, "prev_chain_hash" sorts right before "reason_code", which occurs once as a
-# key (a quote inside a string is escaped): the chain's payload is the entry with the link spliced in there.
-_SPLICE_AT = b',"reason_code":'
-
-
-def chained(prev_chain: str, values: tuple[Any, ...], entry: bytes) -> str | None:
-    """The chain hash of a row after `prev_chain`, from its entry with the link spliced in, as
-    `core.leaf.leaf_and_chain` does with the canonical bytes (None when it cannot be computed). An entry that is not
-    canonical gives another chain hash than its values do, so the audit's `chain_break` names its row."""
-    cut = entry.rfind(_SPLICE_AT)
-    if cut > 0:
-        return hashlib.sha256(entry[:cut] + b',"prev_chain_hash":"' + prev_chain.encode("ascii") + b'"'
-                              + entry[cut:]).hexdigest()
-    try:
-        return leaf_and_chain(prev_chain, values)[1]
-    except (TypeError, ValueError, orjson.JSONEncodeError):
-        return None
 
 
 class PublicationSnapshot:
@@ -272,11 +295,16 @@ class PublicationSnapshot:
         if self._last_bundle is not None and self._last_bundle[0] == number and findings is None:
             return self._last_bundle[1]
         entries = self._publication.bundle(number)
-        if findings is not None:
+        expected = self._publication.leaf_root(number)
+        if findings is not None and expected is not None:  # its tile was edited: the entries meet its parent's value
+            leaves = b"".join(hashlib.sha256(b"\x00" + entry).digest() for entry in entries)
+            if tile_hash(Tile(0, number), leaves) != expected:
+                findings.append(bundle_mismatch(Tile(0, number), (number << TILE_HEIGHT) + 1))
+        elif findings is not None:
             leaves = self._publication.tile(Tile(0, number, len(entries)))
             for offset, entry in enumerate(entries):
                 if hashlib.sha256(b"\x00" + entry).digest() != leaves[32 * offset : 32 * offset + 32]:
-                    findings.append(_published_mismatch(entry, (number << TILE_HEIGHT) + offset + 1))
+                    findings.append(published_mismatch(entry, (number << TILE_HEIGHT) + offset + 1))
         self._last_bundle = (number, entries)
         return entries
 
@@ -342,8 +370,10 @@ class PublicationSnapshot:
         return size <= self._size
 
     def has_tree_nodes(self) -> bool:
-        """Always: every node is in a tile."""
-        return True
+        """False: every node is in a tile, and `Publication.check_tiles` holds each tile against the level above
+        and the root before the rows are read, judging each on its own; the rows' tree is then held against the
+        checkpoint alone (node by node, an edited tile would be said twice)."""
+        return False
 
     def frontier(self, size: int) -> CompactRange:
         """The compact range of the published tree at `size`."""
@@ -433,16 +463,3 @@ class PublicationSnapshot:
         """None: a publication is files, with no schema, guard, repairs or grants, and an entry's place is its seq
         and a tile's nodes are those of its place (nothing can be misplaced)."""
         return
-
-
-def _published_mismatch(entry: bytes, seq: int) -> Finding:
-    values = entry_row(entry, seq)
-    budget_id = values[_BUDGET_ID] if isinstance(values[_BUDGET_ID], str) else None
-    digest = hashlib.sha256(b"\x00" + entry).hexdigest()
-    return Finding(
-        FindingKind.PUBLISHED_MISMATCH,
-        budget_id,
-        seq,
-        f"entry {seq} hashes to {digest}, its level-0 tile says otherwise: the "
-        "entry bundle was edited after publishing",
-    )

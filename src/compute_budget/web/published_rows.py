@@ -20,7 +20,8 @@ from compute_budget.core.log.tiles import TILE_HEIGHT, TILE_WIDTH, Tile
 from compute_budget.core.receipts import ProofBundle
 from compute_budget.core.verify import Finding, RangeResult, check_row
 from compute_budget.errors import ComputeBudgetError, MalformedTlogProof, TileMismatch
-from compute_budget.publication_reader.snapshot import Publication, chained, entry_row
+from compute_budget.publication_reader.entries import chained, entry_row
+from compute_budget.publication_reader.snapshot import Publication
 from compute_budget.web.publication_watch import PublishedTiles
 
 PUBLISHED_MISMATCH = "does not hold (published_mismatch)"
