@@ -218,3 +218,22 @@ def _fetch(url: str) -> bytes:
         except OSError:
             time.sleep(0.1)
     raise AssertionError(f"{url} never answered")
+
+
+def test_witnesses_added_later_publish_over_an_unwitnessed_publication(
+    served: Served, run_cli: Run, writer: Path, tmp_path: Path
+) -> None:
+    """Spec 11.5: DIR published without witnesses (6 rows); rows then cosigned by a witness; `publish --witness-key`
+    takes DIR's checkpoint on the writer's signature alone and writes one that carries the cosignature."""
+    db = str(tmp_path / "store.db")
+    folder = tmp_path / "log"
+    _record(run_cli, db, writer, 6, "unwitnessed")
+    status, out, err = run_cli("publish", str(folder), "--db", db, "--trusted-key", WRITER_KEY)
+    assert status == 0, out + err
+    _record(run_cli, db, writer, 2, "witnessed", f"http://127.0.0.1:{served.port}={WITNESS_KEY}")
+    status, out, err = run_cli("publish", str(folder), "--db", db, "--trusted-key", WRITER_KEY,
+                               "--witness-key", WITNESS_KEY)
+    assert status == 0, out + err
+    assert out.startswith(f"published 8 rows to {folder} (before: 6)")
+    note = (folder / "checkpoint").read_text()
+    assert [line.name for line in parse_note(note)[1]] == [LOG.name, WITNESS.name]
