@@ -58,10 +58,11 @@ def _refused(outcome: PublishOutcome) -> None:
 
 def _summary(outcome: PublishOutcome) -> str:
     """The one line a publish prints."""
+    tidied = f"; {len(outcome.tidied)} file(s) an earlier run left removed" if outcome.tidied else ""
     if not outcome.written:
-        return f"{outcome.folder} already publishes the newest trusted checkpoint ({outcome.size} rows)"
+        return f"{outcome.folder} already publishes the newest trusted checkpoint ({outcome.size} rows){tidied}"
     removed = f"; {len(outcome.removed)} partial tile(s) replaced by full ones removed" if outcome.removed else ""
     return (
         f"published {outcome.size} rows to {outcome.folder} (before: {outcome.previous}): {len(outcome.written)} "
-        f"file(s) written, {outcome.unchanged} already there{removed}"
+        f"file(s) written, {outcome.unchanged} already there{removed}{tidied}"
     )

@@ -9,7 +9,8 @@
    partial tiles must give the chosen checkpoint's root.
 5. Stage the handovers of the `--retired` keys (`handovers`, spec 11.1; also when DIR is already current).
 6. Rename the staged files into place, then `DIR/checkpoint` (rule 3), then remove the partial tiles the new full
-   ones replace. A crash before the checkpoint's rename leaves DIR the publication it was.
+   ones replace, and what a publish killed before it could remove left (`layout.tidied_folders`). A crash before
+   the checkpoint's rename leaves DIR the publication it was.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from compute_budget.publication_writer.checks import (
 )
 from compute_budget.publication_writer.choose import Chosen, choose
 from compute_budget.publication_writer.handovers import handover_files, retired_keys
-from compute_budget.publication_writer.layout import TreeBuilder, TreeFile, superseded
+from compute_budget.publication_writer.layout import TreeBuilder, TreeFile, superseded, tidied_folders
 from compute_budget.publication_writer.write import CHECKPOINT_NAME, PublicationFolder
 from compute_budget.store import BudgetStore
 
@@ -77,6 +78,7 @@ class PublishOutcome:
     removed: tuple[str, ...] = ()
     refusal: Refusal | None = None
     report: AuditReport | None = field(default=None, repr=False)
+    tidied: tuple[str, ...] = ()  # what an earlier, killed publish left that no checkpoint needs, removed
 
     @property
     def published(self) -> bool:
@@ -146,7 +148,8 @@ def _written(
         folder.stage(CHECKPOINT_NAME, chosen.note.encode("utf-8"))
         folder.commit()
     removed = tuple(path for path in superseded(old, chosen.size) if folder.remove_folder(path))
-    return PublishOutcome(request.folder, old, chosen.size, tuple(folder.written), unchanged, removed)
+    tidied = tuple(folder.tidy(tidied_folders(chosen.size)))
+    return PublishOutcome(request.folder, old, chosen.size, tuple(folder.written), unchanged, removed, tidied=tidied)
 
 
 def _checked(
