@@ -83,13 +83,19 @@ class TreeBuilder:
         self._open: dict[int, list[bytes]] = {}  # level >= 1 -> the hashes of its open tile
         self._index: dict[int, int] = {}  # level >= 1 -> the index of its open tile
         self._partials: list[tuple[Tile, bytes]] = []
+        self._start = (old >> TILE_HEIGHT) << TILE_HEIGHT  # the first row read: its level-0 tile's first
+        self._read = self._start
+
+    def rows_done(self) -> tuple[int, int]:
+        """(rows built into files so far, rows to build): the publish's progress."""
+        return self._read - self._start, self._new - self._start
 
     def files(self) -> Iterator[TreeFile]:
         """Every new file: entry bundles and tiles, full ones before the partial ones of the new size."""
         self._seed()
-        start = (self._old >> TILE_HEIGHT) << TILE_HEIGHT
-        for first, rows in self._row_groups(start):
+        for first, rows in self._row_groups(self._start):
             yield from self._level_zero(first, rows)
+            self._read = first + len(rows)
         yield from self._close()
 
     def root(self) -> bytes:

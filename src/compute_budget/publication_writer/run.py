@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -62,6 +62,8 @@ class PublishRequest:
     jobs: int | Literal["auto"] = "auto"
     key_states: KeyStates = field(default_factory=KeyStates)  # --retired / --revoked: which signatures count
     witness_policy: TlogPolicy | None = None  # a C2SP tlog-policy instead of witness_keys/witness_quorum
+    # Told (phase, done, total) as it goes: "auditing" the new rows, then "publishing" them (rows each time).
+    on_progress: Callable[[str, int, int], None] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +138,8 @@ def _written(
     old = published.seq if published is not None else 0
     current = published is not None and published.note == chosen.note
     with BudgetStore.open(request.db, readonly=True) as store, store.snapshot() as snapshot:
-        refusal, unchanged = (None, 0) if current else _stage(folder, TreeBuilder(snapshot, old, chosen.size), chosen)
+        builder = TreeBuilder(snapshot, old, chosen.size)
+        refusal, unchanged = (None, 0) if current else _stage(folder, builder, chosen, _phase(request, "publishing"))
         if refusal is None:
             handovers = handover_files(snapshot, chosen.size, request.key_states, trust.keys, trust.policy)
             refusal, more = _stage_files(folder, handovers)
@@ -165,15 +168,17 @@ def _checked(
     report = audit_new_rows(AuditRequest(
         request.db, since=published, through=chosen.size, trusted_keys=tuple(keys), jobs=request.jobs,
         witness_keys=request.witness_keys, witness_quorum=request.witness_quorum, key_states=request.key_states,
-        witness_policy=request.witness_policy,
+        witness_policy=request.witness_policy, on_progress=_phase(request, "auditing"),
     ), chosen.size, waived)
     return PublishOutcome(request.folder, old, old, report=report) if report is not None else None
 
 
-def _stage(folder: PublicationFolder, builder: TreeBuilder, chosen: Chosen) -> tuple[Refusal | None, int]:
+def _stage(
+    folder: PublicationFolder, builder: TreeBuilder, chosen: Chosen, on_progress: Callable[[int, int], None] | None
+) -> tuple[Refusal | None, int]:
     """Stage every new file (rule 2: one DIR already holds must be byte for byte the same, and is left alone);
     the refusal of the first that differs, and how many were already there."""
-    refusal, unchanged = _stage_files(folder, builder.files())
+    refusal, unchanged = _stage_files(folder, builder.files(), builder.rows_done, on_progress)
     if refusal is not None:
         return refusal, unchanged
     if builder.root() != chosen.checkpoint.root:
@@ -184,11 +189,16 @@ def _stage(folder: PublicationFolder, builder: TreeBuilder, chosen: Chosen) -> t
     return None, unchanged
 
 
-def _stage_files(folder: PublicationFolder, files: Iterable[TreeFile]) -> tuple[Refusal | None, int]:
+def _stage_files(
+    folder: PublicationFolder, files: Iterable[TreeFile], done: Callable[[], tuple[int, int]] | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> tuple[Refusal | None, int]:
     """Stage each of `files` DIR does not hold yet (one it holds with other bytes: the `published_mismatch`
-    refusal, at once); the refusal, and how many DIR already held."""
+    refusal, at once); the refusal, and how many DIR already held. `on_progress` is told `done()` after each."""
     unchanged = 0
     for item in files:
+        if on_progress is not None and done is not None:
+            on_progress(*done())
         same = same_as_published(folder, item.path, item.data)
         if isinstance(same, Refusal):
             return same, unchanged
@@ -197,3 +207,11 @@ def _stage_files(folder: PublicationFolder, files: Iterable[TreeFile]) -> tuple[
         else:
             folder.stage(item.path, item.data)
     return None, unchanged
+
+
+def _phase(request: PublishRequest, phase: str) -> Callable[[int, int], None] | None:
+    """The request's progress callback for one phase, as the auditor and `_stage_files` call it."""
+    report = request.on_progress
+    if report is None:
+        return None
+    return lambda done, total: report(phase, done, total)
