@@ -16,7 +16,6 @@ from compute_budget.core.log.key_states import KeyState, KeyStates, KeyStatus
 from compute_budget.core.log.note import SignerKey, VerifierKey, add_signature, parse_note, sign_note
 from compute_budget.core.log.tiles import handover_path
 from compute_budget.core.verify import FindingKind
-from compute_budget.errors import ArgumentTypeError
 from compute_budget.publication_writer import PublishOutcome, PublishRequest, publish
 from compute_budget.publication_writer.handovers import handover_files
 from tests.backends import execute
@@ -65,14 +64,6 @@ def _stored_handover(target: str) -> str:
 
 
 HANDOVER = handover_path(3, OLD.verifier().key_hash)
-
-
-def test_handover_paths_are_the_size_in_decimal_and_the_key_id_in_hex() -> None:
-    assert handover_path(3, 0xABC) == "handover/3/00000abc"
-    assert handover_path(1234567, 0xFFFFFFFF) == "handover/1234567/ffffffff"
-    for size, key_hash in ((-1, 1), (1, -1), (1, 1 << 32), (True, 1)):
-        with pytest.raises(ArgumentTypeError):
-            handover_path(size, key_hash)
 
 
 @pytest.mark.postgres_smoke
