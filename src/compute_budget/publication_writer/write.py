@@ -113,6 +113,8 @@ class PublicationFolder:
     def commit(self) -> None:
         """Make every staged file durable, rename each into place in the order staged, then make the renames
         durable: a power cut never leaves a renamed file without its bytes."""
+        if not self._staged:
+            return
         try:
             _sync_filesystem(self._root)
         except OSError as error:
