@@ -363,6 +363,11 @@ class PublishBusy(PublishError):
     """Another `publish` holds DIR/.publish.lock."""
 
 
+class PublishNoRoom(PublishError):
+    """DIR's filesystem refused a write for lack of room (no space, no inode, a quota, a file size limit): DIR still
+    holds the previous publication."""
+
+
 class NothingToPublish(PublishError, StoreError):
     """The store holds no checkpoint that verifies under a trusted key (and, with witness keys, carries K valid
     cosignatures)."""

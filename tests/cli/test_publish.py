@@ -4,6 +4,8 @@ witness on loopback, and the docs' publishing recipe run as it stands."""
 from __future__ import annotations
 
 import fcntl
+import io
+import json
 import re
 import socket
 import subprocess
@@ -218,3 +220,79 @@ def _fetch(url: str) -> bytes:
         except OSError:
             time.sleep(0.1)
     raise AssertionError(f"{url} never answered")
+
+
+def test_witnesses_added_later_publish_over_an_unwitnessed_publication(
+    served: Served, run_cli: Run, writer: Path, tmp_path: Path
+) -> None:
+    """Spec 11.5: DIR published without witnesses (6 rows); rows then cosigned by a witness; `publish --witness-key`
+    takes DIR's checkpoint on the writer's signature alone and writes one that carries the cosignature."""
+    db = str(tmp_path / "store.db")
+    folder = tmp_path / "log"
+    _record(run_cli, db, writer, 6, "unwitnessed")
+    status, out, err = run_cli("publish", str(folder), "--db", db, "--trusted-key", WRITER_KEY)
+    assert status == 0, out + err
+    _record(run_cli, db, writer, 2, "witnessed", f"http://127.0.0.1:{served.port}={WITNESS_KEY}")
+    status, out, err = run_cli("publish", str(folder), "--db", db, "--trusted-key", WRITER_KEY,
+                               "--witness-key", WITNESS_KEY)
+    assert status == 0, out + err
+    assert out.startswith(f"published 8 rows to {folder} (before: 6)")
+    note = (folder / "checkpoint").read_text()
+    assert [line.name for line in parse_note(note)[1]] == [LOG.name, WITNESS.name]
+
+
+def test_format_json_is_a_summary_of_what_was_written_or_why_not(
+    run_cli: Run, store_target: str, writer: Path, tmp_path: Path
+) -> None:
+    """`--format json`: one JSON object on stdout with the fields docs/cli.md lists; with a refusal (exit 1) its
+    kind and detail, with the audit's findings (exit 1) the audit's own JSON report."""
+    _record(run_cli, store_target, writer, 300, "first")
+    folder = tmp_path / "log"
+    status, out, err = run_cli("publish", str(folder), "--db", store_target, "--trusted-key", WRITER_KEY,
+                               "--format", "json")
+    assert (status, err) == (0, "")
+    summary = json.loads(out)
+    assert summary == {
+        "folder": str(folder), "published": True, "previous_size": 0, "size": 300,
+        "written": ["tile/entries/000", "tile/0/000", "tile/entries/001.p/44", "tile/0/001.p/44", "tile/1/000.p/1",
+                    "checkpoint"],
+        "handovers_written": [], "unchanged": 0, "removed": [], "tidied": [], "refusal": None, "audit": None,
+    }
+    (folder / "tile/0/001").write_bytes(b"\x00" * 8192)  # a full tile a crashed run left, edited
+    _record(run_cli, store_target, writer, 300, "second")
+    status, out, _ = run_cli("publish", str(folder), "--db", store_target, "--trusted-key", WRITER_KEY,
+                             "--format", "json")
+    summary = json.loads(out)
+    assert (status, summary["published"], summary["size"], summary["written"]) == (1, False, 300, [])
+    assert summary["refusal"]["kind"] == "published_mismatch"
+    assert "tile/0/001" in summary["refusal"]["detail"]
+    tamper(store_target, "UPDATE compute_budget_decisions SET max_steps = max_steps + 1 WHERE seq = 4")
+    status, out, _ = run_cli("publish", str(tmp_path / "other"), "--db", store_target, "--trusted-key", WRITER_KEY,
+                             "--format", "json")
+    summary = json.loads(out)
+    assert (status, summary["published"], summary["refusal"]) == (1, False, None)
+    assert any(finding["seq"] == 4 for finding in summary["audit"]["findings"])
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_publish_shows_its_progress_and_off_one_nothing(
+    run_cli: Run, store_target: str, writer: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stderr a terminal: the bar names the phases (auditing, publishing); stdout's line is unchanged. Every other
+    test here shows that off a terminal stderr stays empty."""
+    from compute_budget.cli import run
+
+    _record(run_cli, store_target, writer, 600, "first")
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setenv("TERM", "xterm")
+    status = run(["publish", str(tmp_path / "log"), "--db", store_target, "--trusted-key", WRITER_KEY])
+    monkeypatch.undo()
+    assert status == 0
+    drawn = terminal.getvalue()
+    assert "publishing" in drawn
+    assert "Traceback" not in drawn

@@ -36,6 +36,36 @@ def audit_progress() -> Iterator[Callable[[int, int], None] | None]:
         yield update
 
 
+@contextmanager
+def phase_progress() -> Iterator[Callable[[str, int, int], None] | None]:
+    """A progress bar per phase (`publish`: auditing, then publishing), rows with rows/s and ETA, on stderr, only
+    when stderr is a terminal; the callback is told (phase, done, total)."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
+
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]} rows/s"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as progress:
+        tasks: dict[str, TaskID] = {}
+
+        def update(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = progress.add_task(phase, total=None, rate="-")
+            speed = next(task for task in progress.tasks if task.id == tasks[phase]).speed
+            progress.update(tasks[phase], completed=done, total=total or None,
+                            rate=f"{speed:,.0f}" if speed else "-")
+
+        yield update
+
 
 @contextmanager
 def progress_bar(stream: BinaryIO, label: str) -> Iterator[Iterator[bytes]]:

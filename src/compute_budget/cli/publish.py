@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,45 +24,83 @@ if TYPE_CHECKING:
     "line."
 )
 @trust_options
-def publish_command(folder: str, db: str | None, trust: TrustOptions) -> None:
+@click.option(
+    "--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+    help="What stdout says: one line, or a JSON summary (docs/cli.md lists its fields).",
+)
+def publish_command(folder: str, db: str | None, trust: TrustOptions, output_format: str) -> None:
     """Publish the newest trusted checkpoint and every tile and entry bundle of its tree into DIR, for any
     static web server: exit 0 published (or already current), 1 findings (nothing written), 2 cannot run.
 
     Incremental (only the rows since DIR's checkpoint are read, audited as `audit --since` would, and written),
     atomic (DIR/checkpoint is renamed into place last) and immutable (a full tile in DIR is never rewritten).
+    On a terminal, stderr shows the progress.
     """
+    from compute_budget.cli.progress import phase_progress
     from compute_budget.publication_writer import PublishRequest, publish
 
     if trust.witness_quorum is not None and not trust.witness_keys:
         raise click.BadParameter("a witness quorum needs --witness-key", param_hint="--witness-quorum")
     rule = trust.witness_rule()
-    outcome = publish(PublishRequest(
-        folder, db, trusted_keys=trust.trusted_keys, witness_policy=rule, key_states=trust.key_states(),
-    ))
+    with phase_progress() as on_progress:
+        outcome = publish(PublishRequest(
+            folder, db, trusted_keys=trust.trusted_keys, witness_policy=rule, key_states=trust.key_states(),
+            on_progress=on_progress,
+        ))
+    if output_format == "json":
+        click.echo(json.dumps(summary_json(outcome), indent=2, sort_keys=True))
     if not outcome.published:
-        _refused(outcome)
+        _refused(outcome, text=output_format == "text")
         click.get_current_context().exit(1)
-    click.echo(_summary(outcome))
+    if output_format == "text":
+        click.echo(_summary(outcome))
 
 
-def _refused(outcome: PublishOutcome) -> None:
-    """Exit 1's words: the audit's report as `audit` prints it, or the one refusal line."""
+def summary_json(outcome: PublishOutcome) -> dict[str, Any]:
+    """`--format json`: what the run did, or why it wrote nothing (docs/cli.md says each field)."""
+    audit: Any = None
     if outcome.report is not None:
         from compute_budget.cli.audit.render import render
 
-        click.echo(render(outcome.report, "text"))
+        audit = json.loads(render(outcome.report, "json"))
+    refusal = outcome.refusal
+    return {
+        "folder": outcome.folder,
+        "published": outcome.published,
+        "previous_size": outcome.previous,
+        "size": outcome.size,
+        "written": list(outcome.written),
+        "handovers_written": [path for path in outcome.written if path.startswith("handover/")],
+        "unchanged": outcome.unchanged,
+        "removed": list(outcome.removed),
+        "tidied": list(outcome.tidied),
+        "refusal": None if refusal is None else {"kind": refusal.kind, "detail": refusal.detail},
+        "audit": audit,
+    }
+
+
+def _refused(outcome: PublishOutcome, *, text: bool) -> None:
+    """Exit 1's words: the audit's report as `audit` prints it, or the one refusal line (on stdout with the text
+    format; the JSON summary holds them otherwise)."""
+    if outcome.report is not None:
+        if text:
+            from compute_budget.cli.audit.render import render
+
+            click.echo(render(outcome.report, "text"))
         say(f"the rows to publish did not pass the audit: nothing was written to {outcome.folder}")
         return
     assert outcome.refusal is not None
-    click.echo(outcome.refusal.line())
+    if text:
+        click.echo(outcome.refusal.line())
 
 
 def _summary(outcome: PublishOutcome) -> str:
     """The one line a publish prints."""
+    tidied = f"; {len(outcome.tidied)} file(s) an earlier run left removed" if outcome.tidied else ""
     if not outcome.written:
-        return f"{outcome.folder} already publishes the newest trusted checkpoint ({outcome.size} rows)"
+        return f"{outcome.folder} already publishes the newest trusted checkpoint ({outcome.size} rows){tidied}"
     removed = f"; {len(outcome.removed)} partial tile(s) replaced by full ones removed" if outcome.removed else ""
     return (
         f"published {outcome.size} rows to {outcome.folder} (before: {outcome.previous}): {len(outcome.written)} "
-        f"file(s) written, {outcome.unchanged} already there{removed}"
+        f"file(s) written, {outcome.unchanged} already there{removed}{tidied}"
     )

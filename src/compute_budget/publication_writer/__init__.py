@@ -3,6 +3,7 @@ C2SP `tlog-tiles` publication (spec 10.1) that any static web server can serve. 
 auditor before it publishes them, so it sits above it.
 
 Rooms: `choose` (which checkpoint), `checks` (rules 1, 2 and 4), `layout` (the files new since the published size),
+`handovers` (the handovers of `--retired` keys, spec 11.1),
 `write` (DIR on disk: lock, staging, renames) and `run` (the order of it all: `publish`).
 """
 

@@ -5,18 +5,23 @@ already in DIR has exactly the bytes the store gives it (rule 2). Each result th
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from compute_budget.auditor.key_states import note_problem
 from compute_budget.auditor.report import AuditReport
 from compute_budget.auditor.request import AuditRequest
 from compute_budget.auditor.scan import run_audit
+from compute_budget.auditor.witness_rules import WitnessRequirement, given_note_findings
 from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.key_states import KeyStates
 from compute_budget.core.log.note import VerifierKey
 from compute_budget.core.seal_checks import trusted_signers
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import CheckpointError, NoteError, clip
 from compute_budget.publication_writer.write import CHECKPOINT_NAME, PublicationFolder
+from compute_budget.store.snapshot import Snapshot
 
 PUBLISHED_MISMATCH = "published_mismatch"  # spec 10.1 rule 2 and 10.2: a published file the store does not give
 MAX_CHECKPOINT_BYTES = 64 * 1024  # spec 10.2's limit for a checkpoint
@@ -73,11 +78,34 @@ def rolled_back(published: Checkpoint, size: int, where: str) -> Refusal | None:
     )
 
 
-def audit_new_rows(request: AuditRequest, size: int) -> AuditReport | None:
+def uncounted(snapshot: Snapshot, published: Checkpoint, states: KeyStates, where: str) -> Refusal | None:
+    """A `DIR/checkpoint` signed by a `--retired` or `--revoked` key where that signature does not count (above
+    the handover, or off the revoked key's tree) is `bad_signature`: it was not the log's to publish."""
+    problem = note_problem(snapshot, published.note or "", states, snapshot.max_seq())
+    if problem is None:
+        return None
+    return Refusal(FindingKind.BAD_SIGNATURE.value, f"{where}: {problem}")
+
+
+def waived_findings(
+    snapshot: Snapshot, published: Checkpoint | None, policy: WitnessRequirement | None
+) -> list[Finding]:
+    """What the audit of the new rows says of DIR's checkpoint's cosignatures, which a publish does not ask of it
+    (spec 11.5: witnesses added later; DIR's checkpoint needs a trusted writer's signature only)."""
+    if published is None or policy is None:
+        return []
+    return given_note_findings(published, snapshot, policy)
+
+
+def audit_new_rows(request: AuditRequest, size: int, waived: Sequence[Finding] = ()) -> AuditReport | None:
     """Rule 1: the audit of the rows after `request.since` through `size`, by the auditor itself; its report when a
     finding is about rows 1..`size` or about the store as a whole (no seq), else None (findings only about rows
-    after `size`, which this publish does not publish, do not stop it)."""
+    after `size`, which this publish does not publish, do not stop it). The `waived` findings are left out."""
     report = run_audit(request)
+    if waived:
+        report = dataclasses.replace(
+            report, findings=tuple(finding for finding in report.findings if finding not in waived)
+        )
     return report if blocking(report.findings, size) else None
 
 

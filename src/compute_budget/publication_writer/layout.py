@@ -51,6 +51,27 @@ def superseded(old: int, new: int) -> list[str]:
     return folders
 
 
+def tidied_folders(size: int) -> list[str]:
+    """Where a publish that left DIR at `size` rows may have left files no checkpoint needs (killed before it
+    removed them): DIR itself (a temporary checkpoint), and at each level the folders of its last two tiles and
+    entry bundles (the partial-tile folders the last full tiles replaced, and temporary files beside them)."""
+    folders = [""]
+    level = 0
+    while size >> (TILE_HEIGHT * level):
+        count = size >> (TILE_HEIGHT * level)
+        last = (count - 1) >> TILE_HEIGHT
+        width = count - (last << TILE_HEIGHT)
+        tiles = [Tile(level, index) for index in range(max(last - 1, 0), last + 1)]
+        if width < TILE_WIDTH:
+            tiles.append(Tile(level, last, width))
+        for tile in tiles:
+            folders.append(tile.path.rsplit("/", 1)[0])
+            if level == 0:
+                folders.append(tile.bundle_path.rsplit("/", 1)[0])
+        level += 1
+    return list(dict.fromkeys(folders))
+
+
 class TreeBuilder:
     """The files a tree of `new` leaves has that one of `old` leaves has not, read from `snapshot` (see the module
     docstring). `files()` yields them level 0 first, in the order a reader could need them; then `root()` is the
@@ -62,13 +83,19 @@ class TreeBuilder:
         self._open: dict[int, list[bytes]] = {}  # level >= 1 -> the hashes of its open tile
         self._index: dict[int, int] = {}  # level >= 1 -> the index of its open tile
         self._partials: list[tuple[Tile, bytes]] = []
+        self._start = (old >> TILE_HEIGHT) << TILE_HEIGHT  # the first row read: its level-0 tile's first
+        self._read = self._start
+
+    def rows_done(self) -> tuple[int, int]:
+        """(rows built into files so far, rows to build): the publish's progress."""
+        return self._read - self._start, self._new - self._start
 
     def files(self) -> Iterator[TreeFile]:
         """Every new file: entry bundles and tiles, full ones before the partial ones of the new size."""
         self._seed()
-        start = (self._old >> TILE_HEIGHT) << TILE_HEIGHT
-        for first, rows in self._row_groups(start):
+        for first, rows in self._row_groups(self._start):
             yield from self._level_zero(first, rows)
+            self._read = first + len(rows)
         yield from self._close()
 
     def root(self) -> bytes:

@@ -14,15 +14,17 @@ import errno
 import fcntl
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from compute_budget.errors import PublishBusy, PublishFolderRefused, clip
+from compute_budget.errors import PublishBusy, PublishFolderRefused, PublishNoRoom, clip
 
 LOCK_NAME = ".publish.lock"
 CHECKPOINT_NAME = "checkpoint"
 TEMPORARY_SUFFIX = ".publishing"  # ".<name>.publishing": a dotfile, replaced by the next publish if one is left
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# A write refused for lack of room: no space or no inode left (both ENOSPC), a quota, a file size limit (ulimit -f).
+_NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def _rename(name: str, target: str, folder: int) -> None:
@@ -35,6 +37,7 @@ class _Staged:
     folder: int
     temporary: str
     name: str
+    relative: str
 
 
 @dataclass(slots=True)
@@ -97,19 +100,36 @@ class PublicationFolder:
         temporary = f".{parts[-1]}{TEMPORARY_SUFFIX}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         descriptor = self._open_file(temporary, flags, parent, relative=relative)
-        self._staged.append(_Staged(parent, temporary, parts[-1]))
-        with os.fdopen(descriptor, "wb") as stream:
-            stream.write(data)
+        self._staged.append(_Staged(parent, temporary, parts[-1], relative))
+        try:
+            with os.fdopen(descriptor, "wb") as stream:
+                stream.write(data)
+        except OSError as error:
+            if error.errno in _NO_ROOM:
+                raise self._no_room(relative, error, parent) from None
+            raise
         self.written.append(relative)
 
     def commit(self) -> None:
         """Make every staged file durable, rename each into place in the order staged, then make the renames
         durable: a power cut never leaves a renamed file without its bytes."""
-        _sync_filesystem(self._root)
+        if not self._staged:
+            return
+        try:
+            _sync_filesystem(self._root)
+        except OSError as error:
+            if error.errno in _NO_ROOM and self._staged:
+                raise self._no_room(self._staged[0].relative, error, self._root) from None
+            raise
         touched: dict[int, None] = {}
         while self._staged:
             staged = self._staged[0]
-            _rename(staged.temporary, staged.name, staged.folder)
+            try:
+                _rename(staged.temporary, staged.name, staged.folder)
+            except OSError as error:
+                if error.errno in _NO_ROOM:
+                    raise self._no_room(staged.relative, error, staged.folder) from None
+                raise
             self._staged.pop(0)
             touched[staged.folder] = None
         for descriptor in touched:
@@ -149,6 +169,30 @@ class PublicationFolder:
         os.rmdir(parts[-1], dir_fd=parent)
         return True
 
+    def tidy(self, folders: Iterable[str]) -> list[str]:
+        """Remove from each of `folders` (relative to DIR; "" is DIR) what no checkpoint needs and a killed publish
+        left: temporary files, and partial-tile folders whose full tile is there (rule 3 lets them go then). Call
+        it with nothing staged; the paths removed."""
+        assert not self._staged, "tidy runs after commit"
+        removed: list[str] = []
+        for folder in dict.fromkeys(folders):
+            parts = tuple(folder.split("/")) if folder else ()
+            descriptor = self._folder(parts, create=False)
+            if descriptor is None:
+                continue
+            with os.scandir(descriptor) as listing:
+                entries = {entry.name: entry for entry in listing}
+            files = {name for name, entry in entries.items() if entry.is_file(follow_symlinks=False)}
+            for name, entry in sorted(entries.items()):
+                relative = f"{folder}/{name}" if folder else name
+                if name.startswith(".") and name.endswith(TEMPORARY_SUFFIX) and name in files:
+                    os.unlink(name, dir_fd=descriptor)
+                    removed.append(relative)
+                elif name.endswith(".p") and name[:-2] in files and entry.is_dir(follow_symlinks=False):
+                    self.remove_folder(relative)
+                    removed.append(relative)
+        return removed
+
     def _folder(self, parts: tuple[str, ...], *, create: bool) -> int | None:
         """The descriptor of the folder DIR/`parts`, walked name by name; None when missing and not `create`."""
         if not parts:
@@ -164,13 +208,22 @@ class PublicationFolder:
         except FileNotFoundError:
             if not create:
                 return None
-            os.mkdir(parts[-1], 0o755, dir_fd=parent)
-            self._created.append(parts)
-            descriptor = os.open(parts[-1], _DIRECTORY, dir_fd=parent)
+            descriptor = self._made(parts, parent)
         except OSError as error:
             raise self._refused("/".join(parts), _why(error, parts[-1], parent)) from None
         self._folders[parts] = descriptor
         return descriptor
+
+    def _made(self, parts: tuple[str, ...], parent: int) -> int:
+        """Make the folder DIR/`parts` in `parent` (its last name is missing there) and open it."""
+        try:
+            os.mkdir(parts[-1], 0o755, dir_fd=parent)
+        except OSError as error:
+            if error.errno in _NO_ROOM:
+                raise self._no_room("/".join(parts), error, parent) from None
+            raise
+        self._created.append(parts)
+        return os.open(parts[-1], _DIRECTORY, dir_fd=parent)
 
     def _open_file(self, name: str, flags: int, parent: int, *, relative: str | None = None) -> int:
         """Open `name` in `parent` without following a link (a link there is refused)."""
@@ -179,7 +232,19 @@ class PublicationFolder:
         except FileNotFoundError:
             raise
         except OSError as error:
+            if error.errno in _NO_ROOM:
+                raise self._no_room(relative or name, error, parent) from None
             raise self._refused(relative or name, _why(error, name, parent)) from None
+
+    def _no_room(self, relative: str, error: OSError, folder: int) -> PublishNoRoom:
+        """One line: the file, why there was no room for it, and that DIR still holds the previous publication
+        (this is only raised before `DIR/checkpoint` is renamed)."""
+        where = self.path.rstrip("/") or self.path
+        return PublishNoRoom(
+            f"cannot write {clip(os.path.join(self.path, relative), 200)}: {_room_words(error, folder)}; "
+            f"{clip(where, 200)} still holds the previous publication (its checkpoint is unchanged): make room, "
+            "then publish again, which completes it"
+        )
 
     def _refused(self, relative: str, why: str) -> PublishFolderRefused:
         return PublishFolderRefused(
@@ -195,9 +260,28 @@ def _sync_filesystem(descriptor: int) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.syncfs(descriptor) == 0:
             return
+        failed = ctypes.get_errno()
     except (OSError, AttributeError):
-        pass
+        failed = errno.ENOSYS
+    if failed not in (0, errno.ENOSYS):  # a write-back that failed (a full disk found late): the files are not safe
+        raise OSError(failed, os.strerror(failed))
     os.sync()
+
+
+def _room_words(error: OSError, folder: int) -> str:
+    """What ran out, in words: ENOSPC is both no space and no inode left, told apart by the filesystem's counts."""
+    if error.errno == errno.EDQUOT:
+        return "the disk quota is used up (Disk quota exceeded; see `quota`)"
+    if error.errno == errno.EFBIG:
+        return "the file is over the size this process may write (File too large; see `ulimit -f`)"
+    try:
+        counts = os.fstatvfs(folder)
+        no_inode = counts.f_files > 0 and counts.f_favail == 0
+    except OSError:
+        no_inode = False
+    if no_inode:
+        return "its filesystem has no free inode left (No space left on device; see `df -i`)"
+    return "its filesystem is full (No space left on device; see `df -h`)"
 
 
 def _why(error: OSError, name: str, parent: int) -> str:

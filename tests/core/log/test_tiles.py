@@ -20,6 +20,7 @@ from compute_budget.core.log.tiles import (
     Tile,
     check_against_parent,
     check_tile,
+    handover_path,
     hash_in_tile,
     new_tiles,
     parent_tile,
@@ -347,3 +348,11 @@ def test_the_bundles_of_the_vectors(large_tree: MemoryTree) -> None:
             assert b"".join(leaf_hash(entry) for entry in entries).hex() == case["tile_bytes"][
                 path.replace("tile/entries/", "tile/0/")
             ]
+
+
+def test_handover_paths_are_the_size_in_decimal_and_the_key_id_in_hex() -> None:
+    assert handover_path(3, 0xABC) == "handover/3/00000abc"
+    assert handover_path(1234567, 0xFFFFFFFF) == "handover/1234567/ffffffff"
+    for size, key_hash in ((-1, 1), (1, -1), (1, 1 << 32), (True, 1)):
+        with pytest.raises(ArgumentTypeError):
+            handover_path(size, key_hash)

@@ -152,6 +152,19 @@ def parse_bundle_path(path: str) -> Tile:
     return _canonical(path, tile, tile.bundle_path)
 
 
+HANDOVER_FOLDER = "handover"  # spec 11.1: beside `tile/`, one file per handover a publication carries
+MAX_KEY_ID = (1 << 32) - 1
+
+
+def handover_path(size: int, key_hash: int) -> str:
+    """Where a publication keeps the handover of tree `size` by the retired key whose 4-byte key ID is `key_hash`
+    (spec 11.1): ``handover/<size in decimal>/<key ID in 8 lowercase hex digits>``."""
+    checked = _check_size(size, "handover size")
+    if not _is_count(key_hash) or key_hash > MAX_KEY_ID:
+        raise ArgumentTypeError(f"a key ID is a 32-bit non-negative integer, got {key_hash!r}")
+    return f"{HANDOVER_FOLDER}/{checked}/{key_hash:08x}"
+
+
 def _check_size(size: object, what: str) -> int:
     """`size` as a tree size (0 .. 2**64-1), or a typed error."""
     if not _is_count(size):
