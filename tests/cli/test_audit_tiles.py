@@ -4,6 +4,7 @@ Each test names the first affected seq."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import shutil
 from collections.abc import Callable, Iterator
@@ -21,7 +22,7 @@ from tests.backends import is_postgres, tamper
 from tests.conftest import BuiltOnce, copy_built, gate_lines
 from tests.e2e.test_docs import OPERATIONS, commands, fenced, shell
 from tests.publications import publish_store, served_folder, write_publication, write_tiles
-from tests.witnessing import LOG, WITNESS, Served, WitnessFactory, late_clock
+from tests.witnessing import LOG, WITNESS, HandlerFactory, Served, WitnessFactory, late_clock
 from tests.witnessing import ORIGIN as WITNESSED_ORIGIN
 
 Run = Callable[..., tuple[int, str, str]]
@@ -459,3 +460,37 @@ def test_the_junit_report_skips_unpublished_rows_without_a_witness(published: Pu
     assert skipped is not None
     assert skipped.get("message", "").startswith("freshness not checked: a stale mirror would pass")
     assert cases["published_mismatch"].find("skipped") is None
+
+
+def _redirector(http_servers: HandlerFactory, to: Callable[[str], str]) -> str:
+    """A server answering every GET with a redirect to `to(path)`."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(307)
+            self.send_header("Location", to(self.path))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            return None
+
+    return http_servers(Handler)
+
+
+def test_a_publication_read_through_a_redirect_says_so_and_a_redirect_loop_is_exit_2(
+    published: Published, run_cli: Run, http_servers: HandlerFactory
+) -> None:
+    moved = _redirector(http_servers, lambda path: published.url.rstrip("/") + path)
+    location = moved.replace("http://", "http://alice:secret@") + "/"
+    status, report, err = published.audit(run_cli, location=location)
+    assert (status, report["clean"]) == (0, True)
+    said = [item for item in report["warnings"] if "redirect" in item]
+    assert len(said) == 1
+    assert f"***@{moved.removeprefix('http://')}/checkpoint -> {published.url}checkpoint" in said[0]
+    assert "secret" not in json.dumps(report) + err
+    looping = _redirector(http_servers, lambda path: path + "x")
+    status, _, err = published.audit(run_cli, location=looping)
+    assert status == 2
+    assert "more than 3 redirects" in err
+    assert len(err.strip().splitlines()) == 1

@@ -349,6 +349,10 @@ def _audit_and_report(line: _CommandLine, targets: list[tuple[str, str]], unwrit
     with opened_once(line.db, tiles=line.tiles, timeout=line.fetch_timeout) as source:
         with audit_progress() as on_progress:
             report = run_audit(_request(line, loaded, on_progress, source))
+        if line.tiles is not None:
+            from compute_budget.cli.audit.tiles import with_redirects
+
+            report = with_redirects(report, source)
         for warning in report.warnings:
             say(f"warning: {warning}")
         kept, refusal = None, None
