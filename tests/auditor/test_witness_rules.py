@@ -529,3 +529,28 @@ def test_the_python_api_reads_the_head_beside_a_since_path_and_takes_one_given(
     assert report.clean  # no head: the cosignature of size 3 is fresh, so rows 4..5 are not yet due
     assert report.witness_age == "witness age from cosignature timestamps only"
     assert head_text != aged
+
+
+def test_a_witness_key_added_on_a_later_night_takes_the_kept_head_as_the_since(
+    served: Served, run_cli: Run, writer: Path, auditor: Path, store_target: str, tmp_path: Path
+) -> None:
+    """Spec 11.5 over a database: night 1 audits with --trusted-key and --cosign only, keeping FILE and (now) its
+    FILE.head; night 2 adds --witness-key with --since FILE. FILE is its head's own checkpoint, kept by an audit
+    with no witness keys: no cosignature is asked of it, and the night is clean. A FILE that is not its head's
+    checkpoint still needs them."""
+    db = store_target
+    kept, fresh = tmp_path / "kept.note", tmp_path / "next.note"
+    _record(run_cli, db, writer, 3, "night1")
+    status, _, err = run_cli("audit", "--db", db, "--trusted-key", WRITER_KEY, "--cosign", str(auditor),
+                             "--save-checkpoint", str(kept))
+    assert status == 0, err
+    assert (tmp_path / "kept.note.head").read_text().split("\n")[1] == "3"
+    _record(run_cli, db, writer, 2, "night2", _url(served.port))
+    status, out, err = _nightly(run_cli, db, served.port, "--since", str(kept), "--save-checkpoint", str(fresh))
+    assert status == 0, out + err
+    assert (json.loads(out)["rows_checked"], json.loads(out)["witnessed_size"]) == (2, 5)
+    assert (tmp_path / "next.note.head").read_text().split("\n")[1] == "5"
+    (tmp_path / "kept.note.head").write_text((tmp_path / "next.note.head").read_text())  # another size than FILE's
+    status, out, _ = _nightly(run_cli, db, served.port, "--since", str(kept))
+    assert status == 1
+    assert ("bad_signature", 3) in [(item["kind"], item["seq"]) for item in json.loads(out)["findings"]]

@@ -4,8 +4,10 @@ Each test names the first affected seq."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import re
+import shlex
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,7 +24,7 @@ from tests.backends import is_postgres, tamper
 from tests.conftest import BuiltOnce, copy_built, gate_lines
 from tests.e2e.test_docs import OPERATIONS, commands, fenced, shell
 from tests.publications import publish_store, served_folder, write_publication, write_tiles
-from tests.witnessing import LOG, WITNESS, Served, WitnessFactory, late_clock
+from tests.witnessing import LOG, WITNESS, HandlerFactory, Served, WitnessFactory, late_clock
 from tests.witnessing import ORIGIN as WITNESSED_ORIGIN
 
 Run = Callable[..., tuple[int, str, str]]
@@ -571,3 +573,101 @@ def test_without_since_prove_and_audit_agree_on_every_row(
     for seq in (1, 256, 257, 300, 512, 513, ROWS):
         status = run_cli("prove", "--tiles", published.url, "--trusted-key", key, "--seq", str(seq))[0]
         assert (status != 0) == (seq in failing), seq  # no receipt exactly where the audit names the damage
+
+
+def _redirector(http_servers: HandlerFactory, to: Callable[[str], str]) -> str:
+    """A server answering every GET with a redirect to `to(path)`."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(307)
+            self.send_header("Location", to(self.path))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            return None
+
+    return http_servers(Handler)
+
+
+def test_a_publication_read_through_a_redirect_says_so_and_a_redirect_loop_is_exit_2(
+    published: Published, run_cli: Run, http_servers: HandlerFactory
+) -> None:
+    moved = _redirector(http_servers, lambda path: published.url.rstrip("/") + path)
+    location = moved.replace("http://", "http://alice:secret@") + "/"
+    status, report, err = published.audit(run_cli, location=location)
+    assert (status, report["clean"]) == (0, True)
+    said = [item for item in report["warnings"] if "redirect" in item]
+    assert len(said) == 1
+    assert f"***@{moved.removeprefix('http://')}/checkpoint -> {published.url}checkpoint" in said[0]
+    assert "secret" not in json.dumps(report) + err
+    looping = _redirector(http_servers, lambda path: path + "x")
+    status, _, err = published.audit(run_cli, location=looping)
+    assert status == 2
+    assert "more than 3 redirects" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+# -- witnesses added later (spec 11.5): FILE.head kept with --tiles too ------------------------------------------
+
+
+def test_witnesses_added_on_a_later_night_need_no_new_baseline(
+    served: Served, run_cli: Run, log_key: Path, tmp_path: Path
+) -> None:
+    """Night 1 audits an unwitnessed publication with only --trusted-key and keeps FILE and FILE.head (the published
+    note, signed: no warning about JSON); night 2 adds a witness key, --since FILE; night 3 again. Every night is
+    clean and FILE.head moves with FILE. (The publisher's side of a witness added later is not this test's: night 2
+    publishes afresh, with the witness.)"""
+    store, folder = str(tmp_path / "store.db"), tmp_path / "published"
+    kept, fresh = tmp_path / "published.note", tmp_path / "published.next.note"
+    witness = f"http://127.0.0.1:{served.port}={WITNESS.verifier().format()}"
+    writer = ("--tiles", str(folder), "--origin", WITNESSED_ORIGIN, "--trusted-key", LOG.verifier().format())
+    _record(run_cli, store, log_key, 5, "night1", "--origin", WITNESSED_ORIGIN)
+    publish_store(store, folder, LOG.verifier())
+    status, _, err = run_cli("audit", *writer, "--save-checkpoint", str(kept))
+    assert status == 0, err
+    assert "unsigned JSON checkpoint" not in err
+    assert kept.read_text() == (folder / "checkpoint").read_text()
+    heads = [Path(f"{kept}.head").read_text()]
+    for night, rows in ((2, 4), (3, 3)):
+        _record(run_cli, store, log_key, rows, f"night{night}", "--witness", witness)
+        if night == 2:
+            shutil.rmtree(folder)
+        publish_store(store, folder, LOG.verifier(), witness_keys=(WITNESS.verifier(),))
+        status, out, err = run_cli("audit", *writer, "--witness-key", WITNESS.verifier().format(), "--since",
+                                   str(kept), "--save-checkpoint", str(fresh), "--format", "json")
+        assert status == 0, out + err
+        assert json.loads(out)["rows_checked"] == rows
+        assert "unsigned JSON checkpoint" not in err
+        Path(f"{fresh}.head").replace(f"{kept}.head")
+        fresh.replace(kept)
+        heads.append(Path(f"{kept}.head").read_text())
+    assert [text.split("\n")[1] for text in heads] == ["5", "9", "12"]  # FILE.head moved every night
+
+
+def test_a_missing_file_head_names_its_cause_and_the_command_that_keeps_both_afresh(
+    served: Served, run_cli: Run, log_key: Path, tmp_path: Path
+) -> None:
+    store, folder, kept = str(tmp_path / "store.db"), tmp_path / "published", tmp_path / "published.note"
+    witness = f"http://127.0.0.1:{served.port}={WITNESS.verifier().format()}"
+    _record(run_cli, store, log_key, 3, "night1", "--origin", WITNESSED_ORIGIN, "--witness", witness)
+    publish_store(store, folder, LOG.verifier(), witness_keys=(WITNESS.verifier(),))
+    writer = ("--tiles", str(folder), "--origin", WITNESSED_ORIGIN, "--trusted-key", LOG.verifier().format())
+    assert run_cli("audit", *writer, "--save-checkpoint", str(kept))[0] == 0
+    Path(f"{kept}.head").unlink()  # not moved with FILE
+    nightly = (*writer, "--witness-key", WITNESS.verifier().format(), "--since", str(kept))
+    status, out, err = run_cli("audit", *nightly)
+    assert (status, out) == (2, "")
+    assert err.count("\n") == 1
+    assert f"{kept}.head does not exist" in err
+    assert "had no trusted key" in err
+    assert f"{kept}.head was not moved with {kept}" in err
+    assert "upgrad" not in err
+    fix = err.split("`")[-2]
+    assert fix == shlex.join(["compute-budget", "audit", *writer, "--witness-key", WITNESS.verifier().format(),
+                              "--save-checkpoint", str(kept)])
+    status, _, err = run_cli(*shlex.split(fix)[1:])  # the command it names keeps both
+    assert status == 0, err
+    assert Path(f"{kept}.head").exists()
+    assert run_cli("audit", *nightly)[0] == 0

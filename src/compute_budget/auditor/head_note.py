@@ -73,14 +73,17 @@ def parse_head_note(text: str, source: str = "FILE.head") -> HeadNote:
     return HeadNote(note, checkpoint, started_at, started, source)
 
 
-def load_head_note(path: str) -> HeadNote:
-    """Read `path` (a `FILE.head`); `CheckpointError` when it is missing, not a regular file, or not a head note."""
+def load_head_note(path: str, fix: str | None = None) -> HeadNote:
+    """Read `path` (a `FILE.head`); `CheckpointError` when it is missing (naming why it can be, and `fix`, the audit
+    that keeps FILE and FILE.head afresh), not a regular file, or not a head note."""
     if not os.path.lexists(path):
+        checkpoint = path.removesuffix(HEAD_SUFFIX)
         raise CheckpointError(
-            f"{path} does not exist: with --witness-key, --since FILE needs the FILE.head that `audit "
-            "--save-checkpoint FILE` writes beside it (the head that audit checked, and when). After upgrading from "
-            "a release that did not write it, audit once without --since, with --save-checkpoint FILE "
-            "(docs/upgrading.md); otherwise it was lost or removed: find out why"
+            f"{path} does not exist: with witness keys, --since {checkpoint} needs the {path} that `audit "
+            f"--save-checkpoint {checkpoint}` writes beside it whenever a trusted key is given. Either the audit that "
+            f"wrote {checkpoint} had no trusted key (--trusted-key, --witness-key or --policy), or {path} was not "
+            f"moved with {checkpoint} (a nightly that renames one renames both). Keep both afresh with one audit "
+            f"without --since: {f'`{fix}`' if fix else 'the same keys, and --save-checkpoint ' + checkpoint}"
         )
     raw = read_small_file(path, _MAX_HEAD_BYTES, "head note", CheckpointError)
     if len(raw) > _MAX_HEAD_BYTES:

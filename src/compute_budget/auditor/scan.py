@@ -345,15 +345,24 @@ def _witness_survey(
 ) -> None:
     """With witness keys: the given notes' cosignatures, and the rows no quorum of witnesses cosigned in time."""
     assert inputs.policy is not None
-    for proof in (inputs.checkpoint, inputs.since):
-        if proof is not None:
-            survey.findings += given_note_findings(proof, snapshot, inputs.policy)
     head = inputs.head
+    for proof in (inputs.checkpoint, inputs.since):
+        # A --since that is its FILE.head's own checkpoint was kept by an audit with no witness keys (spec 11.5:
+        # witnesses added later need no new baseline); FILE.head's writer signature is checked, and the rows it
+        # holds that K witnesses never cosigned are still unwitnessed_rows.
+        kept_head = head is not None and proof is inputs.since and _same_tree(proof, head.checkpoint)
+        if proof is not None and not kept_head:
+            survey.findings += given_note_findings(proof, snapshot, inputs.policy)
     survey.witnessed_size, witness_findings = witnessed(
         snapshot, inputs.policy, survey.origin, held, survey.plan.max_seq, all_signatures=request.all_signatures,
         head=(head.checkpoint.seq, head.started) if head is not None else None,
     )
     survey.unattested += witness_findings
+
+
+def _same_tree(proof: Checkpoint | None, other: Checkpoint) -> bool:
+    """Whether `proof` names `other`'s tree: its size and a root, the same."""
+    return proof is not None and proof.root is not None and (proof.seq, proof.root) == (other.seq, other.root)
 
 
 _RangeResults = list[tuple[RangeResult, TreeOutcome | None]]

@@ -18,7 +18,7 @@ import dataclasses
 import hashlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from compute_budget.core.leaf import LEAF_KEYS
@@ -47,6 +47,7 @@ from compute_budget.publication_reader.fetch import (
     DEFAULT_TIMEOUT,
     TILE_LIMIT,
     Fetcher,
+    Redirects,
 )
 from compute_budget.publication_reader.hash_tiles import PublishedTree, TreeVerdict, check_tree
 
@@ -68,6 +69,7 @@ class PublicationTarget:
     # should hold ((level, index, width, hex)), and the hash an edited level-0 tile's entries must give.
     repaired: tuple[tuple[int, int, int, str], ...] = ()
     leaf_roots: tuple[tuple[int, str], ...] = ()
+    redirects: Redirects = field(default_factory=Redirects, compare=False)  # shared by every copy in this process
 
     @property
     def display(self) -> str:
@@ -95,7 +97,7 @@ class Publication:
     """An opened publication: the checkpoint read once; `snapshot()` and `scan()` as a store's (see the module)."""
 
     def __init__(self, target: PublicationTarget) -> None:
-        self._fetcher = Fetcher(target.location, target.timeout, target.retries)
+        self._fetcher = Fetcher(target.location, target.timeout, target.retries, target.redirects)
         self.checkpoint = self._read_checkpoint(target.checkpoint)
         assert self.checkpoint.note is not None  # read from a note
         self.note = self.checkpoint.note
@@ -118,6 +120,11 @@ class Publication:
             return Checkpoint.from_note(text, source=self._fetcher.display("checkpoint"))
         except (CheckpointError, NoteError) as error:
             raise PublicationUnavailable(f"{clip(str(error), 200)}: not a signed checkpoint") from None
+
+    @property
+    def redirects(self) -> Redirects:
+        """The redirects followed reading it in this process (spec 11.7.2: the report says them)."""
+        return self._target.redirects
 
     @classmethod
     def open(cls, target: PublicationTarget) -> Publication:

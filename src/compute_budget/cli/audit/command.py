@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
-from compute_budget.cli.audit.keep import attested, witnessed_to_keep, write_kept
+from compute_budget.cli.audit.keep import attested, with_head, witnessed_to_keep, write_kept
 from compute_budget.cli.audit.reports import (
     ReportsNotWritten,
     distinct_outputs,
@@ -109,8 +109,8 @@ class AuditCommand(click.Command):
 )
 @click.option(
     "--save-checkpoint", "save_path", metavar="FILE",
-    help="Write the new head here, only when the audit is clean. With --witness-key: the newest checkpoint the "
-    "witnesses cosigned, and FILE.head, the head this audit checked and when (needs --trusted-key).",
+    help="Write the new head here, only when the audit is clean; with a trusted key also FILE.head, the head this "
+    "audit checked and when. With --witness-key: the newest checkpoint the witnesses cosigned (needs --trusted-key).",
 )
 @click.option(
     "--format", "output_format", type=click.Choice(["text", "json", "junit"]), default="text", show_default=True
@@ -251,9 +251,9 @@ def _check_outputs(line: _CommandLine, writable: list[tuple[str, str]]) -> None:
             refused.append(error)
     if refused:
         raise refused[0]
-    # A policy may say `quorum none`: then FILE.head is not kept.
-    witnessed = line.trust.witness_keys or line.trust.policy_path
-    saved = [save_path, save_path + ".head"] if save_path and witnessed else [save_path] if save_path else []
+    # FILE.head is kept whenever a trusted key is given (spec 11.5)
+    trusted = line.trust.trusted_keys or line.trust.witness_keys or line.trust.policy_path
+    saved = [save_path, save_path + ".head"] if save_path and trusted else [save_path] if save_path else []
     distinct_outputs([path for _, _, path in targets] + saved)
     for path in saved:
         check_writable("--save-checkpoint", path, db=line.db, keep=inputs)
@@ -314,7 +314,7 @@ def _load(line: _CommandLine) -> _Loaded:
         )
     cosigner = _auditor_key(line.cosign_path, keys)
     witnessing = rule if rule is not None and rule.requires_witnesses else None
-    since_head = _since_head(since_path, save_path, witnessing, keys)
+    since_head = _since_head(since_path, save_path, witnessing, keys, line)
     fetched = _fetch_witnessed(db, line.witness_urls, line.expected_origin)
     return _Loaded(checkpoint, since, keys, cosigner, rule, since_head, fetched)
 
@@ -349,6 +349,10 @@ def _audit_and_report(line: _CommandLine, targets: list[tuple[str, str]], unwrit
     with opened_once(line.db, tiles=line.tiles, timeout=line.fetch_timeout) as source:
         with audit_progress() as on_progress:
             report = run_audit(_request(line, loaded, on_progress, source))
+        if line.tiles is not None:
+            from compute_budget.cli.audit.tiles import with_redirects
+
+            report = with_redirects(report, source)
         for warning in report.warnings:
             say(f"warning: {warning}")
         kept, refusal = None, None
@@ -411,7 +415,8 @@ def _auditor_key(cosign_path: str | None, keys: list[VerifierKey]) -> SignerKey 
 
 
 def _since_head(
-    since_path: str | None, save_path: str | None, witnesses: TlogPolicy | None, keys: list[VerifierKey]
+    since_path: str | None, save_path: str | None, witnesses: TlogPolicy | None, keys: list[VerifierKey],
+    line: _CommandLine,
 ) -> HeadNote | None:
     """With witness keys (spec 9.9.2), the `FILE.head` beside `--since FILE` (missing: exit 2, naming it); and the
     one `--save-checkpoint FILE` will keep needs a writer key to verify the head's signature under (exit 2)."""
@@ -424,8 +429,9 @@ def _since_head(
     if not since_path or not witnesses:
         return None
     from compute_budget.auditor.head_note import head_path, load_head_note
+    from compute_budget.cli.audit.keep import rebaseline_command
 
-    return load_head_note(head_path(since_path))
+    return load_head_note(head_path(since_path), rebaseline_command(line, since_path))
 
 
 def _checkpoint_to_keep(
@@ -447,12 +453,12 @@ def _checkpoint_to_keep(
         from compute_budget.auditor.proving import cosign
 
         note = cosign(line.db, report, attested(report, report.head.seq, cosigner), loaded.given(), loaded.keys)
-        return note, report.head.seq, None
+        return with_head((note, report.head.seq, None), source, report, save_path)
     if line.tiles is not None:
         from compute_budget.cli.audit.tiles import published_to_keep
 
-        return published_to_keep(report)
-    return report.head_checkpoint().to_json() + "\n", report.head.seq, None
+        return with_head(published_to_keep(report), source, report, save_path)
+    return with_head((report.head_checkpoint().to_json() + "\n", report.head.seq, None), source, report, save_path)
 
 
 def _log_keys(rule: TlogPolicy | None) -> list[VerifierKey]:

@@ -1,9 +1,11 @@
 """What `compute-budget audit --save-checkpoint` keeps after a clean audit: the head as JSON, the writer-signed note the
-auditor cosigns (`--cosign`), or with witness keys the newest checkpoint the witnesses cosigned and `FILE.head`."""
+auditor cosigns (`--cosign`), the published note (`--tiles`), or with witness keys the newest checkpoint the
+witnesses cosigned; and whenever a trusted key is given, `FILE.head` (spec 11.5: witness keys added on a later night
+then need no new baseline)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from compute_budget.cli.io import write_atomically
 from compute_budget.cli.program import say
@@ -11,6 +13,7 @@ from compute_budget.cli.program import say
 if TYPE_CHECKING:
     from compute_budget.auditor.report import AuditReport
     from compute_budget.auditor.source import AuditSource
+    from compute_budget.cli.trust import TrustOptions
     from compute_budget.core.log.checkpoint import Checkpoint
     from compute_budget.core.log.note import SignerKey, VerifierKey
     from compute_budget.core.log.witness_policy import TlogPolicy
@@ -54,6 +57,63 @@ def witnessed_to_keep(
     return note, report.witnessed_size, format_head_note(head, report.started_at)
 
 
+def with_head(
+    kept: tuple[str, int, str | None] | None, source: AuditSource | None, report: AuditReport, save_path: str
+) -> tuple[str, int, str | None] | None:
+    """What --save-checkpoint keeps, with the text of FILE.head whenever a trusted writer key was given (spec 11.5):
+    the head this audit checked, as the writer signed it (a store's stored checkpoint, or the published one)."""
+    if kept is None or kept[2] is not None or not report.trusted_keys:
+        return kept
+    from compute_budget.auditor.head_note import format_head_note, head_path, writer_signed_head
+    from compute_budget.core.log.note import VerifierKey
+    from compute_budget.errors import StoreDamaged
+
+    assert source is not None  # a store whose history is gone is never clean
+    writers = [VerifierKey.parse(text) for text in report.trusted_keys]
+    with source.snapshot() as snapshot:  # the source the audit read, opened once by the command line
+        head = writer_signed_head(snapshot, report.head_checkpoint().note_text(), report.head.seq, writers)
+    if head is None:
+        raise StoreDamaged(
+            f"{save_path} was not written: no checkpoint of the head (seq {report.head.seq}) carries a writer "
+            f"signature that verifies under --trusted-key, so there is no {head_path(save_path)} to keep"
+        )
+    return kept[0], kept[1], format_head_note(head, report.started_at)
+
+
+class _AuditLine(Protocol):
+    """What a missing FILE.head's fix is made of: the audit's command line."""
+
+    @property
+    def db(self) -> str | None: ...
+    @property
+    def tiles(self) -> str | None: ...
+    @property
+    def expected_origin(self) -> str | None: ...
+    @property
+    def trust(self) -> TrustOptions: ...
+
+
+def rebaseline_command(line: _AuditLine, since_path: str) -> str:
+    """The audit that keeps `since_path` and its FILE.head afresh (this command line without --since): what a
+    missing FILE.head names. A URL's user:password@ is shown as ``***@``."""
+    import shlex
+
+    from compute_budget.publication_reader.fetch import shown
+
+    where = ["--tiles", shown(line.tiles)] if line.tiles is not None else ["--db", line.db] if line.db else []
+    where += ["--origin", line.expected_origin] if line.expected_origin else []
+    trust = line.trust
+    options = [
+        *(("--trusted-key", key) for key in trust.trusted_keys),
+        *(("--witness-key", key) for key in trust.witness_keys),
+        *((("--witness-quorum", str(trust.witness_quorum)),) if trust.witness_quorum is not None else ()),
+        *((("--policy", trust.policy_path),) if trust.policy_path else ()),
+        *(("--retired", item) for item in trust.retired), *(("--revoked", item) for item in trust.revoked),
+    ]
+    flat = [item for pair in options for item in pair]
+    return shlex.join(["compute-budget", "audit", *where, *flat, "--save-checkpoint", since_path])
+
+
 def attested(report: AuditReport, size: int, cosigner: SignerKey) -> SignerKey:
     """`cosigner`, once every row through `size` is covered by a trusted writer's stored checkpoint (spec 9.9.5)."""
     from compute_budget.errors import AuditError
@@ -77,13 +137,10 @@ def write_kept(
     note, size, head = kept
     if head is not None:
         write_atomically(head_path(save_path), head)
-        write_atomically(save_path, note)
-        say(f"saved checkpoint seq {size} to {save_path} (and the head, seq {report.head.seq}, to "
-            f"{head_path(save_path)})")
-        return
     write_atomically(save_path, note)
-    say(f"saved checkpoint seq {size} to {save_path}")
-    if keys and cosigner is None:  # spec 8: with --trusted-key a given checkpoint must carry a trusted signature
+    also = f" (and the head, seq {report.head.seq}, to {head_path(save_path)})" if head is not None else ""
+    say(f"saved checkpoint seq {size} to {save_path}{also}")
+    if keys and cosigner is None and note.startswith("{"):  # spec 8: a given checkpoint must carry a trusted signature
         say(
             f"warning: {save_path} is an unsigned JSON checkpoint: given to --since or --checkpoint with "
             "--trusted-key it is bad_signature; add --cosign AUDITOR_KEY to keep the writer-signed note instead"

@@ -81,6 +81,16 @@ def url_keys(urls: tuple[str, ...]) -> tuple[WitnessKey, ...]:
     return tuple(WitnessTarget.parse(url).key for url in urls)
 
 
+def with_redirects(report: AuditReport, source: object) -> AuditReport:
+    """The report of a publication read through redirects, saying them as a warning (spec 11.7.2)."""
+    import dataclasses
+
+    from compute_budget.publication_reader.snapshot import Publication
+
+    warning = source.redirects.warning() if isinstance(source, Publication) else None
+    return dataclasses.replace(report, warnings=(*report.warnings, warning)) if warning else report
+
+
 def published_to_keep(report: AuditReport) -> tuple[str, int, str | None] | None:
     """Without witness keys, --save-checkpoint keeps the published checkpoint as signed (the next night's --since
     is then accepted on the writer's signature)."""
