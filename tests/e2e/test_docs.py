@@ -239,6 +239,7 @@ SHELL_BLOCKS_RUN = {
     ("docs/incident.md", "A writer key leaked"): 3,  # tests/e2e/test_key_runbooks.py
     ("docs/operations.md", "Nightly audit"): 1, ("docs/operations.md", "PostgreSQL"): 2,
     ("docs/operations.md", "Auditing a publication with no database credentials"): 1,  # tests/cli/test_audit_tiles.py
+    ("docs/operations.md", "Day two: the log changes, the auditor stays right"): 6,  # tests/e2e/test_day_two.py
     ("docs/operations.md", "Keys and witnesses"): 2, ("docs/operations.md", "Witnessing"): 1,
     ("docs/operations.md", "Publishing the log"): 1,  # tests/cli/test_publish.py
     ("docs/operations.md", "Rotating a writer key"): 1,  # tests/e2e/test_key_runbooks.py
