@@ -200,3 +200,19 @@ def test_prove_tiles_needs_origin_with_a_policy_of_several_logs(run_cli: Run, st
     status, _, err = run_cli(*options, "--origin", "example.org/other-log")
     assert status == 2
     assert "checkpoint of another log: " in err or "untrusted checkpoint: " in err
+
+
+@pytest.mark.parametrize("forged", [
+    "a note with no signature line\n",
+    "example.org/rotated-log\n3\nnot base64\n\n\u2014 new AAAA\n",
+])
+def test_a_published_handover_that_is_no_signed_note_is_bad_signature(rotated: Rotated, forged: str) -> None:
+    """A keyless insider's file at handover/3/<ID>: none of its signatures verifies, so it is skipped as a forged
+    handover is (spec 11.7.3, `bad_signature`, not a tree finding), and the retirement has no handover."""
+    rotated.handover_path.write_text(forged)
+    status, report, _ = rotated.audit()
+    assert status == 1
+    kinds = [kind for kind, _ in _findings(report)]
+    assert kinds == ["bad_signature", "checkpoint_mismatch"]
+    assert f"the published handover/3/{rotated.handover_path.name} is no signed checkpoint" in _findings(report)[0][1]
+    assert _findings(report)[1][1].startswith("handover missing")

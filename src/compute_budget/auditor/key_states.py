@@ -145,8 +145,9 @@ def _judge_published_handover(
     handed: set[tuple[VerifierKey, int]], survey: KeyStateSurvey,
 ) -> None:
     """`handover/<SIZE>/<key ID>` for a `--retired KEY@SIZE`, judged as a stored handover is: the retired key's
-    signature, then a trusted (or retired) key's, both verifying (else `bad_signature`), of this log at SIZE with
-    the tiles' root there (else `checkpoint_mismatch`). Not published: left to `_missing_handovers`."""
+    signature, then a trusted (or retired) key's, both verifying (else, or when it is no note, `bad_signature`), of
+    this log at SIZE with the tiles' root there (else `checkpoint_mismatch`). Not published: left to
+    `_missing_handovers`."""
     path = f"handover/{state.size}/{state.key.key_hash:08x}"
     note = snapshot.published_handover(state.size, state.key.key_hash)
     if note is None:
@@ -154,7 +155,9 @@ def _judge_published_handover(
     try:
         found = Checkpoint.from_note(note)
     except (CheckpointError, NoteError) as error:
-        survey.findings.append(Finding(FindingKind.CHECKPOINT_MISMATCH, None, state.size,
+        # No signature of it verifies: skipped and reported as the database audit reports a stored note that
+        # cannot be read under a key (spec 11.7.3, 9.1), and the retirement then has no handover.
+        survey.findings.append(Finding(FindingKind.BAD_SIGNATURE, None, state.size,
                                        f"the published {path} is no signed checkpoint ({error})"))
         return
     if found.origin != origin or found.seq != state.size or found.root != roots.at(state.size):
