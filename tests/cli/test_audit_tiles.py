@@ -551,6 +551,8 @@ def test_a_forged_size_is_bad_signature_exit_1_with_no_tile_read(published: Publ
     status, report, err = published.audit(run_cli)
     assert status == 1, err
     assert _kinds(report) == [("bad_signature", ROWS * 10)]
+    assert report["findings"][0]["detail"].startswith("the published checkpoint carries a signature by ")
+    assert report["findings"][0]["detail"].endswith(" that does not verify: no tile was read")
     assert "missing from the publication" not in err
 
 

@@ -139,3 +139,21 @@ def test_list_on_a_terminal_drops_whole_columns_never_squeezes_one_to_nothing(
     assert all(cell.strip() for cell in first_row.split("│"))  # no column collapsed to nothing
     if "budget_id" in columns:
         assert rows[0].decision.budget_id[:16] + "…" in buffer.getvalue()
+
+
+def test_the_text_report_names_a_key_by_its_name_and_id_whatever_its_base64_holds() -> None:
+    """A verifier key's base64 may hold a `+`: the report names the key `name+hash`, never a piece of the key
+    (the newcomer's rotated key read `example.org/practice+13d00301+AVG+4SAgBQEhmzYcD`); with nothing attested (a
+    publication whose checkpoint no trusted key signed) it says seq 0, not None."""
+    from compute_budget.auditor.report import AuditReport
+    from compute_budget.cli.audit.render import render_text
+    from compute_budget.core.log.head import ChainHead
+
+    writer = "example.org/practice+13d00301+AVG+4SAgBQEhmzYcD+PH6UNzWvBBKqICrvBxSvNT9Dt6"
+    witness = "witness.example/w1+9c86e9d4+BMpO+E1uxuUJesdFX4AJP5dQOgfQvJcbHRDv21LSdpMb"
+    report = AuditReport(database="here", rows_checked=0, findings=(), head=ChainHead(0, "00" * 32, None),
+                         status_counts={}, reason_counts={}, elapsed_seconds=0.0, trusted_keys=(writer,),
+                         witness_keys=(witness,))
+    text = render_text(report)
+    assert "attested      through seq 0 by trusted keys (example.org/practice+13d00301)\n" in text
+    assert "by witness keys (witness.example/w1+9c86e9d4)\n" in text

@@ -185,7 +185,7 @@ def checkpoint_findings(request: AuditRequest, inputs: AuditInputs, published: C
         verified, failed = trusted_signers(note, keys)
     except NoteError as error:
         return bad(f"cannot be read as a signed note: {error}")
-    counting, reasons = [], [f"its signature by {key_label(key)} does not verify" for key in failed]
+    counting, reasons = [], [f"carries a signature by {key_label(key)} that does not verify" for key in failed]
     for key in verified:
         state = request.key_states.of_key(key)
         # A revoked key's signature below its size counts once the tree proves it: the audit judges that.
@@ -194,7 +194,7 @@ def checkpoint_findings(request: AuditRequest, inputs: AuditInputs, published: C
         if problem is None:
             counting.append(key)
         else:
-            reasons.append(f"its signature by {key_label(key)} does not count: {problem}")
+            reasons.append(f"carries a signature by {key_label(key)} that does not count: {problem}")
     if not counting:
         if not reasons:
             signers = ", ".join(f"{item.name} (key ID {item.key_hash:08x})" for item in published.signatures())

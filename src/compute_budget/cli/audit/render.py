@@ -29,11 +29,17 @@ def render(report: AuditReport, output_format: str) -> str:
     return render_text(report)
 
 
+def _key_name(key: str) -> str:
+    """A verifier key as the report names it, ``name+hash``: its key material (base64, which may hold a ``+``)
+    left out."""
+    return "+".join(key.split("+", 2)[:2])
+
+
 def _witness_lines(report: AuditReport) -> list[str]:
     """What the witnesses cosigned, how fresh, and the witness policy checked (its quorum in words, its SHA-256)."""
     if not report.witness_keys:
         return []
-    names = ", ".join(escaped(key.rsplit("+", 1)[0]) for key in report.witness_keys)
+    names = ", ".join(escaped(_key_name(key)) for key in report.witness_keys)
     lines = [f"  witnessed     through seq {report.witnessed_size or 0} by witness keys ({names})"]
     if report.witness_age is not None:
         lines.append(f"  freshness     {escaped(report.witness_age)}")
@@ -69,8 +75,8 @@ def render_text(report: AuditReport) -> str:
             f"(root {escaped(str(item['root']))}, chain_hash {escaped(str(item['chain_hash']))})"
         )
     if report.trusted_keys:
-        names = ", ".join(key.rsplit("+", 1)[0] for key in report.trusted_keys)
-        lines.append(f"  attested      through seq {report.attested_size} by trusted keys ({names})")
+        names = ", ".join(escaped(_key_name(key)) for key in report.trusted_keys)
+        lines.append(f"  attested      through seq {report.attested_size or 0} by trusted keys ({names})")
     lines += _witness_lines(report)
     if NOT_CHECKED in report.warnings:  # a publication's audit without --witness-url (spec 10.2)
         lines.append(f"  freshness     {NOT_CHECKED.removeprefix('freshness ')}")
