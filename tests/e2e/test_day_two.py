@@ -2,14 +2,16 @@
 an operator who publishes every night, rotates the writer key and adds a witness policy, and an auditor in another
 folder, with no database, who audits the publication over loopback HTTP every night. Every night is clean; the
 night the auditor has not yet been told of the rotation is the documented red one; then a tampered tile, a forged
-size and a forged handover, on copies of the publication, are each caught with their kind and exit 1. Each block
-runs once through the shell; a repeated night's operator steps run in this process (`set_up`)."""
+size and a forged handover, on copies of the publication, are each caught with their kind and exit 1. Every
+command of the blocks runs through the shell as written, with the recipe's hosts, paths and placeholders made
+this test's; a repeated night's operator steps run in this process (`set_up`)."""
 
 from __future__ import annotations
 
 import json
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from tests.e2e.test_docs import OPERATIONS, commands, fenced, shell
 from tests.publications import served_folder
 from tests.witnessing import free_port, witness_process
 
+Run = Callable[..., tuple[int, str, str]]
 SECTION = "Day two: the log changes, the auditor stays right"
 URL = "https://logs.example.org/budget/"
 
@@ -83,7 +86,7 @@ def _split_serve(block: str) -> tuple[str, str, str]:
 
 @pytest.mark.slow
 def test_the_day_two_recipe_runs_clean_every_night_and_each_forgery_is_found(
-    tmp_path: Path, set_up: SetUp
+    tmp_path: Path, set_up: SetUp, run_cli: Run
 ) -> None:
     op_first, aud_first, op_rotate, aud_rotate, op_witness, aud_witness = fenced("sh", SECTION, doc=OPERATIONS)
     served = tmp_path / "served"
@@ -92,13 +95,13 @@ def test_the_day_two_recipe_runs_clean_every_night_and_each_forgery_is_found(
         day = DayTwo(tmp_path, root_url + "public/", free_port())
         (served / "public").symlink_to(day.public, target_is_directory=True)
         _day_one(day, op_first, aud_first, set_up)
-        _rotation(day, op_rotate, aud_first, aud_rotate)
+        _rotation(day, op_rotate, aud_first, aud_rotate, set_up, run_cli)
         witness_before, serve, witness_after = _split_serve(op_witness)
         day.gates(4)
         day.operate(witness_before)
         with witness_process(day.local(serve).strip(), day.operator, day.port):
-            _witness_added(day, witness_after, [*aud_first.splitlines(), *aud_rotate.splitlines()], aud_witness)
-            _forgeries(day, served, root_url, aud_witness)
+            nightly = _witness_added(day, witness_after, aud_first + aud_rotate, aud_witness)
+            _forgeries(day, served, root_url, nightly)
     assert not [path.name for path in day.auditor.iterdir() if path.suffix == ".db"]  # the auditor has no database
 
 
@@ -124,11 +127,21 @@ def _day_one(day: DayTwo, op_first: str, aud_first: str, set_up: SetUp) -> None:
     assert (day.auditor / "published.note").read_text().split("\n")[1] == "10"
 
 
-def _rotation(day: DayTwo, op_rotate: str, aud_first: str, aud_rotate: str) -> None:
-    """Night 3: the operator rotates and publishes with the printed arguments; the auditor's unchanged line is the
-    documented red night (the kept checkpoint stays); the line with the new key and --retired is clean."""
+def _rotation(day: DayTwo, op_rotate: str, aud_first: str, aud_rotate: str, set_up: SetUp, run_cli: Run) -> None:
+    """Night 3: the operator rotates; the unchanged publish line is the documented red night of the operator; the
+    block's nightly lines record with the new key and publish with the printed arguments. The auditor's unchanged
+    line is the documented red night (the kept checkpoint stays); the line with the new key and --retired is
+    clean."""
     day.gates(3)
-    said = day.operate(op_rotate)
+    once = commands(op_rotate)[:2]
+    assert [line.split()[1] for line in once] == ["keygen", "rotate"]
+    said = day.operate("\n".join(once))
+    set_up(day.operator, "record", "gates.jsonl", "--db", "store.db", "--signing-key", "writer-2.key")
+    status, out, _ = run_cli("publish", str(day.public), "--db", "store.db", "--trusted-key", "writer.pub")
+    assert status == 1
+    assert "a key that is not trusted" in out
+    assert "unattested_rows" in out
+    day.operate("\n".join(commands(op_rotate)[2:]))  # the new key's record finds tonight's rows already there
     new, old = (day.operator / "writer-2.pub").read_text().strip(), day.values["WRITER"]
     assert f"--trusted-key {new} --retired {old}@10" in said  # what the block's publish line is given
     assert (day.public / "handover" / "10" / old.split("+")[1]).exists()
@@ -145,13 +158,13 @@ def _rotation(day: DayTwo, op_rotate: str, aud_first: str, aud_rotate: str) -> N
     assert day.kept() != kept
 
 
-def _witness_added(day: DayTwo, witness_after: str, auditor_before: list[str], aud_witness: str) -> None:
+def _witness_added(day: DayTwo, witness_after: str, auditor_before: str, aud_witness: str) -> str:
     """Night 4: the operator's nightly lines with the policy, the auditor's with the policy and the witness's URL;
-    night 5: the same lines again (the kept checkpoint is now a witnessed one)."""
+    night 5: the same lines again (the kept checkpoint is now a witnessed one). Returns the auditor's lines."""
     shutil.copy(day.operator / "policy.txt", day.auditor / "policy.txt")  # from the operator, out of band
     witness = (day.operator / "witness.pub").read_text().strip()
     day.values["WITNESS"] = f"http://127.0.0.1:{day.port}={witness}"
-    assigned = day.told([*_assignments("\n".join(auditor_before)), *_assignments(aud_witness)])
+    assigned = day.told([*_assignments(auditor_before), *_assignments(aud_witness)])
     nightly = [line for line in commands(aud_witness) if line.startswith("compute-budget")]
     for night in (4, 5):
         if night == 5:
@@ -161,10 +174,10 @@ def _witness_added(day: DayTwo, witness_after: str, auditor_before: list[str], a
         assert witness.split("+")[0] in (day.public / "checkpoint").read_text()  # the quorum's cosignature
         status, report, out = day.audit([*assigned, *nightly])
         assert (status, report["rows_checked"], report["witnessed_size"]) == (0, 5, 5 * night), out
-    day.values["nightly"] = "\n".join([*assigned, *nightly])
+    return "\n".join([*assigned, *nightly])
 
 
-def _forgeries(day: DayTwo, served: Path, root_url: str, aud_witness: str) -> None:
+def _forgeries(day: DayTwo, served: Path, root_url: str, nightly: str) -> None:
     """Copies of the publication, each served beside it and audited with the auditor's last nightly lines."""
     size = int((day.public / "checkpoint").read_text().split("\n")[1])
     old_id = day.values["WRITER"].split("+")[1]
@@ -203,7 +216,7 @@ def _forgeries(day: DayTwo, served: Path, root_url: str, aud_witness: str) -> No
         copy = served / forge.__name__
         shutil.copytree(day.public, copy)
         forge(copy)
-        status, report, out = day.audit([day.values["nightly"]], url=f"{root_url}{forge.__name__}/")
+        status, report, out = day.audit([nightly], url=f"{root_url}{forge.__name__}/")
         assert (status, _kinds(report)) == (1, kinds), (forge.__name__, out)
         assert report["findings"][0]["detail"].startswith(detail), report["findings"][0]
         assert day.kept() == kept  # a red night keeps last night's checkpoint
