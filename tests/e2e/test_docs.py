@@ -459,11 +459,17 @@ def test_the_postgresql_section_runs(pg_admin_url: str, tmp_path: Path, set_up: 
 
 
 @pytest.mark.slow
-def test_the_keys_recipe_runs_for_two_nights(tmp_path: Path, set_up: SetUp) -> None:
+def test_the_keys_recipe_runs_for_three_nights(tmp_path: Path, set_up: SetUp) -> None:
     """The keys recipe as it stands, after the one first night by hand: the writer records signed, the nightly
-    audit trusts the writer's key and cosigns with the auditor's, `consistency --auditor-key` checks that line,
-    and the receipt of the example's first decision verifies with no database. Every step of the recipe runs
-    through the shell; the first night by hand, in this process."""
+    audit trusts the writer's key and cosigns with the auditor's, three nights with rows recorded between them, a
+    witness added before the second (the writer records with `--witness`, the nightly gains `--witness-key`): every
+    night is clean and moves witnessed.note.head with witnessed.note (spec 11.5). Then `consistency --auditor-key`
+    checks the auditor's line, and the receipt of the example's first decision verifies with no database. The
+    recipe's steps run through the shell; the first night, the rows between nights and the witness (in a thread),
+    in this process."""
+    from compute_budget.core.log.note import VerifierKey
+    from tests.witnessing import WITNESS, WITNESS_KEY, witness_in_thread
+
     _, recipe = fenced("sh", "Keys and witnesses", doc=OPERATIONS)
     steps = commands(recipe)
     assert len(steps) == 7, steps
@@ -471,6 +477,7 @@ def test_the_keys_recipe_runs_for_two_nights(tmp_path: Path, set_up: SetUp) -> N
     assert "--since witnessed.note" in nightly
     folder = with_examples(tmp_path)
     shutil.copy(folder / "examples" / "gates.jsonl", folder / "gates.jsonl")
+    head = folder / "witnessed.note.head"
 
     def run(command: str) -> subprocess.CompletedProcess[str]:
         done = shell(command, folder)
@@ -481,13 +488,27 @@ def test_the_keys_recipe_runs_for_two_nights(tmp_path: Path, set_up: SetUp) -> N
         run(command)
     set_up(folder, "audit", "--trusted-key", "writer.pub", "--save-checkpoint", "witnessed.note", "--cosign",
            "auditor.key")
-    first = (folder / "witnessed.note").read_text()
-    (folder / "gates.jsonl").write_text("\n".join(gate_lines(3, prefix="night2")) + "\n")
-    run(record)
-    assert "CLEAN" in run(nightly).stdout
-    assert (folder / "witnessed.note").read_text() != first  # tonight's note replaced last night's
-    assert not (folder / "witnessed.next").exists()
-    assert json.loads(run(consistency).stdout)["old_size"] == 11
+    origin = (folder / "witnessed.note").read_text().split("\n")[0]
+    logs = {origin: [VerifierKey.parse((folder / "writer.pub").read_text().strip())]}
+    sizes = [int(head.read_text().split("\n")[1])]
+    with witness_in_thread(tmp_path / "witness.db", WITNESS, logs) as witness:
+        url = f"http://127.0.0.1:{witness.port}={WITNESS_KEY}"
+        for night, rows in ((1, 3), (2, 4), (3, 2)):
+            (folder / "gates.jsonl").write_text("\n".join(gate_lines(rows, prefix=f"night{night}")) + "\n")
+            added = ("--witness", url) if night >= 2 else ()  # the witness is added before the second night
+            set_up(folder, "record", "gates.jsonl", "--signing-key", "writer_prod.key", *added)
+            kept = (folder / "witnessed.note").read_text()
+            tonight = nightly if night == 1 else nightly.replace(
+                " --save-checkpoint", f" --witness-key {WITNESS_KEY} --save-checkpoint")
+            assert tonight != nightly or night == 1
+            assert "CLEAN" in run(tonight).stdout
+            assert (folder / "witnessed.note").read_text() != kept  # tonight's note replaced last night's
+            assert not list(folder.glob("witnessed.next*"))
+            sizes.append(int(head.read_text().split("\n")[1]))
+            assert (folder / "witnessed.note").read_text().split("\n")[1] == str(sizes[-1])
+    assert sizes == [8, 11, 15, 17]  # witnessed.note.head moved with witnessed.note every night
+    assert f"\n\u2014 {WITNESS.name} " in (folder / "witnessed.note").read_text()  # the last nights' note is witnessed
+    assert json.loads(run(consistency).stdout)["old_size"] == 17
     run(prove)
     assert run(verify).stdout.startswith("valid: budget_id 1640737b")
 
