@@ -17,8 +17,9 @@ from xml.etree import ElementTree
 
 import pytest
 
-from tests.backends import tamper
+from tests.backends import query, tamper
 from tests.conftest import REPO_ROOT, SetUp, gate_lines
+from tests.witnessing import ORIGIN, WITNESS_KEY, WRITER_KEY, Served
 
 # The README, docs/*.md, and the design's pages under docs/design/.
 DOC_PATHS = ["README.md", *sorted(str(path.relative_to(REPO_ROOT)) for folder in ("docs", "docs/design")
@@ -322,11 +323,13 @@ def _recipe() -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_the_nightly_recipe_for_three_nights(tmp_path: Path, set_up: SetUp) -> None:
-    """The README's recipe from its first night: the one-time first-night step, then three nights (by the cron
-    line, the systemd unit and the shell block) with rows appended in between; the third night finds the row
-    tampered with that day (exit 1, checkpoint kept). A checkpoint deleted later is never a silent pass. The day's
-    gates are recorded in this process: only the recipe's own commands run through the shell."""
+def test_the_nightly_recipe_for_three_nights(tmp_path: Path, set_up: SetUp, served: Served, writer: Path) -> None:
+    """The README's recipe from its first night: the one-time first-night step, then three clean nights (by the
+    cron line, the systemd unit and the shell block) with rows appended in between, the writer taking its key and a
+    witness policy before the second (its unsigned rows adopted, spec 11.5): the recipe gives no key, so it keeps
+    checkpoint.json alone and leaves no FILE.head behind. A fourth night finds the row tampered with that day (exit
+    1, checkpoint kept). A checkpoint deleted later is never a silent pass. The day's gates are recorded in this
+    process: only the recipe's own commands run through the shell."""
     recipe = _recipe()
     practice, logs = tmp_path / "practice", tmp_path / "log"
     practice.mkdir()
@@ -338,16 +341,18 @@ def test_the_nightly_recipe_for_three_nights(tmp_path: Path, set_up: SetUp) -> N
     assert local(recipe["systemd_folder"]) == str(practice)
     database = practice / "compute_budget.db"
     checkpoint = practice / "checkpoint.json"
+    policy = tmp_path / "policy.txt"
+    policy.write_text(f"log {WRITER_KEY}\nwitness w1 {WITNESS_KEY} http://127.0.0.1:{served.port}\nquorum w1\n")
 
-    def day(name: str, count: int) -> None:
+    def day(name: str, count: int, *signed: str) -> None:
         gates = tmp_path / f"{name}.jsonl"
         gates.write_text("\n".join(gate_lines(count, prefix=name)) + "\n")
-        set_up(tmp_path, "record", str(gates), "--db", str(database))
+        set_up(tmp_path, "record", str(gates), "--db", str(database), *signed)
 
     def seq_of(path: Path) -> int:
         return int(json.loads(path.read_text())["seq"])
 
-    day("day0", 20)
+    day("day0", 20, "--origin", ORIGIN)
     done = shell(local(recipe["first_night"]), tmp_path)  # the one-time step, by hand
     assert done.returncode == 0, done.stderr
     assert seq_of(checkpoint) == 20
@@ -358,7 +363,9 @@ def test_the_nightly_recipe_for_three_nights(tmp_path: Path, set_up: SetUp) -> N
     assert seq_of(checkpoint) == 35
     assert junit_counts(practice / "audit.xml") == ("0", "0")
 
-    day("day2", 15)  # night 2: systemd, in its working folder
+    # night 2: systemd, in its working folder; the writer now signs, and its witness policy cosigns
+    day("day2", 15, "--signing-key", str(writer), "--adopt-unsigned", "35", "--policy", str(policy))
+    assert query(str(database), "SELECT count(*) FROM compute_budget_cosignatures")[0][0] == 1  # cosigned at 50
     done = shell(recipe["systemd"], practice)
     assert done.returncode == 0, done.stderr
     assert seq_of(checkpoint) == 50
@@ -368,17 +375,24 @@ def test_the_nightly_recipe_for_three_nights(tmp_path: Path, set_up: SetUp) -> N
     done = shell(recipe["ci"], practice, COMPUTE_BUDGET_DB=str(database))
     assert done.returncode == 0, done.stderr
 
-    day("day3", 15)  # night 3: the shell block, after a row of the day was edited
-    tamper(database, "UPDATE compute_budget_decisions SET max_steps = 99 WHERE seq = 57")
+    day("day3", 10, "--signing-key", str(writer), "--policy", str(policy))  # night 3: the shell block
+    done = shell(local(recipe["nightly"]), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert seq_of(checkpoint) == 60
+    assert json.loads((logs / "audit.json").read_text())["rows_checked"] == 10
+    assert not list(practice.glob("*.head"))  # no key given: no FILE.head written, none left behind
+
+    day("day4", 5, "--signing-key", str(writer), "--policy", str(policy))  # night 4, after a row of the day was edited
+    tamper(database, "UPDATE compute_budget_decisions SET max_steps = 99 WHERE seq = 62")
     done = shell(local(recipe["nightly"]), tmp_path)
     assert done.returncode == 1, done.stderr
-    assert seq_of(checkpoint) == 50  # last good checkpoint kept
+    assert seq_of(checkpoint) == 60  # last good checkpoint kept
     assert not (practice / "checkpoint.next.json").exists()
     report = json.loads((logs / "audit.json").read_text())
     assert report["clean"] is False
-    assert [finding["seq"] for finding in report["findings"] if finding["kind"] == "rederive_mismatch"] == [57]
-    assert report["look_back"]["n"] == 7  # the recipe looks back: here the 50 rows below the checkpoint, a partial tile
-    assert report["look_back"]["rows"] == 50
+    assert [finding["seq"] for finding in report["findings"] if finding["kind"] == "rederive_mismatch"] == [62]
+    assert report["look_back"]["n"] == 7  # the recipe looks back: here the 60 rows below the checkpoint, a partial tile
+    assert report["look_back"]["rows"] == 60
     failures, errors = junit_counts(logs / "audit.xml")
     assert failures != "0"
     assert errors == "0"
