@@ -31,7 +31,7 @@ from compute_budget.core.log.key_states import (
     signature_problem,
 )
 from compute_budget.core.log.note import Signature, VerifierKey
-from compute_budget.core.seal_checks import StoredCheckpoint
+from compute_budget.core.seal_checks import StoredCheckpoint, trusted_signers
 from compute_budget.core.seal_checks import signature_problem as note_signature_problem
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import CheckpointError, MerkleError, NoteError, PublicationUnavailable, StoreDamaged
@@ -415,15 +415,43 @@ def note_problem(snapshot: Snapshot, note: str, states: KeyStates, max_seq: int)
             continue
         if note_signature_problem(note, state.key) is not None:
             continue
-        anchored = state.status is not KeyStatus.REVOKED or roots.at(state.size) == state.root
-        proven = anchored and found.seq <= state.size and roots.at(found.seq) == found.root
-        reason = signature_problem(state, found.seq, found.root, proven=proven)
+        reason = _counts(state, found, roots)
         if reason is not None:
             return f"its signature by {state.label()} does not count: {reason}"
     return None
 
 
+def _counts(state: KeyState, found: Checkpoint, roots: _TreeRoots) -> str | None:
+    """Why a valid signature of `state.key` on `found` does not count, judged by the store's tree; or None."""
+    anchored = state.status is not KeyStatus.REVOKED or roots.at(state.size) == state.root
+    proven = anchored and found.seq <= state.size and roots.at(found.seq) == found.root
+    return signature_problem(state, found.seq, found.root, proven=proven)
+
+
+def since_vouched(
+    snapshot: Snapshot, since: Checkpoint | None, keys: list[VerifierKey], states: KeyStates, origin: str | None,
+    max_seq: int, attested: int = 0,
+) -> tuple[int, str] | None:
+    """(S, the signer's label) when the `--since` note is of this log at S, on the store's tree there, with a
+    trusted key's signature that verifies and counts: it vouches for rows 1..S whatever the store's checkpoints
+    table holds (spec 11.6). None otherwise (its own findings say why), and when a stored checkpoint that counts
+    covers S already (`attested`: the newest one's size; the store's tree is then not read)."""
+    if since is None or since.note is None or since.origin != origin or not attested < since.seq <= max_seq:
+        return None
+    roots = _TreeRoots(snapshot, max_seq)
+    if roots.at(since.seq) != since.root:
+        return None
+    try:
+        verified, _ = trusted_signers(since.note, keys)
+    except NoteError:
+        return None
+    for key in verified:
+        if _counts(states.of_key(key), since, roots) is None:
+            return since.seq, label(key)
+    return None
+
+
 __all__ = [
     "HandoverFiles", "KeyStateSurvey", "apply_attestation", "configured_states", "note_problem",
-    "published_rotations", "survey_key_states", "untold_rotation",
+    "published_rotations", "since_vouched", "survey_key_states", "untold_rotation",
 ]
