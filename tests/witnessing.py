@@ -24,7 +24,7 @@ import uvicorn
 
 from compute_budget.core.log.cosignature import WitnessSigner
 from compute_budget.core.log.merkle import MemoryTree, consistency_proof, leaf_hash, root_from_reader
-from compute_budget.core.log.note import SignerKey, format_checkpoint, sign_note
+from compute_budget.core.log.note import SignerKey, VerifierKey, format_checkpoint, sign_note
 from compute_budget.serving import bind, header_timeout_protocol
 from compute_budget.witness.app import allowed_hosts, create_witness_app
 from compute_budget.witness.protocol import Witness
@@ -91,11 +91,24 @@ class Served:
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Served]:
     """A witness of two logs on a free port of 127.0.0.1, served by uvicorn in a thread."""
-    state = WitnessState(tmp_path / "witness.db")
-    witness = Witness(
-        WITNESS, {ORIGIN: [LOG.verifier()], "example.org/other": [OTHER.verifier()]}, state,
-        clock=lambda: int(time.time()),
-    )
+    with witness_in_thread(tmp_path / "witness.db", WITNESS, LOGS) as witness:
+        yield witness
+
+
+# The logs the witnesses of `served` and `witness_servers` follow: origin -> the writer keys it trusts.
+LOGS = {ORIGIN: [LOG.verifier()], "example.org/other": [OTHER.verifier()]}
+
+
+@contextmanager
+def witness_in_thread(
+    state_path: Path, signer: WitnessSigner, logs: dict[str, list[VerifierKey]],
+    clock: Callable[[], int] = lambda: int(time.time()),
+) -> Iterator[Served]:
+    """A witness of `logs` keeping its state in `state_path`, served over real HTTP on a free port of 127.0.0.1 by
+    uvicorn in a thread (no process to start: a recipe's own witness for a writer key the test made); stopped
+    after."""
+    state = WitnessState(state_path)
+    witness = Witness(signer, logs, state, clock=clock)
     config = uvicorn.Config(
         create_witness_app(witness, allowed_hosts("127.0.0.1", ())), log_level="warning", access_log=False,
         lifespan="off", http=header_timeout_protocol(1.0), timeout_keep_alive=1, limit_concurrency=50,
@@ -128,16 +141,8 @@ def witness_servers(tmp_path: Path) -> Iterator[WitnessFactory]:
     with contextlib.ExitStack() as stack:
 
         def start(signer: WitnessSigner, clock: Callable[[], int] = lambda: int(time.time())) -> Served:
-            state = WitnessState(tmp_path / f"witness-{next(numbers)}.db")
-            stack.callback(state.close)
-            witness = Witness(signer, {ORIGIN: [LOG.verifier()], "example.org/other": [OTHER.verifier()]}, state,
-                              clock=clock)
-            config = uvicorn.Config(
-                create_witness_app(witness, allowed_hosts("127.0.0.1", ())), log_level="warning",
-                access_log=False, lifespan="off", http=header_timeout_protocol(1.0), timeout_keep_alive=1,
-                limit_concurrency=50,
-            )
-            return Served(stack.enter_context(serving_in_thread(config, "127.0.0.1")), state)
+            state_path = tmp_path / f"witness-{next(numbers)}.db"
+            return stack.enter_context(witness_in_thread(state_path, signer, LOGS, clock))
 
         yield start
 

@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 
 from compute_budget.auditor import ranges
+from compute_budget.auditor.key_states import configured_states
 from compute_budget.auditor.report import AuditReport
 from compute_budget.auditor.request import AuditRequest
 from compute_budget.auditor.scan import run_audit
-from compute_budget.core.log.note import SignerKey
+from compute_budget.core.log.note import SignerKey, format_checkpoint, sign_note
 from compute_budget.errors import PublicationUnavailable
-from compute_budget.publication_reader.snapshot import PublicationTarget
+from compute_budget.publication_reader.snapshot import Publication, PublicationTarget
 from compute_budget.store import BudgetStore
 from tests.backends import is_postgres
 from tests.conftest import BuiltOnce, copy_built, make_gate
@@ -251,6 +252,26 @@ def test_an_edited_bundle_under_a_tile_that_holds_is_named_as_the_bundle(folder:
     assert _kinds(report)[0] == ("published_mismatch", 257)
     assert "the entry bundle was edited" in report.findings[0].detail
     assert not any(finding.detail.startswith("tile/") for finding in report.findings)
+
+
+def test_unattested_rows_never_start_below_the_size_the_since_note_vouches_for(folder: Path) -> None:
+    # Spec 11.6. A stale mirror at ROWS, its checkpoint signed by WRITER, which the auditor knows was revoked at a
+    # size the mirror does not reach: the publication cannot prove WRITER's note, so no row is vouched for by it.
+    # The kept --since note, at 256, signed by the log's other writer key, still vouches for rows 1..256.
+    other = SignerKey.from_seed("other-writer", bytes(range(1, 33)))
+    with Publication(PublicationTarget(str(folder))) as publication, publication.snapshot() as snapshot:
+        root, chain = snapshot.frontier(256).root(), snapshot.chain_at(256)
+    assert chain is not None
+    since = sign_note(format_checkpoint(ORIGIN, 256, root, chain), other)
+    revoked = f"{WRITER.verifier().format()}@{ROWS + 100}:{base64.b64encode(bytes(32)).decode()}"
+    report = run_audit(AuditRequest(
+        PublicationTarget(str(folder)), trusted_keys=(WRITER.verifier(), other.verifier()), expected_origin=ORIGIN,
+        since=since, key_states=configured_states(revoked=[revoked]),
+    ))
+    unattested = [finding for finding in report.findings if finding.kind.value == "unattested_rows"]
+    assert [finding.seq for finding in unattested] == [257], _kinds(report)
+    assert f"rows 257..{ROWS}" in unattested[0].detail
+    assert "--since" in unattested[0].detail
 
 
 def test_an_incremental_audit_names_the_bundles_it_did_not_read(folder: Path, writer: SignerKey) -> None:

@@ -18,7 +18,7 @@ from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.cosignature import generate_witness, with_cosignatures
 from compute_budget.core.log.note import format_checkpoint, sign_note
 from compute_budget.keys.key_files import load_signer_key
-from tests.backends import execute
+from tests.backends import execute, tamper_all
 from tests.conftest import gate_lines
 
 Run = Callable[..., tuple[int, str, str]]
@@ -101,6 +101,37 @@ def test_signatures_above_the_revocation_do_not_count_and_their_rows_are_unattes
     assert unattested[0][0] == 4
     assert "rows 4..5" in unattested[0][1]
     assert report.attested_size == 3
+
+
+@pytest.mark.postgres_smoke
+@pytest.mark.parametrize("revoked", [False, True], ids=["trusted", "revoked"])
+def test_unattested_rows_never_start_below_the_size_the_since_note_vouches_for(leak: Leak, revoked: bool) -> None:
+    # Spec 11.6: the kept --since note (size 3, signed by the key) vouches for rows 1..3 whatever the store's
+    # checkpoints table now holds; here it was emptied (with the revocation: of the notes the key signed honestly).
+    since = leak.folder / "since.note"
+    since.write_text(leak.note_at(3))
+    tamper_all(leak.target, "DELETE FROM compute_budget_checkpoints" + (" WHERE tree_size <= 3" if revoked else ""))
+    report = audit(leak.target, trusted_keys=[leak.key], revoked=[leak.revoked] if revoked else [],
+                   since=str(since))
+    unattested = [(seq, detail) for kind, seq, detail in findings(report) if kind == "unattested_rows"]
+    assert len(unattested) == 1, findings(report)
+    assert unattested[0][0] == 4
+    assert "rows 4..5" in unattested[0][1]
+    assert "--since" in unattested[0][1]
+
+
+def test_a_since_note_whose_signature_does_not_count_vouches_for_nothing(leak: Leak) -> None:
+    # The key revoked at 2: its note at 3 is above the revocation, so the --since note vouches for no row.
+    since = leak.folder / "since.note"
+    since.write_text(leak.note_at(3))
+    root2 = Checkpoint.from_note(leak.note_at(2)).root
+    assert root2 is not None
+    tamper_all(leak.target, "DELETE FROM compute_budget_checkpoints")
+    report = audit(leak.target, trusted_keys=[leak.key], since=str(since),
+                   revoked=[f"{leak.key}@2:{base64.b64encode(root2).decode('ascii')}"])
+    unattested = [(seq, detail) for kind, seq, detail in findings(report) if kind == "unattested_rows"]
+    assert [seq for seq, _ in unattested] == [1], findings(report)
+    assert "none is stored" in unattested[0][1]
 
 
 @pytest.mark.parametrize("size", [2, 3])

@@ -439,14 +439,19 @@ def test_the_cosigned_note_is_accepted_on_its_writer_signature_and_checked_by_au
 def test_the_readmes_witnessing_recipe_runs_for_three_nights(tmp_path: Path, set_up: SetUp) -> None:
     """The Witnessing block as it stands (the witness's address and state file made local): a witness served by
     `witness serve`, records sent to it, the first night's full audit keeping witnessed.note and its .head, two
-    nightly `--since` audits moving both, and the receipt verified with the witness's quorum said. The third night,
-    rows the second night saw and no witness cosigned since (its .head made a day older) are unwitnessed_rows. The
-    block's commands run in a shell, every night; the writer's key, the receipt and the rows kept from the witness
-    are made in this process."""
+    nightly `--since` audits moving both, and the receipt verified with the witness's quorum said. Before the second
+    night a second witness is added as the section says (the writer sends to both, the nightly gains its
+    `--witness-key`, the default quorum then all of them): every night is clean, no new baseline (spec 11.5). The
+    third night's rows 8..9 no witness is told of: once that night's .head is a day older, they are
+    unwitnessed_rows. The block's commands run in a shell, every night; the writer's key, the second witness (in a
+    thread), the receipt and the rows kept from the witnesses are made in this process."""
     import shlex
     import subprocess
 
+    from compute_budget.core.log.cosignature import WitnessSigner
+    from compute_budget.core.log.note import VerifierKey
     from tests.e2e.test_docs import OPERATIONS, commands, fenced, shell
+    from tests.witnessing import witness_in_thread
 
     steps = commands(fenced("", "Witnessing", doc=OPERATIONS)[0])
     assert len(steps) == 7, steps
@@ -454,6 +459,9 @@ def test_the_readmes_witnessing_recipe_runs_for_three_nights(tmp_path: Path, set
     assert "--since witnessed.note" in nightly
     assert "mv witnessed.next.head witnessed.note.head" in nightly
     port = free_port()
+    head = tmp_path / "witnessed.note.head"
+    second = WitnessSigner.from_seed("witness.example/w2", bytes(range(3, 35)))
+    second_key = second.verifier().format()
 
     def local(command: str) -> str:
         return (command.replace("witness.internal:7380", f"127.0.0.1:{port}")
@@ -468,19 +476,28 @@ def test_the_readmes_witnessing_recipe_runs_for_three_nights(tmp_path: Path, set
     def gates(name: str, count: int) -> None:
         (tmp_path / "gates.jsonl").write_text("\n".join(gate_lines(count, prefix=name)) + "\n")
 
+    def size(path: Path) -> int:
+        return int(path.read_text().split("\n")[1])
+
     set_up(tmp_path, "keygen", "writer/prod", stdout="writer.pub")
     run(keygen)
-    with witness_process(local(serve), tmp_path, port):
+    logs = {"example.org/prod": [VerifierKey.parse((tmp_path / "writer.pub").read_text().strip())]}
+    with witness_process(local(serve), tmp_path, port), \
+            witness_in_thread(tmp_path / "w2.db", second, logs) as added:
         gates("day0", 4)
         run(record)
         run(submit)
         run(first_night)
-        assert (tmp_path / "witnessed.note.head").read_text().split("\n")[1] == "4"
+        assert size(head) == 4
+        # the second witness, added as the section says: the writer sends to it, the nightly names its key
+        record = f"{record} --witness http://127.0.0.1:{added.port}={second_key}"
+        nightly = nightly.replace(" --save-checkpoint", f" --witness-key {second_key} --save-checkpoint")
         gates("day1", 3)
-        run(record)
-        run(nightly)
-        assert (tmp_path / "witnessed.note.head").read_text().split("\n")[1] == "7"
-        assert not (tmp_path / "witnessed.next").exists()
+        assert "cosigned by 2/2 witnesses" in run(record).stderr
+        assert "CLEAN" in run(nightly).stdout
+        assert (size(head), size(tmp_path / "witnessed.note")) == (7, 7)
+        assert not list(tmp_path.glob("witnessed.next*"))
+        assert f"\n\u2014 {second.name} " in (tmp_path / "witnessed.note").read_text()
         budget_id = str(query(str(tmp_path / "compute_budget.db"),
                               "SELECT budget_id FROM compute_budget_decisions WHERE seq = 2")[0][0])
         set_up(tmp_path, "prove", budget_id, "--witness-key", (tmp_path / "witness.pub").read_text().strip(),
@@ -489,9 +506,10 @@ def test_the_readmes_witnessing_recipe_runs_for_three_nights(tmp_path: Path, set
         gates("day2", 2)
         unwitnessed = shlex.split(record.split(" --witness ")[0])
         assert unwitnessed[0] == "compute-budget"
-        set_up(tmp_path, *unwitnessed[1:])  # the witness is not told of rows 8..9
+        set_up(tmp_path, *unwitnessed[1:])  # the witnesses are not told of rows 8..9
         run(nightly)  # the newest witnessed checkpoint (7) is fresh: rows 8..9 are not yet due
-        _age(tmp_path / "witnessed.note.head", 86400 + 60)
+        assert (size(head), size(tmp_path / "witnessed.note")) == (9, 7)  # the head checked; the note witnessed
+        _age(head, 86400 + 60)
         done = shell(local(nightly), tmp_path)
         assert done.returncode == 1, done.stderr
         assert "unwitnessed_rows" in done.stdout

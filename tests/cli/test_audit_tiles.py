@@ -9,6 +9,7 @@ import json
 import re
 import shlex
 import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -412,29 +413,54 @@ def _recipe_commands(url: str, witness: str, folder: Path) -> tuple[list[str], s
 def test_the_recipe_for_an_auditor_in_another_organisation_runs_for_three_nights(
     served: Served, run_cli: Run, log_key: Path, tmp_path: Path
 ) -> None:
-    store = str(tmp_path / "store.db")
+    """The recipe as written: its first night, then two nightly runs, rows published between them; before the second,
+    the publisher adds a witness policy (`publish --policy` over the unwitnessed publication) and the auditor gives
+    the nightly the same file (`--policy`). Every night is clean and FILE.head moves with FILE (spec 11.5); a fourth
+    night, an entry below the kept note edited, is red and keeps the last good pair. The rows and the publication
+    are made in this process; the recipe's commands run through the shell."""
+    store, kept = str(tmp_path / "store.db"), tmp_path / "published.note"
+    head = Path(f"{kept}.head")
     witness = f"http://127.0.0.1:{served.port}={WITNESS.verifier().format()}"
+    policy = tmp_path / "policy.txt"
+    policy.write_text(f"log {LOG.verifier().format()}\nwitness w1 {WITNESS.verifier().format()} "
+                      f"http://127.0.0.1:{served.port}\nquorum w1\n")
     _record(run_cli, store, log_key, 300, "night1", "--origin", WITNESSED_ORIGIN, "--witness", witness)
-    witnessed = (WITNESS.verifier(),)
-    folder = publish_store(store, tmp_path / "published", LOG.verifier(), witness_keys=witnessed)
+    folder = publish_store(store, tmp_path / "published", LOG.verifier())  # no witness policy yet
+    assert "\n\u2014 witness.example/w1 " not in (folder / "checkpoint").read_text()
     with served_folder(folder) as url:
         assigned, first, nightly = _recipe_commands(url, witness, tmp_path)
-        done = shell("\n".join([*assigned, first, nightly]), tmp_path)
+        with_policy = nightly.replace(" --since ", f" --policy {policy} --since ")
+        assert with_policy != nightly
+
+        def night(command: str) -> subprocess.CompletedProcess[str]:
+            return shell("\n".join([*assigned, command]), tmp_path)
+
+        done = night(first)
         assert done.returncode == 0, done.stderr
-        assert (tmp_path / "published.note").read_text() == (folder / "checkpoint").read_text()
-        _record(run_cli, store, log_key, 50, "night2", "--witness", witness)
-        publish_store(store, folder, LOG.verifier(), witness_keys=witnessed)
-        done = shell("\n".join([*assigned, nightly]), tmp_path)
-        assert done.returncode == 0, done.stderr
-        assert json.loads((tmp_path / "audit.json").read_text())["rows_checked"] == 50
-        kept = (tmp_path / "published.note").read_text()
-        _record(run_cli, store, log_key, 10, "night3", "--witness", witness)
-        publish_store(store, folder, LOG.verifier(), witness_keys=witnessed)
+        assert kept.read_text() == (folder / "checkpoint").read_text()
+        sizes = [int(head.read_text().split("\n")[1])]
+        for rows in (50, 10):
+            _record(run_cli, store, log_key, rows, f"night{len(sizes) + 1}", "--policy", str(policy))
+            status, _, err = run_cli("publish", str(folder), "--db", store, "--policy", str(policy))
+            assert status == 0, err
+            done = night(with_policy)
+            assert done.returncode == 0, done.stderr
+            report = json.loads((tmp_path / "audit.json").read_text())
+            assert (report["rows_checked"], report["witness_policy"]["quorum"]) == (rows, "a cosignature by w1")
+            assert kept.read_text() == (folder / "checkpoint").read_text()
+            assert "\n\u2014 witness.example/w1 " in kept.read_text()  # the publication now carries the quorum
+            assert head.read_text().split("\n")[1] == kept.read_text().split("\n")[1]  # FILE.head moved with FILE
+            assert not list(tmp_path.glob("published.next.note*"))
+            sizes.append(int(head.read_text().split("\n")[1]))
+        assert sizes == [300, 350, 360]  # FILE.head moved every night
+        kept_pair = (kept.read_text(), head.read_text())
+        _record(run_cli, store, log_key, 10, "night4", "--policy", str(policy))
+        assert run_cli("publish", str(folder), "--db", store, "--policy", str(policy))[0] == 0
         _edit_entry(folder, 200, b'"explanation":"', b'"explanation":"!')  # below the kept note: the look-back
-        done = shell("\n".join([*assigned, nightly.replace("--look-back 7", "--look-back 1")]), tmp_path)
+        done = night(with_policy.replace("--look-back 7", "--look-back 1"))
         assert done.returncode == 1, done.stderr
         assert ("published_mismatch", 200) in _kinds(json.loads((tmp_path / "audit.json").read_text()))
-        assert (tmp_path / "published.note").read_text() == kept  # a red night keeps last night's note
+        assert (kept.read_text(), head.read_text()) == kept_pair  # a red night keeps last night's pair
 
 
 def test_a_publication_rewritten_below_the_since_checkpoint_is_checkpoint_mismatch(

@@ -6,6 +6,7 @@ it."""
 
 from __future__ import annotations
 
+import base64
 import json
 import shlex
 import shutil
@@ -216,3 +217,70 @@ def test_a_published_handover_that_is_no_signed_note_is_bad_signature(rotated: R
     assert kinds == ["bad_signature", "checkpoint_mismatch"]
     assert f"the published handover/3/{rotated.handover_path.name} is no signed checkpoint" in _findings(report)[0][1]
     assert _findings(report)[1][1].startswith("handover missing")
+
+
+ADVICE = "obtain the new verifier key from the log's operator out of band, then add --trusted-key <that key> --retired "
+
+
+def _untold(rotated: Rotated, location: str, *extra: str) -> tuple[list[str], str]:
+    """`audit --tiles` by an auditor who trusts only OLD (not told of the rotation): its bad_signature details and
+    everything it printed."""
+    status, out, err = rotated.run("audit", "--tiles", location, "--trusted-key", rotated.old, "--origin", ORIGIN,
+                                   *extra, "--format", "json")  # no tile is read: no worker
+    assert status == 1, (out, err)
+    found = _findings(json.loads(out))
+    assert [kind for kind, _ in found] == ["bad_signature"], found
+    return [detail for _, detail in found], out + err
+
+
+def test_an_auditor_not_told_of_the_rotation_is_named_the_published_handover(rotated: Rotated) -> None:
+    (detail,), said = _untold(rotated, str(rotated.published))
+    new_key = load_signer_key(rotated.new_path)
+    assert f"signed by new (key ID {new_key.key_hash:08x}), unverified" in detail  # as the note shows it
+    assert f"handover/3/{rotated.handover_path.name}" in detail
+    assert ADVICE + f"{rotated.old}@3" in detail
+    assert rotated.new not in said  # the new verifier key was never given: it is printed nowhere
+
+
+def test_over_http_the_handover_is_found_at_the_since_size_only(rotated: Rotated, tmp_path: Path) -> None:
+    with BudgetStore.open(rotated.target, readonly=True) as store:
+        at_3 = next(row[3] for row in store.iter_checkpoint_rows() if row[0] == 3 and row[3].count("\n\u2014 ") == 1)
+    since = tmp_path / "since.note"
+    since.write_text(at_3)  # OLD's note at the handover's size, kept by the last audit
+    with served_folder(rotated.published) as url:
+        (unlisted,), _ = _untold(rotated, url)
+        (probed,), said = _untold(rotated, url, "--since", str(since))
+    assert "handover/" not in unlisted
+    assert ADVICE not in unlisted
+    assert f"signed by new (key ID {load_signer_key(rotated.new_path).key_hash:08x}), unverified" in unlisted
+    assert f"handover/3/{rotated.handover_path.name}" in probed
+    assert ADVICE + f"{rotated.old}@3" in probed
+    assert rotated.new not in said
+
+
+def _forged(note: str) -> str:
+    """`note` with its first signature's bytes changed, its name and key ID kept: no longer that key's."""
+    text, _, lines = note.partition("\n\n")
+    first, *rest = lines.splitlines()
+    prefix, _, value = first.rpartition(" ")
+    raw = bytearray(base64.b64decode(value))
+    raw[-1] ^= 1
+    return "\n".join([f"{text}\n", f"{prefix} {base64.b64encode(bytes(raw)).decode()}", *rest]) + "\n"
+
+
+def test_a_forged_published_handover_gives_no_advice(rotated: Rotated) -> None:
+    rotated.handover_path.write_text(_forged(rotated.handover))
+    (detail,), _ = _untold(rotated, str(rotated.published))
+    assert "unverified" in detail
+    assert "handover/" not in detail
+    assert ADVICE not in detail
+    # A forged newer one beside the genuine one at 3: only the genuine one is named.
+    rotated.handover_path.write_text(rotated.handover)
+    newer = rotated.published / "handover" / "5" / rotated.handover_path.name
+    newer.parent.mkdir()
+    newer.write_text(_forged(rotated.signed_at_head(rotated.old_path, rotated.new_path)))
+    (detail,), _ = _untold(rotated, str(rotated.published))
+    assert f"handover/3/{rotated.handover_path.name}" in detail
+    assert ADVICE + f"{rotated.old}@3" in detail
+    assert "handover/5/" not in detail
+    assert "@5" not in detail

@@ -17,8 +17,9 @@ from xml.etree import ElementTree
 
 import pytest
 
-from tests.backends import tamper
+from tests.backends import query, tamper
 from tests.conftest import REPO_ROOT, SetUp, gate_lines
+from tests.witnessing import ORIGIN, WITNESS_KEY, WRITER_KEY, Served
 
 # The README, docs/*.md, and the design's pages under docs/design/.
 DOC_PATHS = ["README.md", *sorted(str(path.relative_to(REPO_ROOT)) for folder in ("docs", "docs/design")
@@ -323,11 +324,13 @@ def _recipe() -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_the_nightly_recipe_for_three_nights(tmp_path: Path, set_up: SetUp) -> None:
-    """The README's recipe from its first night: the one-time first-night step, then three nights (by the cron
-    line, the systemd unit and the shell block) with rows appended in between; the third night finds the row
-    tampered with that day (exit 1, checkpoint kept). A checkpoint deleted later is never a silent pass. The day's
-    gates are recorded in this process: only the recipe's own commands run through the shell."""
+def test_the_nightly_recipe_for_three_nights(tmp_path: Path, set_up: SetUp, served: Served, writer: Path) -> None:
+    """The README's recipe from its first night: the one-time first-night step, then three clean nights (by the
+    cron line, the systemd unit and the shell block) with rows appended in between, the writer taking its key and a
+    witness policy before the second (its unsigned rows adopted, spec 11.5): the recipe gives no key, so it keeps
+    checkpoint.json alone and leaves no FILE.head behind. A fourth night finds the row tampered with that day (exit
+    1, checkpoint kept). A checkpoint deleted later is never a silent pass. The day's gates are recorded in this
+    process: only the recipe's own commands run through the shell."""
     recipe = _recipe()
     practice, logs = tmp_path / "practice", tmp_path / "log"
     practice.mkdir()
@@ -339,16 +342,18 @@ def test_the_nightly_recipe_for_three_nights(tmp_path: Path, set_up: SetUp) -> N
     assert local(recipe["systemd_folder"]) == str(practice)
     database = practice / "compute_budget.db"
     checkpoint = practice / "checkpoint.json"
+    policy = tmp_path / "policy.txt"
+    policy.write_text(f"log {WRITER_KEY}\nwitness w1 {WITNESS_KEY} http://127.0.0.1:{served.port}\nquorum w1\n")
 
-    def day(name: str, count: int) -> None:
+    def day(name: str, count: int, *signed: str) -> None:
         gates = tmp_path / f"{name}.jsonl"
         gates.write_text("\n".join(gate_lines(count, prefix=name)) + "\n")
-        set_up(tmp_path, "record", str(gates), "--db", str(database))
+        set_up(tmp_path, "record", str(gates), "--db", str(database), *signed)
 
     def seq_of(path: Path) -> int:
         return int(json.loads(path.read_text())["seq"])
 
-    day("day0", 20)
+    day("day0", 20, "--origin", ORIGIN)
     done = shell(local(recipe["first_night"]), tmp_path)  # the one-time step, by hand
     assert done.returncode == 0, done.stderr
     assert seq_of(checkpoint) == 20
@@ -359,7 +364,9 @@ def test_the_nightly_recipe_for_three_nights(tmp_path: Path, set_up: SetUp) -> N
     assert seq_of(checkpoint) == 35
     assert junit_counts(practice / "audit.xml") == ("0", "0")
 
-    day("day2", 15)  # night 2: systemd, in its working folder
+    # night 2: systemd, in its working folder; the writer now signs, and its witness policy cosigns
+    day("day2", 15, "--signing-key", str(writer), "--adopt-unsigned", "35", "--policy", str(policy))
+    assert query(str(database), "SELECT count(*) FROM compute_budget_cosignatures")[0][0] == 1  # cosigned at 50
     done = shell(recipe["systemd"], practice)
     assert done.returncode == 0, done.stderr
     assert seq_of(checkpoint) == 50
@@ -369,17 +376,24 @@ def test_the_nightly_recipe_for_three_nights(tmp_path: Path, set_up: SetUp) -> N
     done = shell(recipe["ci"], practice, COMPUTE_BUDGET_DB=str(database))
     assert done.returncode == 0, done.stderr
 
-    day("day3", 15)  # night 3: the shell block, after a row of the day was edited
-    tamper(database, "UPDATE compute_budget_decisions SET max_steps = 99 WHERE seq = 57")
+    day("day3", 10, "--signing-key", str(writer), "--policy", str(policy))  # night 3: the shell block
+    done = shell(local(recipe["nightly"]), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert seq_of(checkpoint) == 60
+    assert json.loads((logs / "audit.json").read_text())["rows_checked"] == 10
+    assert not list(practice.glob("*.head"))  # no key given: no FILE.head written, none left behind
+
+    day("day4", 5, "--signing-key", str(writer), "--policy", str(policy))  # night 4, after a row of the day was edited
+    tamper(database, "UPDATE compute_budget_decisions SET max_steps = 99 WHERE seq = 62")
     done = shell(local(recipe["nightly"]), tmp_path)
     assert done.returncode == 1, done.stderr
-    assert seq_of(checkpoint) == 50  # last good checkpoint kept
+    assert seq_of(checkpoint) == 60  # last good checkpoint kept
     assert not (practice / "checkpoint.next.json").exists()
     report = json.loads((logs / "audit.json").read_text())
     assert report["clean"] is False
-    assert [finding["seq"] for finding in report["findings"] if finding["kind"] == "rederive_mismatch"] == [57]
-    assert report["look_back"]["n"] == 7  # the recipe looks back: here the 50 rows below the checkpoint, a partial tile
-    assert report["look_back"]["rows"] == 50
+    assert [finding["seq"] for finding in report["findings"] if finding["kind"] == "rederive_mismatch"] == [62]
+    assert report["look_back"]["n"] == 7  # the recipe looks back: here the 60 rows below the checkpoint, a partial tile
+    assert report["look_back"]["rows"] == 60
     failures, errors = junit_counts(logs / "audit.xml")
     assert failures != "0"
     assert errors == "0"
@@ -460,11 +474,17 @@ def test_the_postgresql_section_runs(pg_admin_url: str, tmp_path: Path, set_up: 
 
 
 @pytest.mark.slow
-def test_the_keys_recipe_runs_for_two_nights(tmp_path: Path, set_up: SetUp) -> None:
+def test_the_keys_recipe_runs_for_three_nights(tmp_path: Path, set_up: SetUp) -> None:
     """The keys recipe as it stands, after the one first night by hand: the writer records signed, the nightly
-    audit trusts the writer's key and cosigns with the auditor's, `consistency --auditor-key` checks that line,
-    and the receipt of the example's first decision verifies with no database. Every step of the recipe runs
-    through the shell; the first night by hand, in this process."""
+    audit trusts the writer's key and cosigns with the auditor's, three nights with rows recorded between them, a
+    witness added before the second (the writer records with `--witness`, the nightly gains `--witness-key`): every
+    night is clean and moves witnessed.note.head with witnessed.note (spec 11.5). Then `consistency --auditor-key`
+    checks the auditor's line, and the receipt of the example's first decision verifies with no database. The
+    recipe's steps run through the shell; the first night, the rows between nights and the witness (in a thread),
+    in this process."""
+    from compute_budget.core.log.note import VerifierKey
+    from tests.witnessing import WITNESS, WITNESS_KEY, witness_in_thread
+
     _, recipe = fenced("sh", "Keys and witnesses", doc=OPERATIONS)
     steps = commands(recipe)
     assert len(steps) == 7, steps
@@ -472,6 +492,7 @@ def test_the_keys_recipe_runs_for_two_nights(tmp_path: Path, set_up: SetUp) -> N
     assert "--since witnessed.note" in nightly
     folder = with_examples(tmp_path)
     shutil.copy(folder / "examples" / "gates.jsonl", folder / "gates.jsonl")
+    head = folder / "witnessed.note.head"
 
     def run(command: str) -> subprocess.CompletedProcess[str]:
         done = shell(command, folder)
@@ -482,13 +503,27 @@ def test_the_keys_recipe_runs_for_two_nights(tmp_path: Path, set_up: SetUp) -> N
         run(command)
     set_up(folder, "audit", "--trusted-key", "writer.pub", "--save-checkpoint", "witnessed.note", "--cosign",
            "auditor.key")
-    first = (folder / "witnessed.note").read_text()
-    (folder / "gates.jsonl").write_text("\n".join(gate_lines(3, prefix="night2")) + "\n")
-    run(record)
-    assert "CLEAN" in run(nightly).stdout
-    assert (folder / "witnessed.note").read_text() != first  # tonight's note replaced last night's
-    assert not (folder / "witnessed.next").exists()
-    assert json.loads(run(consistency).stdout)["old_size"] == 11
+    origin = (folder / "witnessed.note").read_text().split("\n")[0]
+    logs = {origin: [VerifierKey.parse((folder / "writer.pub").read_text().strip())]}
+    sizes = [int(head.read_text().split("\n")[1])]
+    with witness_in_thread(tmp_path / "witness.db", WITNESS, logs) as witness:
+        url = f"http://127.0.0.1:{witness.port}={WITNESS_KEY}"
+        for night, rows in ((1, 3), (2, 4), (3, 2)):
+            (folder / "gates.jsonl").write_text("\n".join(gate_lines(rows, prefix=f"night{night}")) + "\n")
+            added = ("--witness", url) if night >= 2 else ()  # the witness is added before the second night
+            set_up(folder, "record", "gates.jsonl", "--signing-key", "writer_prod.key", *added)
+            kept = (folder / "witnessed.note").read_text()
+            tonight = nightly if night == 1 else nightly.replace(
+                " --save-checkpoint", f" --witness-key {WITNESS_KEY} --save-checkpoint")
+            assert tonight != nightly or night == 1
+            assert "CLEAN" in run(tonight).stdout
+            assert (folder / "witnessed.note").read_text() != kept  # tonight's note replaced last night's
+            assert not list(folder.glob("witnessed.next*"))
+            sizes.append(int(head.read_text().split("\n")[1]))
+            assert (folder / "witnessed.note").read_text().split("\n")[1] == str(sizes[-1])
+    assert sizes == [8, 11, 15, 17]  # witnessed.note.head moved with witnessed.note every night
+    assert f"\n\u2014 {WITNESS.name} " in (folder / "witnessed.note").read_text()  # the last nights' note is witnessed
+    assert json.loads(run(consistency).stdout)["old_size"] == 17
     run(prove)
     assert run(verify).stdout.startswith("valid: budget_id 1640737b")
 

@@ -105,6 +105,16 @@ def test_a_folder_is_read_with_the_same_limits(tmp_path: Path) -> None:
         Fetcher(str(tmp_path)).read("tile/0/001", TILE_LIMIT)
 
 
+def test_a_folder_lists_its_names_http_cannot(tmp_path: Path) -> None:
+    for size in ("3", "12"):
+        (tmp_path / "handover" / size).mkdir(parents=True)
+        (tmp_path / "handover" / size / "0a1b2c3d").write_text("note")
+    assert Fetcher(str(tmp_path)).names("handover") == ["12", "3"]
+    assert Fetcher(str(tmp_path)).names("handover/3") == ["0a1b2c3d"]
+    assert Fetcher(str(tmp_path)).names("nothing/here") == []
+    assert Fetcher("http://127.0.0.1:9/").names("handover") is None  # never asked: HTTP has no listing
+
+
 def _trickler(http_servers: HandlerFactory, *, head: bytes, body: bytes, pause: float) -> str:
     """A server that sends `head` whole, then `body` a byte every `pause` seconds (or, with no head, its headers
     themselves that slowly)."""

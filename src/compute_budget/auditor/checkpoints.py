@@ -311,24 +311,29 @@ def bad_stored(stored: StoredCheckpoint, problem: str) -> Finding:
 
 
 def unattested_findings(
-    snapshot: LogView, keys: list[VerifierKey], attested: dict[str, tuple[int, int]], max_seq: int
+    snapshot: LogView, keys: list[VerifierKey], attested: dict[str, tuple[int, int]], max_seq: int,
+    since: tuple[int, str] | None = None,
 ) -> list[Finding]:
-    """The rows after the newest stored checkpoint a trusted key signed, as one finding naming the first."""
+    """The rows after the newest stored checkpoint a trusted key signed, as one finding naming the first; never
+    from below the size `since` (size, signer) of a `--since` note that counts vouches for (spec 11.6)."""
     if not keys:
         return []
     newest = max(attested.items(), key=lambda item: item[1][0], default=None)
     covered = newest[1][0] if newest is not None else 0
+    if since is not None and since[0] > covered:
+        covered, newest = since[0], None
     if covered >= max_seq:
         return []
     first = covered + 1
     link = snapshot.link_at(first)
     budget_id = link[2] if link is not None and isinstance(link[2], str) else None
     count = max_seq - covered
-    after = (
-        f"the newest checkpoint signed by a trusted key (size {covered}, by {newest[0]})"
-        if newest is not None
-        else "any checkpoint signed by a trusted key (none is stored)"
-    )
+    if newest is not None:
+        after = f"the newest checkpoint signed by a trusted key (size {covered}, by {newest[0]})"
+    elif since is not None:
+        after = f"the --since checkpoint (size {covered}, signed by {since[1]}): no newer one a trusted key signed"
+    else:
+        after = "any checkpoint signed by a trusted key (none is stored)"
     return [
         Finding(
             FindingKind.UNATTESTED_ROWS,

@@ -31,10 +31,10 @@ from compute_budget.core.log.key_states import (
     signature_problem,
 )
 from compute_budget.core.log.note import Signature, VerifierKey
-from compute_budget.core.seal_checks import StoredCheckpoint
+from compute_budget.core.seal_checks import StoredCheckpoint, trusted_signers
 from compute_budget.core.seal_checks import signature_problem as note_signature_problem
 from compute_budget.core.verify import Finding, FindingKind
-from compute_budget.errors import CheckpointError, MerkleError, NoteError, StoreDamaged
+from compute_budget.errors import CheckpointError, MerkleError, NoteError, PublicationUnavailable, StoreDamaged
 from compute_budget.keys.key_files import verifier_key
 
 _SIGNATURE_LINE = "\n\u2014 "  # how every signature line of a note starts (the first follows the empty line)
@@ -321,15 +321,67 @@ def _handover(note: str, keys: list[VerifierKey]) -> tuple[VerifierKey, str | No
 
 def _untrusted_taker(note: str, giver: VerifierKey, taker: Signature) -> str:
     """A handover from a trusted key to one this audit does not trust: a thief's, or a rotation nobody told the
-    auditor of (spec 11.6). The advice names the taker as the note shows it, never a key it was not given."""
+    auditor of (spec 11.6)."""
     try:
         size = str(Checkpoint.from_note(note).seq)
     except CheckpointError:
         size = "SIZE"
-    return (f"a handover from {label(giver)} to {label(taker)} (unverified) at size {size}, a key that is not "
+    return untold_rotation(giver, [taker], size)
+
+
+def untold_rotation(giver: VerifierKey, takers: Iterable[Signature], size: int | str) -> str:
+    """What a handover from trusted `giver` at `size` to keys this audit does not trust says (spec 11.6): the
+    takers as the note shows them, and what to obtain, never a verifier key the audit was not given."""
+    names = ", ".join(label(taker) for taker in takers)
+    return (f"a handover from {label(giver)} to {names} (unverified) at size {size}, a key that is not "
             "trusted (a stolen key's forged rotation, or a rotation this audit was not told of: obtain the new "
             f"verifier key from the log's operator out of band, then add --trusted-key <that key> --retired "
             f"{giver.format()}@{size})")
+
+
+@runtime_checkable
+class HandoverFiles(Protocol):
+    """A publication's handover files (spec 11.1), read by size and key hash; `handover_sizes` is None when the
+    publication cannot be listed (HTTP)."""
+
+    def handover(self, size: int, key_hash: int) -> str | None: ...
+    def handover_sizes(self, key_hash: int) -> list[int] | None: ...
+
+
+def published_rotations(
+    files: HandoverFiles, keys: list[VerifierKey], origin: str, size: int, known: Iterable[int] = ()
+) -> list[str]:
+    """For a published checkpoint of `size` no trusted key signed (spec 11.6): each trusted key's newest published
+    handover at or below `size` that verifies (its signature first, of this `origin`), as `untold_rotation` says
+    it, naming its file. Where the publication cannot be listed, only the `known` sizes are looked at (a verified
+    --since note's); a file that cannot be read or does not verify names nothing."""
+    found = []
+    for key in keys:
+        sizes = files.handover_sizes(key.key_hash)
+        for at in sorted(set(known if sizes is None else sizes), reverse=True):
+            try:
+                note = files.handover(at, key.key_hash) if 0 < at <= size else None
+            except PublicationUnavailable:
+                continue  # an advice is not worth an audit that stops: the finding stands without it
+            takers = _handover_by(note, key, origin, at) if note is not None else None
+            if takers is not None:
+                found.append(f"the publication holds handover/{at}/{key.key_hash:08x}, "
+                             + untold_rotation(key, takers, at))
+                break
+    return found
+
+
+def _handover_by(note: str, key: VerifierKey, origin: str, size: int) -> tuple[Signature, ...] | None:
+    """The takers of `note` when it is a handover of `origin` at `size` whose first signature is `key`'s and
+    verifies; else None (another log's, another size's, a forgery)."""
+    try:
+        found = Checkpoint.from_note(note)
+        handover = handover_in(note)
+    except (CheckpointError, NoteError):
+        return None
+    if handover is None or found.origin != origin or found.seq != size or not is_key(handover.giver, key):
+        return None
+    return handover.takers if note_signature_problem(note, key) is None else None
 
 
 def _checkpoint(stored: StoredCheckpoint, origin: str | None) -> Checkpoint | None:
@@ -366,12 +418,43 @@ def note_problem(snapshot: Snapshot, note: str, states: KeyStates, max_seq: int)
             continue
         if note_signature_problem(note, state.key) is not None:
             continue
-        anchored = state.status is not KeyStatus.REVOKED or roots.at(state.size) == state.root
-        proven = anchored and found.seq <= state.size and roots.at(found.seq) == found.root
-        reason = signature_problem(state, found.seq, found.root, proven=proven)
+        reason = _counts(state, found, roots)
         if reason is not None:
             return f"its signature by {state.label()} does not count: {reason}"
     return None
 
 
-__all__ = ["KeyStateSurvey", "apply_attestation", "configured_states", "note_problem", "survey_key_states"]
+def _counts(state: KeyState, found: Checkpoint, roots: _TreeRoots) -> str | None:
+    """Why a valid signature of `state.key` on `found` does not count, judged by the store's tree; or None."""
+    anchored = state.status is not KeyStatus.REVOKED or roots.at(state.size) == state.root
+    proven = anchored and found.seq <= state.size and roots.at(found.seq) == found.root
+    return signature_problem(state, found.seq, found.root, proven=proven)
+
+
+def since_vouched(
+    snapshot: Snapshot, since: Checkpoint | None, keys: list[VerifierKey], states: KeyStates, origin: str | None,
+    max_seq: int, attested: int = 0,
+) -> tuple[int, str] | None:
+    """(S, the signer's label) when the `--since` note is of this log at S, on the store's tree there, with a
+    trusted key's signature that verifies and counts: it vouches for rows 1..S whatever the store's checkpoints
+    table holds (spec 11.6). None otherwise (its own findings say why), and when a stored checkpoint that counts
+    covers S already (`attested`: the newest one's size; the store's tree is then not read)."""
+    if since is None or since.note is None or since.origin != origin or not attested < since.seq <= max_seq:
+        return None
+    roots = _TreeRoots(snapshot, max_seq)
+    if roots.at(since.seq) != since.root:
+        return None
+    try:
+        verified, _ = trusted_signers(since.note, keys)
+    except NoteError:
+        return None
+    for key in verified:
+        if _counts(states.of_key(key), since, roots) is None:
+            return since.seq, label(key)
+    return None
+
+
+__all__ = [
+    "HandoverFiles", "KeyStateSurvey", "apply_attestation", "configured_states", "note_problem",
+    "published_rotations", "since_vouched", "survey_key_states", "untold_rotation",
+]

@@ -20,6 +20,7 @@ from typing import Protocol, cast
 
 from compute_budget.auditor.checkpoints import key_label, policy_log_keys
 from compute_budget.auditor.freshness import NOT_CHECKED, freshness_findings
+from compute_budget.auditor.key_states import HandoverFiles, published_rotations
 from compute_budget.auditor.report import AuditReport, utc_now
 from compute_budget.auditor.request import AuditInputs, AuditRequest
 from compute_budget.auditor.source import AuditSource
@@ -149,7 +150,8 @@ def _audit_pinned(source: AuditSource, request: AuditRequest, inputs: AuditInput
     assert published is not None  # the caller's condition
     pinned, inputs = pin(request, inputs, published)
     started, started_at = time.perf_counter(), utc_now()
-    first = checkpoint_findings(pinned.request, inputs, published)
+    first = checkpoint_findings(pinned.request, inputs, published,
+                                source if isinstance(source, HandoverFiles) else None)
     if first:
         report = AuditReport(
             database=source.location.display, rows_checked=0, findings=tuple(first),
@@ -168,10 +170,13 @@ def _audit_pinned(source: AuditSource, request: AuditRequest, inputs: AuditInput
     return with_freshness(report, pinned, int(time.time()))
 
 
-def checkpoint_findings(request: AuditRequest, inputs: AuditInputs, published: Checkpoint) -> list[Finding]:
+def checkpoint_findings(
+    request: AuditRequest, inputs: AuditInputs, published: Checkpoint, handovers: HandoverFiles | None = None
+) -> list[Finding]:
     """The published checkpoint judged before any tile is read (spec 11.2), whatever size or root it names: of
     another log, `checkpoint_mismatch` at its size; with no trusted signature that counts or short of the witness
-    quorum, `bad_signature`. Empty when it verifies."""
+    quorum, `bad_signature`. Empty when it verifies. One no trusted key signed names its signers, and each
+    handover from a trusted key the publication holds (`handovers`) with what to obtain (spec 11.6)."""
     expected = request.expected_origin
     if expected is not None and published.origin != expected:
         return [another_log(published.origin, expected, published.seq)]
@@ -199,6 +204,9 @@ def checkpoint_findings(request: AuditRequest, inputs: AuditInputs, published: C
         if not reasons:
             signers = ", ".join(f"{item.name} (key ID {item.key_hash:08x})" for item in published.signatures())
             reasons.append(f"carries no signature by a trusted key (signed by {signers or 'nobody'}, unverified)")
+            if handovers is not None and published.origin is not None:
+                known = [inputs.since.seq] if inputs.since is not None else []  # what HTTP, unlisted, can probe
+                reasons += published_rotations(handovers, keys, published.origin, published.seq, known)
         return bad("; ".join(reasons) + ": no tile was read")
     return _quorum_findings(published, inputs.policy)
 

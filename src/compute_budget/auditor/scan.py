@@ -40,7 +40,7 @@ from compute_budget.auditor.checkpoints import (
     unattested_findings,
 )
 from compute_budget.auditor.head_note import HeadNote
-from compute_budget.auditor.key_states import KeyStateLike, configured_states, survey_key_states
+from compute_budget.auditor.key_states import KeyStateLike, configured_states, since_vouched, survey_key_states
 from compute_budget.auditor.look_back import LookedBack, look_back_in
 from compute_budget.auditor.published import another_log, audit_published
 from compute_budget.auditor.ranges import (
@@ -302,7 +302,9 @@ def _survey(snapshot: LogView, request: AuditRequest, inputs: AuditInputs, publi
     attested, attestation_findings = attestation(snapshot, keys, origin, plan.max_seq)
     states = survey_key_states(snapshot, keys, request.key_states, origin, plan.max_seq, attested)
     attestation_findings += states.findings
-    unattested = unattested_findings(snapshot, keys, attested, plan.max_seq)
+    newest = max((size for size, _ in attested.values()), default=0)
+    vouched = since_vouched(snapshot, since, keys, request.key_states, origin, plan.max_seq, newest)
+    unattested = unattested_findings(snapshot, keys, attested, plan.max_seq, vouched)
     survey = _Survey(plan, anchors, origin, findings, provenance, outliers, stored_head, privileges, seal, attested,
                      attestation_findings, unattested)
     survey.witness_warnings = witness_size_warnings(snapshot, inputs.policy) + states.warnings

@@ -48,10 +48,13 @@ class _Transient(Exception):
 
 class Transport(Protocol):
     """How the files of a publication are read, whatever holds them (a folder, an HTTP server, next a bucket): one
-    file at a time, bounded, a missing one None; every other failure `PublicationUnavailable`, in one line."""
+    file at a time, bounded, a missing one None; every other failure `PublicationUnavailable`, in one line. `names`
+    lists a folder's names, or is None when the transport cannot list (HTTP): a caller then asks for files it can
+    name."""
 
     def display(self, path: str) -> str: ...
     def get(self, path: str, limit: int) -> bytes | None: ...
+    def names(self, folder: str) -> list[str] | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +80,16 @@ class FolderTransport:
         if len(data) > limit:
             raise PublicationUnavailable(f"{full} holds more than {limit} bytes: it is not a file of a publication")
         return data
+
+    def names(self, folder: str) -> list[str]:
+        """The names in `folder`, sorted (none when there is no such folder)."""
+        try:
+            return sorted(os.listdir(os.path.join(self.location, *folder.split("/"))))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as error:
+            reason = error.strerror or error
+            raise PublicationUnavailable(f"{self.display(folder)} cannot be listed: {reason}") from None
 
 
 @dataclass(slots=True)
@@ -149,6 +162,10 @@ class HttpTransport:
                 url = target
         raise AssertionError("unreachable: the last hop returns or raises")
 
+    def names(self, folder: str) -> None:
+        """None: HTTP cannot list a folder (a static server's index page is no listing to trust)."""
+        return
+
 
 def transport_for(
     location: str, timeout: float = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
@@ -183,6 +200,10 @@ class Fetcher:
     def display(self, path: str) -> str:
         """Where `path` is, as messages name it (user information in a URL shown as ``***@``)."""
         return self.transport.display(path)
+
+    def names(self, folder: str) -> list[str] | None:
+        """The names in `folder` of the publication, or None when its transport cannot list one (HTTP)."""
+        return self.transport.names(folder)
 
     def read(self, path: str, limit: int) -> bytes:
         """The bytes of `path` (at most `limit` after decoding); `PublicationMissing` when there is no such file,

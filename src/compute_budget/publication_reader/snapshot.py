@@ -233,6 +233,16 @@ class Publication:
             return None
         return data.decode("utf-8", "replace")
 
+    def handover_sizes(self, key_hash: int) -> list[int] | None:
+        """The sizes H of every `handover/<H>/<key_hash as 8 hex>` the publication holds, ascending; None when it
+        cannot be listed (HTTP: a caller probes the sizes it knows of with `handover`)."""
+        sizes = self._fetcher.names("handover")
+        if sizes is None:
+            return None
+        name = f"{key_hash:08x}"
+        return sorted(int(size) for size in sizes
+                      if size.isascii() and size.isdigit() and name in (self._fetcher.names(f"handover/{size}") or ()))
+
     def _read(self, tile: Tile, path: str, limit: int, full: str) -> tuple[bytes, bool]:
         """The file at `path` and False; a missing partial one read as the full one at its position (C2SP lets a
         log delete partials once the full one exists: its first items are the same) and True."""
