@@ -150,6 +150,8 @@ def _rotation(day: DayTwo, op_rotate: str, aud_first: str, aud_rotate: str, set_
     status, report, out = day.audit([*assigned, commands(aud_first)[-1]])
     assert (status, _kinds(report)) == (1, ["bad_signature"]), out
     assert f"(key ID {new.split('+')[1]}), unverified" in report["findings"][0]["detail"]
+    assert (f"obtain the new verifier key from the log's operator out of band, then add --trusted-key <that key> "
+            f"--retired {old}@10") in report["findings"][0]["detail"]  # the handover the --since size finds
     assert new not in out  # never a key it was not given
     assert day.kept() == kept
     day.values.update(NEW=new, H="10")
