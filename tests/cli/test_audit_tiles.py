@@ -580,6 +580,18 @@ def test_a_forged_size_is_bad_signature_exit_1_with_no_tile_read(published: Publ
     assert report["findings"][0]["detail"].startswith("the published checkpoint carries a signature by ")
     assert report["findings"][0]["detail"].endswith(" that does not verify: no tile was read")
     assert "missing from the publication" not in err
+    assert report["head_read"] is False
+    # The text report says the checkpoint did not verify and no head was read: never "holds", never a seq 0 head.
+    status, text, _ = run_cli("audit", "--tiles", published.url, "--origin", ORIGIN, "--trusted-key",
+                              published.key.verifier().format(), "--jobs", "1")
+    assert status == 1
+    lines = text.splitlines()
+    assert "  head          not read: the audit stopped at the published checkpoint (no tile or entry was read)" \
+        in lines
+    checkpoint = next(line for line in lines if line.startswith("  checkpoint "))
+    assert checkpoint.startswith(f"  checkpoint    seq {ROWS * 10}, chain_hash ")
+    assert checkpoint.endswith(": DOES NOT VERIFY (bad_signature)")
+    assert not [line for line in lines if line.endswith(": holds") or line.startswith("  head          seq")]
 
 
 @pytest.mark.parametrize(("edited", "named", "failing"), [

@@ -158,7 +158,7 @@ def _audit_pinned(source: AuditSource, request: AuditRequest, inputs: AuditInput
             head=ChainHead(0, GENESIS_CHAIN_HASH, None), status_counts={}, reason_counts={},
             elapsed_seconds=time.perf_counter() - started, checkpoint=published, since=inputs.since,
             started_at=started_at, finished_at=utc_now(), origin=published.origin,
-            trusted_keys=tuple(key.format() for key in inputs.keys),
+            trusted_keys=tuple(key.format() for key in inputs.keys), head_read=False,
         )
         return with_freshness(report, pinned, int(time.time()))
     verdict = cast(TiledSource, source).check_tiles(request.on_progress)

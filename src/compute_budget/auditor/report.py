@@ -166,6 +166,9 @@ class AuditReport:
     publication: bool = False
     # A publication's audit: whether witnesses' answers (--witness-url) dated it (spec 10.2); None for a database.
     freshness_checked: bool | None = None
+    # False when a publication's audit stopped at its checkpoint (spec 11.2: it did not verify, so no tile or entry
+    # was read): `head` is then no head that was reached, and no checkpoint may be said to hold.
+    head_read: bool = True
     # Derived from `findings` once (every rendering reads it, and per finding for `cause_seq`): see `affected_rows`.
     _affected: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
@@ -256,6 +259,7 @@ class AuditReport:
             "witnessed_size": self.witnessed_size,
             "witness_age": self.witness_age,
             "freshness_checked": self.freshness_checked,
+            "head_read": self.head_read,
             "witness_policy": self.witness_policy,
             "status_counts": dict(sorted(self.status_counts.items())),
             "reason_counts": dict(sorted(self.reason_counts.items())),

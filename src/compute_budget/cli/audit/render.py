@@ -62,7 +62,7 @@ def render_text(report: AuditReport) -> str:
         *_first_screen(report),
         f"  rows checked  {report.rows_checked} ({mode}, {report.jobs} job{'s' if report.jobs != 1 else ''}) "
         f"in {report.elapsed_seconds:.2f} s, {report.rows_per_second:,.0f} rows/s",
-        f"  head          seq {report.head.seq}, chain_hash {escaped(report.head.chain_hash)}",
+        _head_line(report),
     ]
     if report.look_back is not None:
         lines.append(_look_back_line(report))
@@ -80,12 +80,7 @@ def render_text(report: AuditReport) -> str:
     lines += _witness_lines(report)
     if NOT_CHECKED in report.warnings:  # a publication's audit without --witness-url (spec 10.2)
         lines.append(f"  freshness     {NOT_CHECKED.removeprefix('freshness ')}")
-    held = not any(finding.kind is FindingKind.CHECKPOINT_MISMATCH for finding in report.findings)
-    for label, proof in (("checkpoint", report.checkpoint), ("since", report.since)):
-        if proof is not None:
-            lines.append(
-                f"  {label:<13} seq {proof.seq}, chain_hash {proof.chain_hash}: {'holds' if held else 'DOES NOT HOLD'}"
-            )
+    lines += _checkpoint_lines(report)
     if report.checkpoint is None and report.since is None:
         lines.append("  checkpoint    none given (checkpoint_mismatch not checked)")
     if report.policy_counts:
@@ -107,6 +102,29 @@ def render_text(report: AuditReport) -> str:
         if count > len(listed):
             lines.append(f"    ... and {count - len(listed)} more (use --format json for all)")
     return "\n".join(lines)
+
+
+def _head_line(report: AuditReport) -> str:
+    """The head the audit reached; none when a publication's audit stopped at its checkpoint (spec 11.2)."""
+    if not report.head_read:
+        return "  head          not read: the audit stopped at the published checkpoint (no tile or entry was read)"
+    return f"  head          seq {report.head.seq}, chain_hash {escaped(report.head.chain_hash)}"
+
+
+def _checkpoint_lines(report: AuditReport) -> list[str]:
+    """Whether the checkpoint and the --since checkpoint hold. A publication's checkpoint that did not verify
+    holds nothing (the audit stopped there), and the --since one was then not checked."""
+    kinds = {finding.kind for finding in report.findings}
+    if report.head_read:
+        verdict = "DOES NOT HOLD" if FindingKind.CHECKPOINT_MISMATCH in kinds else "holds"
+        verdicts = {"checkpoint": verdict, "since": verdict}
+    else:
+        failed = "DOES NOT VERIFY (bad_signature)" if FindingKind.BAD_SIGNATURE in kinds else "DOES NOT HOLD"
+        verdicts = {"checkpoint": failed, "since": "not checked (the audit stopped at the published checkpoint)"}
+    return [
+        f"  {label:<13} seq {proof.seq}, chain_hash {proof.chain_hash}: {verdicts[label]}"
+        for label, proof in (("checkpoint", report.checkpoint), ("since", report.since)) if proof is not None
+    ]
 
 
 def _look_back_line(report: AuditReport) -> str:
@@ -232,8 +250,8 @@ def render_junit(report: AuditReport) -> str:
         [
             ("database", report.database),
             ("rows_checked", str(report.rows_checked)),
-            ("head_seq", str(report.head.seq)),
-            ("head_chain_hash", report.head.chain_hash),
+            *([("head_seq", str(report.head.seq)), ("head_chain_hash", report.head.chain_hash)]
+              if report.head_read else [("head", "not read: the audit stopped at the published checkpoint")]),
             ("mode", "incremental" if report.since else "full"),
             *[
                 (f"{label}_{part}", value)
