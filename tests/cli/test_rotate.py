@@ -120,6 +120,23 @@ def test_rotate_prints_both_keys_and_the_exact_arguments_of_every_checking_comma
     assert "signed by old+" in out
 
 
+def test_rotate_names_both_keys_by_key_id_when_they_share_the_log_s_name(
+    run_cli: Run, store_target: str, tmp_path: Path
+) -> None:
+    """`keygen ORIGIN`, as the docs advise, gives both keys one name: only the key IDs tell them apart."""
+    paths = [tmp_path / "writer.key", tmp_path / "writer-2.key"]
+    verifiers = [run_cli("keygen", "example.org/practice", "--out", str(path))[1].strip() for path in paths]
+    gates = tmp_path / "gates.jsonl"
+    gates.write_text("\n".join(gate_lines(3, prefix="named")) + "\n")
+    assert run_cli("record", str(gates), "--db", store_target, "--signing-key", str(paths[0]))[0] == 0
+    status, _, err = run_cli("rotate", "--db", store_target, "--signing-key", str(paths[0]), "--new-key",
+                             str(paths[1]))
+    assert status == 0, err
+    old, new = ("+".join(verifier.split("+")[:2]) for verifier in verifiers)
+    assert old != new
+    assert f"from {old} to {new}" in err
+
+
 @pytest.mark.postgres_smoke
 def test_the_audit_of_a_rotated_log_is_clean_with_the_retirement(log: Log) -> None:
     report = audit(log.target, trusted_keys=[log.old, log.new], retired=[f"{log.old}@3"])

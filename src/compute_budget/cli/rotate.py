@@ -29,6 +29,7 @@ def rotate_command(
     """Store a handover: the head's checkpoint signed by OLD, then NEW, inside the append lock and under spec 9.1's
     rules for OLD. Both writer states then hold it: OLD never signs again, NEW starts from it. Prints the handover
     note; refuses (exit 2) an OLD that a handover, --retired or --revoked already retired."""
+    from compute_budget.auditor.checkpoints import key_label
     from compute_budget.auditor.key_states import configured_states
     from compute_budget.errors import KeyRetired
     from compute_budget.keys.key_files import load_signer_key
@@ -44,7 +45,9 @@ def rotate_command(
     ) as store:
         rotated = store.rotate(new_key, new_writer_state=new_writer_state)
     root = base64.b64encode(rotated.root).decode("ascii")
-    say(f"handed {rotated.origin} over at size {rotated.head.seq} (root {root}) from {old.name} to {new.name}")
+    # Named with their key IDs: `keygen ORIGIN`, as the docs advise, gives both keys the log's name.
+    say(f"handed {rotated.origin} over at size {rotated.head.seq} (root {root}) from {key_label(old.verifier())} "
+        f"to {key_label(new.verifier())}")
     for line in verifier_lines(rotated.origin, old.verifier().format(), new.verifier().format(), rotated.head.seq):
         click.echo(line, err=True)
     click.echo(rotated.note, nl=False)
