@@ -583,7 +583,7 @@ def test_a_forged_size_is_bad_signature_exit_1_with_no_tile_read(published: Publ
     assert report["head_read"] is False
     # The text report says the checkpoint did not verify and no head was read: never "holds", never a seq 0 head.
     status, text, _ = run_cli("audit", "--tiles", published.url, "--origin", ORIGIN, "--trusted-key",
-                              published.key.verifier().format(), "--jobs", "1")
+                              published.key.verifier().format())
     assert status == 1
     lines = text.splitlines()
     assert "  head          not read: the audit stopped at the published checkpoint (no tile or entry was read)" \
