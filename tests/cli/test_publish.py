@@ -17,8 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from compute_budget.auditor.report import AuditReport
 from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.head import EMPTY_HEAD
 from compute_budget.core.log.note import parse_note
+from compute_budget.core.verify import Finding, FindingKind
+from compute_budget.publication_writer.checks import Refusal
+from compute_budget.publication_writer.run import PublishOutcome
 from tests.backends import insert_sql, tamper
 from tests.conftest import REPO_ROOT, gate_lines
 from tests.publishing_helpers import assert_valid_publication, leaf_inputs, published_files
@@ -67,6 +72,20 @@ def test_findings_in_the_new_rows_print_the_audit_report_and_exit_1(
     assert "seq 4" in out
     assert f"nothing was written to {folder}" in err
     assert published_files(folder) == {}
+
+
+def test_a_refusal_beside_an_audit_report_prints_both_refusal_first(capsys: pytest.CaptureFixture[str]) -> None:
+    """A handover to a key not given, and a finding it does not explain: the advice line, then the report."""
+    from compute_budget.cli.publish import _refused
+
+    finding = Finding(FindingKind.BAD_SIGNATURE, None, 3, "stored checkpoint #9: forged")
+    report = AuditReport("store.db", 0, (finding,), EMPTY_HEAD, {}, {}, 0.0)
+    _refused(PublishOutcome("log", 3, 3, refusal=Refusal("bad_signature", "the store holds a handover"),
+                            report=report), text=True)
+    out, err = capsys.readouterr()
+    assert out.startswith("bad_signature: the store holds a handover; nothing was written\n")
+    assert "stored checkpoint #9: forged" in out
+    assert "nothing was written to log" in err
 
 
 def test_a_forged_dir_checkpoint_is_bad_signature_exit_1(

@@ -137,12 +137,15 @@ def _rotation(day: DayTwo, op_rotate: str, aud_first: str, aud_rotate: str, set_
     assert [line.split()[1] for line in once] == ["keygen", "rotate"]
     said = day.operate("\n".join(once))
     set_up(day.operator, "record", "gates.jsonl", "--db", "store.db", "--signing-key", "writer-2.key")
+    new, old = (day.operator / "writer-2.pub").read_text().strip(), day.values["WRITER"]
     status, out, _ = run_cli("publish", str(day.public), "--db", "store.db", "--trusted-key", "writer.pub")
     assert status == 1
-    assert "a key that is not trusted" in out
-    assert "unattested_rows" in out
+    # said to the operator who rotated: the arguments rotate printed, not "adopt the rows" nor "ask the operator"
+    assert (f"give publish the arguments `rotate` printed, --trusted-key <the new verifier key, "
+            f"{'+'.join(new.split('+')[:2])}> --retired {old}@10") in out
+    assert "unattested_rows" not in out
+    assert "adopt" not in out
     day.operate("\n".join(commands(op_rotate)[2:]))  # the new key's record finds tonight's rows already there
-    new, old = (day.operator / "writer-2.pub").read_text().strip(), day.values["WRITER"]
     assert f"--trusted-key {new} --retired {old}@10" in said  # what the block's publish line is given
     assert (day.public / "handover" / "10" / old.split("+")[1]).exists()
     kept = day.kept()

@@ -194,3 +194,54 @@ def test_a_dir_checkpoint_signed_by_the_retired_key_above_the_handover_is_bad_si
     assert outcome.refusal.kind == FindingKind.BAD_SIGNATURE.value
     assert "retired at 3" in outcome.refusal.detail
     assert published_files(folder) == before
+
+
+def _published_by_old_then_rotated(target: str, tmp_path: Path) -> Path:
+    """DIR published by OLD at 3, then the log handed over to NEW (2 rows signed by NEW): the night after a
+    `rotate`, before the operator changed the publish line."""
+    folder = tmp_path / "log"
+    _record(target, OLD, tmp_path / "old.state", 3, "before")
+    assert publish(PublishRequest(os.fspath(folder), target, trusted_keys=(OLD.verifier(),))).published
+    _rotate(target, tmp_path)
+    return folder
+
+
+def test_the_unchanged_publish_line_after_a_rotation_is_told_the_arguments_rotate_printed(
+    store_target: str, tmp_path: Path
+) -> None:
+    """Only OLD given: the handover to NEW (and NEW's rows after it) is said to the operator who rotated, naming
+    NEW by name and key ID and OLD's key at 3, never "adopt the rows" nor "obtain the new key from the operator"."""
+    folder = _published_by_old_then_rotated(store_target, tmp_path)
+    before = published_files(folder)
+    outcome = _publish(store_target, folder, OLD.verifier(), retired=None)
+    assert outcome.report is None  # nothing else stopped it: the handover explains every finding
+    assert outcome.refusal is not None
+    assert outcome.refusal.kind == FindingKind.BAD_SIGNATURE.value
+    new = f"{NEW.name}+{NEW.key_hash:08x}"
+    assert (f"if you rotated, give publish the arguments `rotate` printed, --trusted-key <the new verifier key, "
+            f"{new}> --retired {OLD.verifier().format()}@3") in outcome.refusal.detail
+    assert "adopt" not in outcome.refusal.detail
+    assert "out of band" not in outcome.refusal.detail
+    assert published_files(folder) == before
+
+
+def test_after_a_rotation_findings_the_handover_does_not_explain_are_still_reported(
+    store_target: str, tmp_path: Path
+) -> None:
+    """A checkpoint of size 3 filed as OLD's whose signature does not verify: its finding stays in the report
+    beside the advice; the handover's and the rows NEW signed are left out."""
+    folder = _published_by_old_then_rotated(store_target, tmp_path)
+    signed = _stored_handover(store_target)
+    text = parse_note(signed)[0]
+    forged = text.replace("\n3\n", "\n2\n", 1) + signed[len(text):]  # OLD's signature, of another text
+    execute(store_target, (
+        "INSERT INTO compute_budget_checkpoints (tree_size, key_name, key_hash, note, recorded_at) "
+        "VALUES (3, :name, :hash, :note, '2026-01-01T00:00:00Z')",
+        {"name": OLD.name, "hash": f"{OLD.key_hash:08x}", "note": forged},
+    ))
+    outcome = _publish(store_target, folder, OLD.verifier(), retired=None)
+    assert outcome.refusal is not None
+    assert "give publish the arguments `rotate` printed" in outcome.refusal.detail
+    assert outcome.report is not None
+    assert [finding.kind for finding in outcome.report.findings] == [FindingKind.BAD_SIGNATURE]
+    assert "a handover" not in outcome.report.findings[0].detail

@@ -363,7 +363,7 @@ def published_rotations(
                 note = files.handover(at, key.key_hash) if 0 < at <= size else None
             except PublicationUnavailable:
                 continue  # an advice is not worth an audit that stops: the finding stands without it
-            takers = _handover_by(note, key, origin, at) if note is not None else None
+            takers = handover_by(note, key, origin, at) if note is not None else None
             if takers is not None:
                 found.append(f"the publication holds handover/{at}/{key.key_hash:08x}, "
                              + untold_rotation(key, takers, at))
@@ -371,7 +371,7 @@ def published_rotations(
     return found
 
 
-def _handover_by(note: str, key: VerifierKey, origin: str, size: int) -> tuple[Signature, ...] | None:
+def handover_by(note: str, key: VerifierKey, origin: str | None, size: int) -> tuple[Signature, ...] | None:
     """The takers of `note` when it is a handover of `origin` at `size` whose first signature is `key`'s and
     verifies; else None (another log's, another size's, a forgery)."""
     try:
@@ -455,6 +455,6 @@ def since_vouched(
 
 
 __all__ = [
-    "HandoverFiles", "KeyStateSurvey", "apply_attestation", "configured_states", "note_problem",
+    "HandoverFiles", "KeyStateSurvey", "apply_attestation", "configured_states", "handover_by", "note_problem",
     "published_rotations", "since_vouched", "survey_key_states", "untold_rotation",
 ]

@@ -80,18 +80,16 @@ def summary_json(outcome: PublishOutcome) -> dict[str, Any]:
 
 
 def _refused(outcome: PublishOutcome, *, text: bool) -> None:
-    """Exit 1's words: the audit's report as `audit` prints it, or the one refusal line (on stdout with the text
+    """Exit 1's words: the one refusal line, then the audit's report as `audit` prints it (on stdout with the text
     format; the JSON summary holds them otherwise)."""
+    if outcome.refusal is not None and text:
+        click.echo(outcome.refusal.line())
     if outcome.report is not None:
         if text:
             from compute_budget.cli.audit.render import render
 
             click.echo(render(outcome.report, "text"))
         say(f"the rows to publish did not pass the audit: nothing was written to {outcome.folder}")
-        return
-    assert outcome.refusal is not None
-    if text:
-        click.echo(outcome.refusal.line())
 
 
 def _summary(outcome: PublishOutcome) -> str:

@@ -9,14 +9,14 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from compute_budget.auditor.key_states import note_problem
+from compute_budget.auditor.key_states import handover_by, label, note_problem
 from compute_budget.auditor.report import AuditReport
 from compute_budget.auditor.request import AuditRequest
 from compute_budget.auditor.scan import run_audit
 from compute_budget.auditor.witness_rules import WitnessRequirement, given_note_findings
 from compute_budget.core.log.checkpoint import Checkpoint
-from compute_budget.core.log.key_states import KeyStates
-from compute_budget.core.log.note import VerifierKey
+from compute_budget.core.log.key_states import KeyStates, is_key
+from compute_budget.core.log.note import Signature, VerifierKey
 from compute_budget.core.seal_checks import trusted_signers
 from compute_budget.core.verify import Finding, FindingKind
 from compute_budget.errors import CheckpointError, NoteError, clip
@@ -128,3 +128,58 @@ def same_as_published(folder: PublicationFolder, path: str, data: bytes) -> bool
         f"({len(existing)}{'+' if len(existing) > len(data) else ''} bytes, the store's {len(data)}): a published "
         "file is never rewritten; DIR was edited, or was published from another history",
     )
+
+
+@dataclass(frozen=True, slots=True)
+class UntoldRotation:
+    """A stored handover (`rotate`) from a trusted key, `giver`, at `size` to `takers`, keys the publish was not
+    given: what an unchanged publish line meets the night after a rotation. `ids`: the stored checkpoints holding
+    it (`rotate` files it under each key)."""
+
+    giver: VerifierKey
+    takers: tuple[Signature, ...]
+    size: int
+    ids: frozenset[int]
+
+    def explains(self, finding: Finding) -> bool:
+        """True for what the audit says of this handover itself (`bad_signature` at its stored checkpoint) and of
+        the rows the new key signed after it (`unattested_rows`)."""
+        if finding.kind is FindingKind.UNATTESTED_ROWS:
+            return finding.seq is not None and finding.seq > self.size
+        return finding.kind is FindingKind.BAD_SIGNATURE and finding.seq == self.size and any(
+            finding.detail.startswith(f"stored checkpoint #{stored_id} ") for stored_id in self.ids
+        )
+
+
+def untold_rotations(
+    snapshot: Snapshot, findings: Sequence[Finding], keys: Sequence[VerifierKey]
+) -> list[UntoldRotation]:
+    """The stored handovers from a key of `keys` to keys not among them, at the sizes of the audit's
+    `bad_signature` findings (where the audit reports such a handover), the giver's signature verifying."""
+    origin, found = snapshot.origin(), list[UntoldRotation]()
+    sizes = sorted({item.seq for item in findings if item.kind is FindingKind.BAD_SIGNATURE and item.seq is not None})
+    for size in sizes:
+        held: dict[tuple[VerifierKey, tuple[Signature, ...]], set[int]] = {}
+        for stored in snapshot.checkpoints_at(size):
+            for key in keys:
+                takers = handover_by(stored.note, key, origin, size)
+                if takers and not any(is_key(taker, item) for taker in takers for item in keys):
+                    held.setdefault((key, takers), set()).add(stored.id)
+        found += [UntoldRotation(giver, takers, size, frozenset(ids)) for (giver, takers), ids in held.items()]
+    return found
+
+
+def rotation_refusal(rotations: Sequence[UntoldRotation]) -> Refusal:
+    """What publish says of a handover to a key it was not given (spec 11.6's advice, for the operator who ran
+    `rotate`, not for an auditor outside): give it the arguments `rotate` printed."""
+    said = []
+    for item in rotations:
+        names = ", ".join(label(taker) for taker in item.takers)
+        said.append(
+            f"the store holds a handover (`rotate`) from {label(item.giver)} to {names} at size {item.size}, a key "
+            f"publish was not given, so no trusted key vouches for the rows after {item.size}: if you rotated, give "
+            f"publish the arguments `rotate` printed, --trusted-key <the new verifier key, {names}> --retired "
+            f"{item.giver.format()}@{item.size} (docs/operations.md, \"Rotating a writer key\"); if you did not, "
+            "the old key may have leaked (docs/incident.md, \"A writer key leaked\")"
+        )
+    return Refusal(FindingKind.BAD_SIGNATURE.value, "; ".join(said))

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -37,8 +38,10 @@ from compute_budget.publication_writer.checks import (
     audit_new_rows,
     published_checkpoint,
     rolled_back,
+    rotation_refusal,
     same_as_published,
     uncounted,
+    untold_rotations,
     waived_findings,
 )
 from compute_budget.publication_writer.choose import Chosen, choose
@@ -70,7 +73,8 @@ class PublishRequest:
 class PublishOutcome:
     """What a publish did: the size DIR publishes now (`size`) and before (`previous`), the files it wrote (the
     checkpoint last) and left as they were, the superseded partial-tile folders it removed; or, with nothing
-    written, the `refusal` or the audit `report` that stopped it."""
+    written, the `refusal` or the audit `report` that stopped it (or both: a handover to a key not given, and
+    findings it does not explain)."""
 
     folder: str
     previous: int
@@ -170,7 +174,20 @@ def _checked(
         witness_keys=request.witness_keys, witness_quorum=request.witness_quorum, key_states=request.key_states,
         witness_policy=request.witness_policy, on_progress=_phase(request, "auditing"),
     ), chosen.size, waived)
-    return PublishOutcome(request.folder, old, old, report=report) if report is not None else None
+    return _told(request, old, report, keys) if report is not None else None
+
+
+def _told(request: PublishRequest, old: int, report: AuditReport, keys: list[VerifierKey]) -> PublishOutcome:
+    """The outcome of an audit that stopped the publish. What a handover to a key not given explains (the night
+    after a `rotate`, publish's line unchanged) is said to the operator who rotated, as one refusal, and left out
+    of the report (whose actions would have them adopt the rows)."""
+    with BudgetStore.open(request.db, readonly=True) as store, store.snapshot() as snapshot:
+        rotations = untold_rotations(snapshot, report.findings, keys)
+    if not rotations:
+        return PublishOutcome(request.folder, old, old, report=report)
+    rest = tuple(item for item in report.findings if not any(rotation.explains(item) for rotation in rotations))
+    return PublishOutcome(request.folder, old, old, refusal=rotation_refusal(rotations),
+                          report=dataclasses.replace(report, findings=rest) if rest else None)
 
 
 def _stage(
