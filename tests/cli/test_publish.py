@@ -173,14 +173,31 @@ def test_with_witness_keys_the_newest_witnessed_checkpoint_is_published_with_its
     _record(run_cli, db, writer, 6, "seen", url)
     _record(run_cli, db, writer, 2, "unseen")
     witnessed, plain = tmp_path / "witnessed", tmp_path / "plain"
+    waiting = ("rows 7..8 wait for the witness quorum (the newest checkpoint that meets it is at 6): once the "
+               f"witnesses answer, `compute-budget witness submit --db {db} --witness URL=KEY`, then publish again\n")
     status, out, err = run_cli("publish", str(witnessed), "--db", db, "--trusted-key", WRITER_KEY,
                                "--witness-key", WITNESS_KEY)
     assert status == 0, out + err
+    assert out.startswith(f"published 6 rows to {witnessed} (before: 0)")
+    assert out.endswith(f"; {waiting}")
     note = (witnessed / "checkpoint").read_text()
     assert Checkpoint.from_note(note).seq == 6
     assert [line.name for line in parse_note(note)[1]] == [LOG.name, WITNESS.name]
+    # Run again with the witness still behind: current, and never "the newest trusted checkpoint" with 8 rows stored
+    status, out, err = run_cli("publish", str(witnessed), "--db", db, "--trusted-key", WRITER_KEY,
+                               "--witness-key", WITNESS_KEY)
+    assert (status, out) == (0, f"{witnessed} already publishes the newest checkpoint the witness quorum cosigned "
+                                f"(6 rows); {waiting}")
+    policy = tmp_path / "policy.txt"
+    policy.write_text(f"log {WRITER_KEY}\nwitness w1 {WITNESS_KEY} http://127.0.0.1:{served.port}\nquorum w1\n")
+    status, out, err = run_cli("publish", str(witnessed), "--db", db, "--policy", str(policy))
+    assert status == 0, out + err
+    assert out.endswith(f"`compute-budget witness submit --db {db} --policy {policy}`, then publish again\n")
+    status, out, _ = run_cli("publish", str(witnessed), "--db", db, "--policy", str(policy), "--format", "json")
+    assert (status, json.loads(out)["size"], json.loads(out)["unwitnessed_size"]) == (0, 6, 8)
     status, out, err = run_cli("publish", str(plain), "--db", db, "--trusted-key", WRITER_KEY)
     assert status == 0, out + err
+    assert "wait for the witness quorum" not in out
     note = (plain / "checkpoint").read_text()
     assert Checkpoint.from_note(note).seq == 8
     assert [line.name for line in parse_note(note)[1]] == [LOG.name]
@@ -276,6 +293,7 @@ def test_format_json_is_a_summary_of_what_was_written_or_why_not(
         "written": ["tile/entries/000", "tile/0/000", "tile/entries/001.p/44", "tile/0/001.p/44", "tile/1/000.p/1",
                     "checkpoint"],
         "handovers_written": [], "unchanged": 0, "removed": [], "tidied": [], "refusal": None, "audit": None,
+        "unwitnessed_size": None,
     }
     (folder / "tile/0/001").write_bytes(b"\x00" * 8192)  # a full tile a crashed run left, edited
     _record(run_cli, store_target, writer, 300, "second")

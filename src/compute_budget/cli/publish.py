@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -53,7 +54,7 @@ def publish_command(folder: str, db: str | None, trust: TrustOptions, output_for
         _refused(outcome, text=output_format == "text")
         click.get_current_context().exit(1)
     if output_format == "text":
-        click.echo(_summary(outcome))
+        click.echo(_summary(outcome) + _waiting(outcome, db, trust))
 
 
 def summary_json(outcome: PublishOutcome) -> dict[str, Any]:
@@ -75,6 +76,7 @@ def summary_json(outcome: PublishOutcome) -> dict[str, Any]:
         "removed": list(outcome.removed),
         "tidied": list(outcome.tidied),
         "refusal": None if refusal is None else {"kind": refusal.kind, "detail": refusal.detail},
+        "unwitnessed_size": outcome.unwitnessed,
         "audit": audit,
     }
 
@@ -96,9 +98,24 @@ def _summary(outcome: PublishOutcome) -> str:
     """The one line a publish prints."""
     tidied = f"; {len(outcome.tidied)} file(s) an earlier run left removed" if outcome.tidied else ""
     if not outcome.written:
-        return f"{outcome.folder} already publishes the newest trusted checkpoint ({outcome.size} rows){tidied}"
+        newest = "the newest trusted checkpoint" if outcome.unwitnessed is None else \
+            "the newest checkpoint the witness quorum cosigned"
+        return f"{outcome.folder} already publishes {newest} ({outcome.size} rows){tidied}"
     removed = f"; {len(outcome.removed)} partial tile(s) replaced by full ones removed" if outcome.removed else ""
     return (
         f"published {outcome.size} rows to {outcome.folder} (before: {outcome.previous}): {len(outcome.written)} "
         f"file(s) written, {outcome.unchanged} already there{removed}{tidied}"
+    )
+
+
+def _waiting(outcome: PublishOutcome, db: str | None, trust: TrustOptions) -> str:
+    """The rows a trusted key signed that wait for the witness quorum, and the command that sends them."""
+    if outcome.unwitnessed is None:
+        return ""
+    store = f" --db {shlex.quote(db)}" if db is not None else ""
+    witnesses = f"--policy {shlex.quote(trust.policy_path)}" if trust.policy_path is not None else "--witness URL=KEY"
+    return (
+        f"; rows {outcome.size + 1}..{outcome.unwitnessed} wait for the witness quorum (the newest checkpoint "
+        f"that meets it is at {outcome.size}): once the witnesses answer, `compute-budget witness submit{store} "
+        f"{witnesses}`, then publish again"
     )

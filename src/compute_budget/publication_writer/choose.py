@@ -62,6 +62,16 @@ def choose(
     return Chosen(Checkpoint.from_note(note, source="the checkpoint to publish"), note)
 
 
+def newest_signed(snapshot: Snapshot, keys: Sequence[VerifierKey], states: KeyStates | None = None) -> int | None:
+    """The size of the newest stored checkpoint of this log a trusted key signed (its signature counting), whatever
+    witnesses cosigned; None when there is none. Above the size `choose` gives with a witness policy, the rows
+    between wait for the quorum."""
+    limited, size = states or KeyStates(), snapshot.max_seq()
+    found = _newest_signed(snapshot, keys, snapshot.origin(),
+                           lambda note: note_problem(snapshot, note, limited, size) is None)
+    return None if found is None else Checkpoint.from_note(found).seq
+
+
 def _newest_signed(
     snapshot: Snapshot, keys: Sequence[VerifierKey], origin: str | None, counts: Callable[[str], bool]
 ) -> str | None:

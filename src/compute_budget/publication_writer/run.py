@@ -44,7 +44,7 @@ from compute_budget.publication_writer.checks import (
     untold_rotations,
     waived_findings,
 )
-from compute_budget.publication_writer.choose import Chosen, choose
+from compute_budget.publication_writer.choose import Chosen, choose, newest_signed
 from compute_budget.publication_writer.handovers import handover_files, retired_keys
 from compute_budget.publication_writer.layout import TreeBuilder, TreeFile, superseded, tidied_folders
 from compute_budget.publication_writer.write import CHECKPOINT_NAME, PublicationFolder
@@ -85,6 +85,9 @@ class PublishOutcome:
     refusal: Refusal | None = None
     report: AuditReport | None = field(default=None, repr=False)
     tidied: tuple[str, ...] = ()  # what an earlier, killed publish left that no checkpoint needs, removed
+    # With witnesses required: the newest checkpoint a trusted key signed, when it is above `size` (its rows wait
+    # for the witness quorum); else None.
+    unwitnessed: int | None = None
 
     @property
     def published(self) -> bool:
@@ -116,6 +119,7 @@ def publish(request: PublishRequest) -> PublishOutcome:
         with BudgetStore.open(request.db, readonly=True) as store, store.snapshot() as snapshot:
             policy_log_keys(keys, rule, snapshot.origin())  # a log line not named by the origin is refused
             chosen = choose(snapshot, keys, policy, request.key_states)
+            signed = newest_signed(snapshot, keys, request.key_states) if policy is not None else None
             refusal = None if published is None else uncounted(
                 snapshot, published, request.key_states, f"{folder.path.rstrip('/')}/{CHECKPOINT_NAME}"
             )
@@ -125,7 +129,9 @@ def publish(request: PublishRequest) -> PublishOutcome:
         stopped = _checked(request, folder, published, chosen, keys, waived)
         if stopped is not None:
             return stopped
-        return _written(request, folder, published, chosen, _Trust(keys, policy))
+        outcome = _written(request, folder, published, chosen, _Trust(keys, policy))
+        waiting = signed is not None and signed > chosen.size and outcome.published
+        return dataclasses.replace(outcome, unwitnessed=signed) if waiting else outcome
 
 
 @dataclass(frozen=True, slots=True)
