@@ -112,7 +112,7 @@ def test_a_missing_published_handover_is_handover_missing(rotated: Rotated) -> N
     missing = [detail for kind, detail in _findings(report) if kind == "checkpoint_mismatch"]
     assert len(missing) == 1
     assert missing[0].startswith("handover missing")
-    assert f"handover/3/{rotated.handover_path.name}" in missing[0]
+    assert f"the publication holds no handover/3/{rotated.handover_path.name}," in missing[0]
 
 
 def test_a_published_handover_of_another_root_is_checkpoint_mismatch(rotated: Rotated) -> None:
@@ -124,6 +124,8 @@ def test_a_published_handover_of_another_root_is_checkpoint_mismatch(rotated: Ro
     assert any(kind == "checkpoint_mismatch" and f"handover/3/{rotated.handover_path.name}" in detail
                and "root" in detail for kind, detail in found)
     assert any(kind == "checkpoint_mismatch" and detail.startswith("handover missing") for kind, detail in found)
+    assert any(f"the publication holds no valid handover/3/{rotated.handover_path.name} (the file there is not this "
+               "log's handover: reported above as checkpoint_mismatch)" in detail for _, detail in found)
 
 
 def test_a_forged_published_handover_is_bad_signature(rotated: Rotated) -> None:
@@ -137,7 +139,12 @@ def test_a_forged_published_handover_is_bad_signature(rotated: Rotated) -> None:
     found = _findings(report)
     assert any(kind == "bad_signature" and f"handover/3/{rotated.handover_path.name}" in detail
                for kind, detail in found)
-    assert any(kind == "checkpoint_mismatch" and detail.startswith("handover missing") for kind, detail in found)
+    missing = [detail for kind, detail in found if kind == "checkpoint_mismatch"]
+    assert len(missing) == 1
+    assert missing[0].startswith("handover missing")
+    # the file is there: never "holds no handover/3/ID", but no valid one, the cause named
+    assert (f"the publication holds no valid handover/3/{rotated.handover_path.name} (the file there does not "
+            "verify: reported above as bad_signature)") in missing[0]
 
 
 def test_a_checkpoint_the_stolen_old_key_signed_above_the_handover_counts_nowhere(
@@ -217,6 +224,8 @@ def test_a_published_handover_that_is_no_signed_note_is_bad_signature(rotated: R
     assert kinds == ["bad_signature", "checkpoint_mismatch"]
     assert f"the published handover/3/{rotated.handover_path.name} is no signed checkpoint" in _findings(report)[0][1]
     assert _findings(report)[1][1].startswith("handover missing")
+    assert f"holds no valid handover/3/{rotated.handover_path.name} (the file there does not verify" \
+        in _findings(report)[1][1]
 
 
 ADVICE = "obtain the new verifier key from the log's operator out of band, then add --trusted-key <that key> --retired "

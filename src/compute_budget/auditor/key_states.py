@@ -125,11 +125,14 @@ def _survey(
                                                               f"{reason}"))
         if multi:
             _judge_handover(stored, keys, states, handed, bad, survey)
+    rejected: dict[tuple[VerifierKey, int], FindingKind] = {}
     if isinstance(snapshot, PublishedHandovers):
         for state in limited:
             if state.status is KeyStatus.RETIRED and (state.key, state.size) not in handed:
-                _judge_published_handover(snapshot, state, keys, origin, roots, handed, survey)
-    _missing_handovers(states, handed, survey, published)
+                kind = _judge_published_handover(snapshot, state, keys, origin, roots, handed, survey)
+                if kind is not None:
+                    rejected[(state.key, state.size)] = kind
+    _missing_handovers(states, handed, survey, published, rejected)
     return survey
 
 
@@ -143,15 +146,15 @@ class PublishedHandovers(Protocol):
 def _judge_published_handover(
     snapshot: PublishedHandovers, state: KeyState, keys: list[VerifierKey], origin: str | None, roots: _TreeRoots,
     handed: set[tuple[VerifierKey, int]], survey: KeyStateSurvey,
-) -> None:
+) -> FindingKind | None:
     """`handover/<SIZE>/<key ID>` for a `--retired KEY@SIZE`, judged as a stored handover is: the retired key's
     signature, then a trusted (or retired) key's, both verifying (else, or when it is no note, `bad_signature`), of
-    this log at SIZE with the tiles' root there (else `checkpoint_mismatch`). Not published: left to
-    `_missing_handovers`."""
+    this log at SIZE with the tiles' root there (else `checkpoint_mismatch`). Returns the kind of the finding that
+    rejected the file, else None. Not published: left to `_missing_handovers`."""
     path = f"handover/{state.size}/{state.key.key_hash:08x}"
     note = snapshot.published_handover(state.size, state.key.key_hash)
     if note is None:
-        return
+        return None
     try:
         found = Checkpoint.from_note(note)
     except (CheckpointError, NoteError) as error:
@@ -159,7 +162,7 @@ def _judge_published_handover(
         # cannot be read under a key (spec 11.7.3, 9.1), and the retirement then has no handover.
         survey.findings.append(Finding(FindingKind.BAD_SIGNATURE, None, state.size,
                                        f"the published {path} is no signed checkpoint ({error})"))
-        return
+        return FindingKind.BAD_SIGNATURE
     if found.origin != origin or found.seq != state.size or found.root != roots.at(state.size):
         survey.findings.append(Finding(
             FindingKind.CHECKPOINT_MISMATCH, None, state.size,
@@ -167,7 +170,7 @@ def _judge_published_handover(
             f"the tiles' tree at size {state.size} has root {_b64(roots.at(state.size))}: it is not this log's "
             "handover",
         ))
-        return
+        return FindingKind.CHECKPOINT_MISMATCH
     verdict = _handover(note, keys)
     problem: str | None = None
     if verdict is None or verdict[0] != state.key:
@@ -176,8 +179,9 @@ def _judge_published_handover(
         problem = verdict[1]
     if problem is not None:
         survey.findings.append(Finding(FindingKind.BAD_SIGNATURE, None, state.size, f"the published {path}: {problem}"))
-        return
+        return FindingKind.BAD_SIGNATURE
     handed.add((state.key, state.size))
+    return None
 
 
 def _anchored(state: KeyState, roots: _TreeRoots, survey: KeyStateSurvey) -> bool:
@@ -274,14 +278,19 @@ def _judge_handover(
 
 
 def _missing_handovers(
-    states: KeyStates, handed: set[tuple[VerifierKey, int]], survey: KeyStateSurvey, published: bool = False
+    states: KeyStates, handed: set[tuple[VerifierKey, int]], survey: KeyStateSurvey, published: bool = False,
+    rejected: dict[tuple[VerifierKey, int], FindingKind] | None = None,
 ) -> None:
     """Each configured retirement needs its stored (or published) handover: else `checkpoint_mismatch` (`handover
-    missing`)."""
+    missing`). A published file that is there but was `rejected` (its finding's kind) is said to be no valid one."""
     for state in states.limited():
         if state.status is KeyStatus.RETIRED and (state.key, state.size) not in handed:
-            holds = (f"the publication holds no handover/{state.size}/{state.key.key_hash:08x}, a checkpoint of size "
-                     f"{state.size} signed by that key and then by a trusted key (`publish --retired` writes it)"
+            path = f"handover/{state.size}/{state.key.key_hash:08x}"
+            kind = (rejected or {}).get((state.key, state.size))
+            why = "does not verify" if kind is FindingKind.BAD_SIGNATURE else "is not this log's handover"
+            held = f"no valid {path} (the file there {why}: reported above as {kind.value})" if kind else f"no {path}"
+            holds = (f"the publication holds {held}, a checkpoint of size {state.size} signed by that key and then "
+                     "by a trusted key (`publish --retired` writes it)"
                      if published else
                      f"the store holds no checkpoint of size {state.size} signed by that key and then by a trusted "
                      "key (`rotate` stores one)")
