@@ -224,4 +224,7 @@ def _forgeries(day: DayTwo, served: Path, root_url: str, nightly: str) -> None:
         status, report, out = day.audit([nightly], url=f"{root_url}{forge.__name__}/")
         assert (status, _kinds(report)) == (1, kinds), (forge.__name__, out)
         assert report["findings"][0]["detail"].startswith(detail), report["findings"][0]
+        if forge is handover:  # the file is there: no *valid* handover, its cause named
+            assert f"holds no valid handover/10/{old_id} (the file there does not verify" in \
+                report["findings"][1]["detail"]
         assert day.kept() == kept  # a red night keeps last night's checkpoint
