@@ -124,7 +124,7 @@ def test_the_handover_file_keeps_only_the_lines_that_verify(rotated: str, tmp_pa
     execute(rotated, (  # as `witness submit` keeps it, so that the handover is the newest witnessed checkpoint
         "INSERT INTO compute_budget_cosignatures (tree_size, witness_name, witness_key_id, timestamp, checkpoint, "
         "line, recorded_at) VALUES (3, :name, :key_id, :timestamp, :text, :line, '2026-01-01T00:00:00Z')",
-        {"name": WITNESS.name, "key_id": WITNESS.verifier().key_id, "timestamp": timestamp, "text": text,
+        {"name": WITNESS.name, "key_id": f"{WITNESS.verifier().key_id:08x}", "timestamp": timestamp, "text": text,
          "line": line},
     ))
     plain = tmp_path / "plain"

@@ -325,3 +325,23 @@ def test_a_checkpoint_that_cannot_be_fetched_again_is_an_outage_not_an_alarm(ser
     assert (api["alarm"], api["tree_size"]) == (None, SMALL)
     assert api["unreadable"].startswith("the checkpoint could not be read again")
     assert 'class="banner grey"' in page
+
+
+def test_an_audit_stopped_at_the_checkpoint_names_no_row(serve: Serve, tmp_path: Path) -> None:
+    """A forged size under the signature stops the audit before any row is read: the page says so (not that it
+    audited a checkpoint of the forged size) and what the reader does."""
+    with serve("small") as client:
+        checkpoint = tmp_path / "served" / "checkpoint"
+        lines = checkpoint.read_text().split("\n")
+        lines[1] = str(int(lines[1]) * 10)
+        checkpoint.write_text("\n".join(lines))
+        client.post("/audit/run", headers={"Sec-Fetch-Site": "same-origin"})
+        client.app.workbench.audits.wait()  # type: ignore[attr-defined]
+        found = client.get("/api/audit").json()["audit"]
+        page = client.get("/audit").text
+    assert [finding["kind"] for finding in found["report"]["findings"]] == ["bad_signature"]
+    assert "It stopped at the published checkpoint: no tile or entry was read." in page
+    assert "It audited the checkpoint" not in page
+    # the reader of a publication is told what a reader does (spec 11.4), never a database command
+    assert "tell the publisher" in page
+    assert "--through" not in page
