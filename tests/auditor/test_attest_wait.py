@@ -18,7 +18,6 @@ from compute_budget.auditor.request import attest_wait_seconds
 from compute_budget.core.log.checkpoint_body import format_checkpoint
 from compute_budget.core.log.note import SignerKey, sign_note
 from compute_budget.errors import ArgumentTypeError
-from compute_budget.web.audit_runner import AuditKeys, AuditRunner
 from tests.backends import execute
 from tests.conftest import gate_lines
 from tests.sealing import signer
@@ -166,23 +165,6 @@ def test_a_checkpoint_signed_by_an_untrusted_key_is_not_waited_on(
     assert "unattested_rows" in [finding.kind.value for finding in report.findings]
     assert report.attest_wait is not None
     assert report.attest_wait.extended_to is None
-
-
-def test_the_workbench_audit_does_not_wait_and_says_so(live: LiveStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The Workbench's audit uses 0 whatever the environment says, and its report says it did not wait."""
-    monkeypatch.setenv("COMPUTE_BUDGET_ATTEST_WAIT", "30")
-    runner = AuditRunner(live.target, AuditKeys(trusted=(live.verifier,)))
-    began = time.monotonic()
-    assert runner.start(None, SIGNED + UNSIGNED) is not None
-    runner.wait(20)
-    run = runner.latest()
-    assert run is not None
-    assert run.report is not None, run.error
-    assert time.monotonic() - began < 10
-    assert run.report.attest_wait is not None
-    assert run.report.attest_wait.limit == 0
-    assert run.report.attest_wait.said().startswith("did not wait (attest wait 0 s)")
-    assert "unattested_rows" in run.report.findings_by_kind()
 
 
 def test_the_wait_comes_from_the_argument_else_the_environment_else_five_seconds(
