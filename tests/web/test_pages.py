@@ -506,6 +506,29 @@ def test_a_second_audit_while_one_runs_is_409(client: TestClient, monkeypatch: p
     assert client.post("/api/audit/run", headers=SAME_ORIGIN).status_code == 202
 
 
+def test_the_workbench_audit_does_not_wait_for_a_live_writer_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spec 12.5: the Workbench's audit uses an attest wait of 0 whatever $COMPUTE_BUDGET_ATTEST_WAIT says, and the
+    page says so, before the audit and in its report: rows the writer has not signed yet are unattested_rows."""
+    from tests.sealing import signer
+
+    target, key = str(tmp_path / "live.db"), signer()
+    with BudgetStore.open(target, signing_key=key) as store:
+        store.record_many(gate_lines(3, prefix="signed"))
+    with BudgetStore.open(target, allow_unsigned=True) as store:
+        store.record_many(gate_lines(2, prefix="unsigned"))
+    monkeypatch.setenv("COMPUTE_BUDGET_ATTEST_WAIT", "30")
+    with TestClient(create_app(target, trusted_keys=[key.verifier().format()])) as client:
+        assert "It does not wait for a live writer's next checkpoint" in client.get("/audit").text
+        began = time.monotonic()
+        audit = run_audit(client)
+        assert time.monotonic() - began < 10
+        assert audit["report"]["findings_by_kind"] == {"unattested_rows": 1}
+        assert audit["report"]["attest_wait"]["limit_seconds"] == 0
+        assert "Attest wait: did not wait (attest wait 0 s)" in client.get("/audit").text
+
+
 @pytest.mark.parametrize(
     ("params", "message"),
     [

@@ -125,6 +125,31 @@ class LookBack:
 
 
 @dataclass(frozen=True, slots=True)
+class AttestWait:
+    """What a database audit did about rows above the newest trusted checkpoint (spec 12.5): it waited `waited` of
+    `limit` seconds, and extended the audit to a covering checkpoint's size `extended_to` (None: it did not, for
+    `reason`)."""
+
+    limit: float
+    waited: float
+    extended_to: int | None = None
+    reason: str = ""
+
+    def said(self) -> str:
+        """The report's line: ``waited W s; extended the audit to M``, or why it was not."""
+        if self.limit == 0:
+            return f"did not wait (attest wait 0 s): {self.reason}"
+        if self.extended_to is not None:
+            return f"waited {self.waited:.1f} s; extended the audit to {self.extended_to}"
+        return f"waited {self.waited:.1f} s; {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report's JSON `attest_wait`."""
+        return {"limit_seconds": self.limit, "waited_seconds": round(self.waited, 3),
+                "extended_to": self.extended_to, "said": self.said()}
+
+
+@dataclass(frozen=True, slots=True)
 class AuditReport:
     """What an audit found: `clean` iff no findings."""
 
@@ -169,6 +194,8 @@ class AuditReport:
     # False when a publication's audit stopped at its checkpoint (spec 11.2: it did not verify, so no tile or entry
     # was read): `head` is then no head that was reached, and no checkpoint may be said to hold.
     head_read: bool = True
+    # A database audit with rows above its newest trusted checkpoint: what it waited for (spec 12.5); else None.
+    attest_wait: AttestWait | None = None
     # Derived from `findings` once (every rendering reads it, and per finding for `cause_seq`): see `affected_rows`.
     _affected: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
@@ -268,6 +295,7 @@ class AuditReport:
             "mode": "incremental" if self.since and not self.escalated else "full",
             "escalated": self.escalated,
             "look_back": self.look_back.to_dict() if self.look_back is not None else None,
+            "attest_wait": self.attest_wait.to_dict() if self.attest_wait is not None else None,
             "affected_rows": {
                 "count": len(rows),
                 "first": rows[0] if rows else None,

@@ -4,6 +4,7 @@ what its options come to once parsed and checked, before any store opens."""
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from compute_budget.core.log.cosignature import WitnessKey
 from compute_budget.core.log.key_states import KeyStates
 from compute_budget.core.log.note import VerifierKey, valid_origin
 from compute_budget.core.log.witness_policy import TlogPolicy
-from compute_budget.errors import ArgumentTypeError
+from compute_budget.errors import ArgumentTypeError, clip
 from compute_budget.keys.key_files import verifier_key
 
 
@@ -68,6 +69,9 @@ class AuditRequest:
     # its `log` keys beside trusted_keys.
     witness_policy: TlogPolicy | None = None
     source: AuditSource | None = None
+    # Seconds the rows above the newest trusted checkpoint wait for a covering one (spec 12.5); None:
+    # `$COMPUTE_BUDGET_ATTEST_WAIT`, else `DEFAULT_ATTEST_WAIT`.
+    attest_wait: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +86,7 @@ class AuditInputs:
     day: int  # the UTC day number the look-back is due for
     head: HeadNote | None
     checkpoint_label: str  # what findings call the given checkpoint
+    attest_wait: float = 0.0  # seconds, resolved (`attest_wait_seconds`)
 
 
 def parse_inputs(request: AuditRequest, head: HeadNote | None, checkpoint_label: str) -> AuditInputs:
@@ -100,4 +105,28 @@ def parse_inputs(request: AuditRequest, head: HeadNote | None, checkpoint_label:
     policy = witness_policy(
         request.witness_keys, request.witness_quorum, request.max_witness_age, request.witness_policy
     )
-    return AuditInputs(checkpoint, since, answers, keys, policy, day, head, checkpoint_label)
+    wait = attest_wait_seconds(request.attest_wait)
+    return AuditInputs(checkpoint, since, answers, keys, policy, day, head, checkpoint_label, wait)
+
+
+ATTEST_WAIT_ENV_VAR = "COMPUTE_BUDGET_ATTEST_WAIT"
+DEFAULT_ATTEST_WAIT = 5.0
+MAX_ATTEST_WAIT = 86400.0  # a day: a nightly job must end even when told to wait for a writer that is gone
+
+
+def attest_wait_seconds(value: float | None) -> float:
+    """The attest wait (spec 12.5): `value`, else `$COMPUTE_BUDGET_ATTEST_WAIT`, else `DEFAULT_ATTEST_WAIT`;
+    `ArgumentTypeError` for anything but a number of seconds from 0 to `MAX_ATTEST_WAIT`."""
+    where, shown = "attest_wait", repr(value)
+    if value is None:
+        text = os.environ.get(ATTEST_WAIT_ENV_VAR, "").strip()
+        if not text:
+            return DEFAULT_ATTEST_WAIT
+        where, shown = f"${ATTEST_WAIT_ENV_VAR}", repr(clip(text, 40))
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_ATTEST_WAIT:
+        raise ArgumentTypeError(f"{where} is a number of seconds from 0 to {MAX_ATTEST_WAIT:.0f}, not {shown}")
+    return float(value)

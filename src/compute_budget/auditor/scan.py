@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from compute_budget.auditor.attest_wait import Trust, await_attestation
 from compute_budget.auditor.checkpoints import (
     CheckpointLike,
     HeadLike,
@@ -93,6 +94,7 @@ def audit(
     look_back_day: int | None = None,
     retired: Iterable[KeyStateLike] = (), revoked: Iterable[KeyStateLike] = (),
     witness_policy: TlogPolicy | None = None,
+    attest_wait: float | None = None,
 ) -> AuditReport:
     """Audit the store at `target` read-only; the report says what was found (`run_audit` tells each option).
 
@@ -105,6 +107,8 @@ def audit(
     rows below `since`. `retired` (``KEY@SIZE``), `revoked` (``KEY@SIZE:ROOT``) or `KeyState`s (spec 11): which
     writer signatures still count. `witness_policy` (a C2SP tlog-policy, instead of `witness_keys` and
     `witness_quorum`): which witnesses count in which groups, and its `log` keys as trusted keys.
+    `attest_wait` (seconds; None: `$COMPUTE_BUDGET_ATTEST_WAIT`, else 5; spec 12.5): how long rows above the newest
+    trusted checkpoint wait for a covering one, which counts once the rows up to it check and give its root.
     `on_progress(rows_done, rows_total)`: called as rows are checked.
     Raises `StoreUnavailable` (and its subclasses) when the audit cannot run at all.
     """
@@ -114,7 +118,7 @@ def audit(
         expected_origin=expected_origin, witness_keys=tuple(witness_keys), witness_quorum=witness_quorum,
         max_witness_age=max_witness_age, witnessed_checkpoints=tuple(witnessed_checkpoints), since_head=since_head,
         look_back=look_back, look_back_day=look_back_day, key_states=configured_states(retired, revoked),
-        witness_policy=witness_policy,
+        witness_policy=witness_policy, attest_wait=attest_wait,
     ))
 
 
@@ -171,9 +175,12 @@ def _audit_source(source: AuditSource, request: AuditRequest, inputs: AuditInput
     """`run_audit` once its source is open: a source read from a published checkpoint (spec 10.2) is audited
     against it (`published.audit_published`: the checkpoint first, then every tile, then the rows after --since
     linked from its chain hash), the witnesses judged on its freshness, and its report said to the publication's
-    reader."""
+    reader. A database's rows above its newest trusted checkpoint wait for a covering one (`attest_wait`); a
+    publication's checkpoint covers every row it holds."""
     if source.published() is None:
-        return _audit_escalating(source, request, inputs, clock)
+        report = _audit_escalating(source, request, inputs, clock)
+        trust = Trust(tuple(inputs.keys), request.key_states, report.origin, request.all_signatures)
+        return await_attestation(source, report, inputs.attest_wait, trust, through=request.through)
     report = audit_published(
         source, request, inputs, lambda opened, pinned, held: _audit_escalating(opened, pinned, held, clock)
     )

@@ -152,7 +152,7 @@ def _since_frontier(
         frontier = None
     if frontier is not None and (since.root is None or frontier.root() == since.root):
         return frontier, None
-    recomputed = _prefix_frontier(snapshot, since.seq)
+    recomputed = prefix_frontier(snapshot, since.seq)
     if since.root is not None and recomputed.root() != since.root:
         return recomputed, Finding(
             FindingKind.CHECKPOINT_MISMATCH,
@@ -164,7 +164,7 @@ def _since_frontier(
     return recomputed, None
 
 
-def _prefix_frontier(snapshot: LogView, size: int) -> CompactRange:
+def prefix_frontier(snapshot: LogView, size: int) -> CompactRange:
     """The frontier of the first `size` rows, recomputed from them (a stored tree that cannot be used)."""
     frontier = CompactRange()
     for batch in snapshot.rows_between(0, size):

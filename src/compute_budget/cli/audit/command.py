@@ -157,6 +157,13 @@ class AuditCommand(click.Command):
     metavar="SECONDS", help="Rows after a checkpoint the witnesses cosigned longer ago than this are unwitnessed_rows.",
 )
 @click.option(
+    "--attest-wait", "attest_wait", type=click.FloatRange(min=0, max=86400), default=5.0, show_default=True,
+    envvar="COMPUTE_BUDGET_ATTEST_WAIT", show_envvar=True, metavar="SECONDS",
+    help="Rows above the newest checkpoint a trusted key signed wait this long for a covering one, which counts once "
+    "the rows up to it check and give its root; set it to at least the writers' interval plus 2 s. A publication "
+    "(--tiles) has nothing to wait for.",
+)
+@click.option(
     "--witness-url", "witness_urls", metavar="URL=KEY", multiple=True,
     help="Before the audit, fetch this compute-budget witness's latest checkpoint of the log; the store must extend "
     "it. Unreachable, or a stale or unverifiable answer: exit 2. Repeatable.",
@@ -214,6 +221,7 @@ class _CommandLine:
     max_witness_age: int
     witness_urls: tuple[str, ...]
     look_back: int
+    attest_wait: float
 
     def targets(self) -> list[tuple[str, str, str]]:
         """Every report file asked for: (option, format, path)."""
@@ -334,7 +342,7 @@ def _request(
         trusted_keys=tuple(loaded.keys), all_signatures=line.all_signatures, expected_origin=line.expected_origin,
         witness_policy=loaded.rule, max_witness_age=line.max_witness_age,
         witnessed_checkpoints=tuple(loaded.fetched), look_back=line.look_back,
-        since_head=loaded.since_head, key_states=line.trust.key_states(),
+        since_head=loaded.since_head, key_states=line.trust.key_states(), attest_wait=line.attest_wait,
     )
 
 

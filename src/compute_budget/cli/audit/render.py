@@ -77,6 +77,8 @@ def render_text(report: AuditReport) -> str:
     if report.trusted_keys:
         names = ", ".join(escaped(_key_name(key)) for key in report.trusted_keys)
         lines.append(f"  attested      through seq {report.attested_size or 0} by trusted keys ({names})")
+    if report.attest_wait is not None:
+        lines.append(f"  attest wait   {escaped(report.attest_wait.said())}")
     lines += _witness_lines(report)
     if NOT_CHECKED in report.warnings:  # a publication's audit without --witness-url (spec 10.2)
         lines.append(f"  freshness     {NOT_CHECKED.removeprefix('freshness ')}")
