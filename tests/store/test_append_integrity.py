@@ -55,9 +55,9 @@ def test_writers_refuse_a_table_with_a_hand_made_trigger(store: str) -> None:
 @pytest.fixture
 def guard_check_blinded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Suppose a row-dropping trick the schema check cannot see: the writer's own count must still catch it."""
-    import compute_budget.store.append as append
+    import compute_budget.store.inserting as inserting
 
-    monkeypatch.setattr(append, "schema_problems", lambda connection: [])
+    monkeypatch.setattr(inserting, "schema_problems", lambda connection: [])
 
 
 @pytest.mark.usefixtures("guard_check_blinded")
