@@ -110,7 +110,8 @@ def seal_switched_off() -> Iterator[None]:
 def authorship_switched_off() -> Iterator[None]:
     """The signed append as it was before spec 9.1 (issue 19), for this benchmark's side-by-side figure: no rule 1
     or rule 2 checks, no writer state file read, locked or replaced. Only for the floor of part 5."""
-    saved = (append_module.check_signed_head, append_module.check_state, WriterState.locked, WriterState.save)
+    saved = (append_module.check_signed_head, append_module.check_state, WriterState.locked, WriterState.save,
+             WriterState.prepare, append_module.own_committed)
 
     @contextlib.contextmanager
     def no_lock(self: WriterState) -> Iterator[WriterState]:
@@ -126,6 +127,8 @@ def authorship_switched_off() -> Iterator[None]:
     append_module.check_state = nothing  # type: ignore[assignment]
     WriterState.locked = no_lock  # type: ignore[assignment,method-assign]
     WriterState.save = nothing  # type: ignore[method-assign]
+    WriterState.prepare = nothing  # type: ignore[method-assign]
+    append_module.own_committed = nothing  # type: ignore[assignment]
     try:
         yield
     finally:
@@ -134,6 +137,8 @@ def authorship_switched_off() -> Iterator[None]:
             append_module.check_state,
             WriterState.locked,
             WriterState.save,
+            WriterState.prepare,
+            append_module.own_committed,
         ) = saved  # type: ignore[assignment,method-assign]
 
 

@@ -55,9 +55,9 @@ def test_writers_refuse_a_table_with_a_hand_made_trigger(store: str) -> None:
 @pytest.fixture
 def guard_check_blinded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Suppose a row-dropping trick the schema check cannot see: the writer's own count must still catch it."""
-    import compute_budget.store.append as append
+    import compute_budget.store.inserting as inserting
 
-    monkeypatch.setattr(append, "schema_problems", lambda connection: [])
+    monkeypatch.setattr(inserting, "schema_problems", lambda connection: [])
 
 
 @pytest.mark.usefixtures("guard_check_blinded")
@@ -165,8 +165,8 @@ def test_a_failed_insert_must_leave_its_transaction_open_and_the_head_unmoved(tm
     transaction is still open and the head is the one it started from. A conflict clause changed by hand could
     end the transaction (ROLLBACK) or keep part of the statement (FAIL); either is refused, nothing written."""
     from compute_budget.core.log.head import GENESIS_CHAIN_HASH, ChainHead
-    from compute_budget.store.append import require_nothing_kept
     from compute_budget.store.backends import statements_for
+    from compute_budget.store.inserting import require_nothing_kept
 
     target = str(tmp_path / "kept.db")
     with BudgetStore.open(target) as opened:

@@ -384,19 +384,25 @@ with BudgetStore.open(sys.argv[1], signing_key=sys.argv[2]) as store:
 def test_a_crash_between_commit_and_state_write_leaves_a_store_the_next_writer_continues(
     run_cli: Run, store_target: str, tmp_path: Path
 ) -> None:
-    """The state is behind the store after such a crash, which is safe: the next writer continues, no refusal."""
+    """The state's note is behind the store after such a crash, which is safe: the next writer continues, no
+    refusal. Spec 12.3: the head the transaction was about to commit was written as `pending` before the COMMIT,
+    beside the committed one; the next writer finds the store at it and takes it as committed."""
     key, verifier = keygen(run_cli, tmp_path)
     record(run_cli, store_target, tmp_path, key, 3, "before")
-    state_before = Path(str(key) + ".state").read_text()
+    state_before = json.loads(Path(str(key) + ".state").read_text())
     done = subprocess.run([sys.executable, "-c", CRASHING_WRITER, store_target, str(key)], cwd=REPO_ROOT,
                           capture_output=True, text=True, check=False, timeout=120)
     assert done.returncode == 9, done.stderr
     assert [size for size, _ in checkpoints(store_target)] == [3, 7]  # committed
-    assert Path(str(key) + ".state").read_text() == state_before  # but the state was not replaced
+    crashed = json.loads(Path(str(key) + ".state").read_text())
+    assert crashed["notes"] == state_before["notes"]  # the note was not replaced
+    (origin, heads), = crashed["heads"].items()
+    assert (heads["committed"]["size"], heads["pending"]["size"]) == (3, 7)
     record(run_cli, store_target, tmp_path, key, 2, "after")
     assert audit(store_target, trusted_keys=[verifier]).clean
-    state = json.loads(Path(str(key) + ".state").read_text())["notes"]
-    assert Checkpoint.from_note(next(iter(state.values()))).seq == 9
+    state = json.loads(Path(str(key) + ".state").read_text())
+    assert Checkpoint.from_note(state["notes"][origin]).seq == 9
+    assert (state["heads"][origin]["committed"]["size"], state["heads"][origin]["pending"]) == (9, None)
 
 
 # -- many writers, one key ------------------------------------------------------------------------------------

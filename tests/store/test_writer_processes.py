@@ -14,7 +14,9 @@ import pytest
 
 from compute_budget import BudgetStore
 from compute_budget.auditor.scan import audit
+from tests.backends import is_postgres
 from tests.conftest import REPO_ROOT, gate_lines
+from tests.killing import kill_run
 
 WRITER = """
 import sys
@@ -91,3 +93,19 @@ def test_writer_killed_mid_batch_leaves_the_store_intact(db_path: Path) -> None:
     assert report.clean, report.findings
     with BudgetStore.open(db_path) as store:  # and the store takes new appends on top of the survivors
         assert store.record_many(gate_lines(5, prefix="after")).head.seq == 30
+
+
+@pytest.mark.slow
+def test_a_signing_writer_killed_at_random_points_loses_nothing_and_leaves_nothing_unsigned(
+    store_target: str, tmp_path: Path
+) -> None:
+    """Spec 12.3's kill test, three seeded runs in all (50 per backend: benchmarks/kill_runs.py): a writer
+    recording with its key is SIGKILLed; every gate it acknowledged is stored, the next writer with the same key
+    and state appends, and the trusted audit is clean."""
+    seeds = (1,) if is_postgres(store_target) else (1, 2)
+    rows = 0
+    for seed in seeds:
+        run = kill_run(store_target, tmp_path, seed, most=12)
+        assert run.acknowledged >= 1
+        assert run.rows > rows + run.acknowledged  # the acknowledged gates and the next writer's, on the last run
+        rows = run.rows

@@ -59,6 +59,7 @@ LAZY_COMMANDS = {
     "checkpoint": "compute_budget.cli.admin",
     "copy": "compute_budget.cli.admin",
     "rotate": "compute_budget.cli.rotate",
+    "sign": "compute_budget.cli.sign",
     "audit": "compute_budget.cli.audit.command",
     "keygen": "compute_budget.cli.keys_and_proofs",
     "verifier-key": "compute_budget.cli.keys_and_proofs",

@@ -1,29 +1,171 @@
-"""The writer state file (spec 9.1, rule 2): the newest checkpoint a writer key signed, per origin, kept outside
-the database the insider controls.
+"""The writer state file (spec 9.1, rule 2; spec 12.3): per origin, the newest checkpoint a writer key signed and
+the heads its transactions committed, kept outside the database the insider controls.
 
-The file is JSON, ``{"compute_budget_writer_state": 1, "notes": {"<origin>": "<signed note>"}}``, mode 0600,
-replaced whole (a temporary file in the same folder, then a rename). ``FILE.lock`` is a file that is never
-replaced: a writer holds an exclusive lock on it from before its transaction begins until FILE is replaced, so
-writers sharing a key on one host queue there. No fsync: a state left behind by a crash is older, never newer, than
-the store, and an older state is still extended by the store.
+The file is JSON, mode 0600, replaced whole (a temporary file in the same folder, then a rename)::
+
+    {"compute_budget_writer_state": 2,
+     "notes": {"<origin>": "<signed note>"},
+     "heads": {"<origin>": {"committed": HEAD, "pending": HEAD or null}}}
+
+with HEAD ``{"size": N, "root": "<base64>", "chain_hash": "<hex>"}``. Format 1 (``notes`` only) is read, with no
+heads, and written back as format 2 at the first write. ``pending`` is written before a transaction's COMMIT and
+becomes ``committed`` after it; `resolve` says what a crash in between left.
+
+``FILE.lock`` is a file that is never replaced: a writer holds an exclusive lock on it from before its transaction
+begins until FILE is replaced, so writers sharing a key on one host queue there. Each write also puts a fresh token
+in it, so a writer keeps what it read last in memory and reads the file again only when another process replaced
+it since (the file's identity or the token changed).
+
+No fsync, of the file or its folder (spec 12.3): fsyncing twice per transaction would cost more than the append
+itself, and what a crash can leave is safe. After a process dies (`kill -9`) the page cache still holds the newest
+state, and `resolve` turns its pending head into the committed one; after a power loss the file may be older than
+the store (the database syncs, this file does not), so the writer finds a head it cannot place and refuses
+(`StoreDamaged`) rather than sign it: docs/incident.md says how to adopt those rows (`record --adopt-unsigned`).
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import json
 import os
+import re
 import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+from compute_budget.core.log.checkpoint import Checkpoint
+from compute_budget.core.log.encoding import strict_b64decode
 from compute_budget.core.log.note import SignerKey
-from compute_budget.errors import InputError, WriterStateError
+from compute_budget.errors import CheckpointError, InputError, NoteError, WriterStateError
 
 WRITER_STATE_ENV_VAR = "COMPUTE_BUDGET_WRITER_STATE"
 STATE_FORMAT = "compute_budget_writer_state"
+STATE_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 MAX_STATE_BYTES = 16 << 20
+TOKEN_BYTES = 16
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True, slots=True)
+class StateHead:
+    """A head as the writer state records it: the tree `size`, its Merkle `root` and the head's `chain_hash`."""
+
+    size: int
+    root: bytes
+    chain_hash: str
+
+    def to_json(self) -> dict[str, object]:
+        """The head's JSON form in the state file."""
+        return {"size": self.size, "root": base64.b64encode(self.root).decode("ascii"), "chain_hash": self.chain_hash}
+
+    @classmethod
+    def from_json(cls, value: object) -> StateHead:
+        """The head of a JSON value; `ValueError` when it is not one."""
+        if not isinstance(value, dict) or set(value) != {"size", "root", "chain_hash"}:
+            raise ValueError("not a head")
+        size, root, chain_hash = value["size"], value["root"], value["chain_hash"]
+        if type(size) is not int or size < 0 or not isinstance(root, str) or not isinstance(chain_hash, str):
+            raise ValueError("not a head")
+        if not _HEX64.fullmatch(chain_hash):
+            raise ValueError("not a chain hash")
+        decoded = strict_b64decode(root)
+        if decoded is None or len(decoded) != 32:
+            raise ValueError("not a root")
+        return cls(size, decoded, chain_hash)
+
+    @classmethod
+    def of_note(cls, note: str) -> StateHead | None:
+        """The head a checkpoint note names (None when it cannot be read or names no root)."""
+        try:
+            checkpoint = Checkpoint.from_note(note)
+        except (CheckpointError, NoteError):
+            return None
+        if checkpoint.root is None:
+            return None
+        return cls(checkpoint.seq, checkpoint.root, checkpoint.chain_hash)
+
+
+@dataclass(frozen=True, slots=True)
+class OriginState:
+    """What the state holds for one origin: the note this key signed last, and the `committed` and `pending`
+    heads (spec 12.3). A format 1 state, or a note written before any head, has `committed` None."""
+
+    note: str | None = None
+    committed: StateHead | None = None
+    pending: StateHead | None = None
+
+    def committed_head(self) -> StateHead | None:
+        """The newest head this writer committed: `committed`, else the head its note names."""
+        if self.committed is not None:
+            return self.committed
+        return StateHead.of_note(self.note) if self.note is not None else None
+
+
+def resolve(state: OriginState, head: StateHead) -> OriginState:
+    """What a crash left, placed against the store's `head` (spec 12.3): a pending head the store holds was
+    committed; one it does not hold never was, and is dropped when the store is at the committed head. Any other
+    head leaves the state as it is (the writer's check then refuses it unless a trusted checkpoint names it)."""
+    if state.pending is None:
+        return state
+    if state.pending == head:
+        return OriginState(state.note, head, None)
+    if state.committed_head() == head:
+        return OriginState(state.note, state.committed, None)
+    return state
+
+
+@dataclass(slots=True)
+class _Content:
+    """The file's content: notes and heads per origin."""
+
+    notes: dict[str, str]
+    heads: dict[str, tuple[StateHead | None, StateHead | None]]
+
+    def copy(self) -> _Content:
+        return _Content(dict(self.notes), dict(self.heads))
+
+    def origin(self, origin: str) -> OriginState:
+        committed, pending = self.heads.get(origin, (None, None))
+        return OriginState(self.notes.get(origin), committed, pending)
+
+    def text(self) -> str:
+        heads = {
+            origin: {"committed": committed.to_json() if committed else None,
+                     "pending": pending.to_json() if pending else None}
+            for origin, (committed, pending) in sorted(self.heads.items())
+        }
+        document = {STATE_FORMAT: STATE_VERSION, "notes": dict(sorted(self.notes.items())), "heads": heads}
+        return json.dumps(document, ensure_ascii=False, indent=1) + "\n"
+
+
+def _parse(raw: bytes) -> _Content:
+    """The content of a state file's bytes; `ValueError` when it is not a state file of a known format."""
+    content = json.loads(raw.decode("utf-8"))
+    version = content.get(STATE_FORMAT) if isinstance(content, dict) else None
+    if type(version) is not int or version not in READABLE_VERSIONS:
+        raise ValueError("not a writer state")
+    notes = content.get("notes")
+    if not isinstance(notes, dict) or not all(
+        isinstance(origin, str) and isinstance(note, str) for origin, note in notes.items()
+    ):
+        raise ValueError("no notes")
+    heads: dict[str, tuple[StateHead | None, StateHead | None]] = {}
+    if version >= 2:
+        found = content.get("heads")
+        if not isinstance(found, dict):
+            raise ValueError("no heads")
+        for origin, pair in found.items():
+            if not isinstance(pair, dict) or set(pair) != {"committed", "pending"}:
+                raise ValueError("not a pair of heads")
+            committed, pending = (
+                StateHead.from_json(pair[name]) if pair[name] is not None else None for name in ("committed", "pending")
+            )
+            heads[str(origin)] = (committed, pending)
+    return _Content(dict(notes), heads)
 
 
 def state_path_for(key_source: SignerKey | str | os.PathLike[str], writer_state: str | os.PathLike[str] | None) -> Path:
@@ -48,9 +190,10 @@ class WriterState:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock_handle: int | None = None
-        # What this lock's holder read (or wrote) last: under the lock no other writer replaces the file, so `save`
-        # need not read it again after `note_for` (one read per signed append instead of two).
-        self._held_notes: dict[str, str] | None = None
+        # What this process read or wrote last, with the file's identity and the lock file's token then: while
+        # both are unchanged no other process replaced the file, so it is not read again (one read per open, not
+        # per transaction). Kept across locks; checked under each.
+        self._cache: tuple[tuple[int, ...], bytes, _Content] | None = None
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[WriterState]:
@@ -74,30 +217,78 @@ class WriterState:
             yield self
         finally:
             self._lock_handle = None
-            self._held_notes = None
             os.close(handle)  # closing releases the lock
 
     def is_link(self) -> bool:
         """True when FILE is a symbolic link (refused whatever else is asked)."""
         return os.path.islink(self.path)
 
-    def _require_locked(self) -> None:
+    def _require_locked(self) -> int:
         if self._lock_handle is None:  # pragma: no cover  (a programming error, not an input)
             raise RuntimeError("the writer state is read and written only under its lock")
+        return self._lock_handle
 
     def note_for(self, origin: str) -> str | None:
         """The note this state holds for `origin`; None when the file is missing or empty or has none for it.
         `WriterStateError` when the file is a link, writable by group or others, or not a state file."""
-        notes = self._read()
-        return notes.get(origin) if notes is not None else None
+        content = self._content()
+        return content.notes.get(origin) if content is not None else None
 
-    def _read(self) -> dict[str, str] | None:
-        self._require_locked()
-        notes = self._read_file()
-        self._held_notes = dict(notes) if notes is not None else {}
-        return notes
+    def origin_state(self, origin: str) -> OriginState:
+        """The note and heads this state holds for `origin` (empty when it holds none); `WriterStateError` as
+        `note_for`."""
+        content = self._content()
+        return content.origin(origin) if content is not None else OriginState()
 
-    def _read_file(self) -> dict[str, str] | None:
+    def save(
+        self, origin: str, note: str | None, *, committed: StateHead | None = None, discard_unreadable: bool = False
+    ) -> None:
+        """After a commit: replace the file with one whose note for `origin` is `note` (None keeps the one held)
+        and whose committed head is `committed` (default: the head `note` names), with no pending head; other
+        origins kept. With `discard_unreadable`, as `--init-writer-state` asks, an unreadable file is replaced
+        whole, but never a link."""
+        content = self._writable(discard_unreadable)
+        if note is not None:
+            content.notes[origin] = note
+        head = committed if committed is not None else StateHead.of_note(note) if note is not None else None
+        content.heads[origin] = (head or content.origin(origin).committed, None)
+        self._write(content, failed="the rows are committed, but writer state {path} could not be written ({error}); "
+                    "the next append checks the store against the older state")
+
+    def prepare(self, origin: str, start: StateHead, pending: StateHead, *, discard_unreadable: bool = False) -> None:
+        """Before a commit: record `pending` as the head the transaction that found the store at `start` is about
+        to commit for `origin` (the note kept; the committed head as `resolve` places it against `start`). A
+        failure here fails the transaction: nothing is written."""
+        content = self._writable(discard_unreadable)
+        committed = resolve(content.origin(origin), start).committed_head()
+        content.heads[origin] = (committed, pending)
+        self._write(content, failed="writer state {path} could not be written ({error}); nothing was written")
+
+    def _writable(self, discard_unreadable: bool) -> _Content:
+        try:
+            content = self._content()
+        except WriterStateError:
+            if not discard_unreadable or self.is_link():
+                raise
+            content = None
+        return content.copy() if content is not None else _Content({}, {})
+
+    def _content(self) -> _Content | None:
+        """The file's content, read again only when another process replaced it since this one last read or
+        wrote it; None when it is missing or empty."""
+        handle = self._require_locked()
+        info = self._checked_stat()
+        if info is None:
+            return None
+        identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        token = os.pread(handle, TOKEN_BYTES, 0)
+        if self._cache is not None and self._cache[:2] == (identity, token):
+            return self._cache[2]
+        content = self._read_file()
+        self._cache = (identity, token, content) if content is not None else None
+        return content
+
+    def _checked_stat(self) -> os.stat_result | None:
         try:
             info = os.lstat(self.path)
         except FileNotFoundError:
@@ -115,6 +306,9 @@ class WriterState:
             )
         if info.st_size > MAX_STATE_BYTES:
             raise WriterStateError(f"writer state {self.path} is not a writer state file (it is too large)")
+        return info
+
+    def _read_file(self) -> _Content | None:
         try:
             with open(self.path, "rb") as stream:
                 raw = stream.read(MAX_STATE_BYTES + 1)
@@ -123,46 +317,37 @@ class WriterState:
         if raw.strip() == b"":
             return None
         try:
-            content = json.loads(raw.decode("utf-8"))
+            return _parse(raw)
         except (UnicodeDecodeError, ValueError):
-            content = None
-        notes = content.get("notes") if isinstance(content, dict) and content.get(STATE_FORMAT) == 1 else None
-        if not isinstance(notes, dict) or not all(
-            isinstance(origin, str) and isinstance(note, str) for origin, note in notes.items()
-        ):
             raise WriterStateError(
                 f"writer state {self.path} cannot be read (it is not a compute-budget writer state file)"
-            )
-        return dict(notes)
+            ) from None
 
-    def save(self, origin: str, note: str, *, discard_unreadable: bool = False) -> None:
-        """Replace the file with one whose note for `origin` is `note` (others kept; with `discard_unreadable`, as
-        `--init-writer-state` asks, an unreadable file is replaced whole, but never a link)."""
+    def _write(self, content: _Content, *, failed: str) -> None:
+        """Replace the file by `content` (a temporary file, then a rename; no fsync: see the module's docstring),
+        then put a fresh token in the lock file so other processes know to read it again."""
+        handle = self._require_locked()
+        temporary = self.path.parent / f".{self.path.name}.{os.getpid()}.tmp"
         try:
-            notes = dict(self._held_notes) if self._held_notes is not None else (self._read() or {})
-        except WriterStateError:
-            if not discard_unreadable or self.is_link():
-                raise
-            notes = {}
-        notes[origin] = note
-        text = json.dumps({STATE_FORMAT: 1, "notes": dict(sorted(notes.items()))}, ensure_ascii=False, indent=1)
-        folder = self.path.parent
-        temporary = folder / f".{self.path.name}.{os.getpid()}.tmp"
-        try:
-            handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            out = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             try:
-                os.fchmod(handle, 0o600)
-                content = (text + "\n").encode("utf-8")
-                if os.write(handle, content) != len(content):
+                os.fchmod(out, 0o600)
+                data = content.text().encode("utf-8")
+                if os.write(out, data) != len(data):
                     raise OSError("short write")
             finally:
-                os.close(handle)
+                os.close(out)
             os.replace(temporary, self.path)
-            self._held_notes = notes
+            info = os.lstat(self.path)
+            token = os.urandom(TOKEN_BYTES)
+            os.pwrite(handle, token, 0)
         except OSError as error:
+            self._cache = None
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
-            raise WriterStateError(
-                f"the rows are committed, but writer state {self.path} could not be written "
-                f"({error.strerror or error}); the next append checks the store against the older state"
-            ) from None
+            raise WriterStateError(failed.format(path=self.path, error=error.strerror or error)) from None
+        identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        self._cache = (identity, token, content)
+
+
+__all__ = ["OriginState", "StateHead", "WriterState", "resolve", "state_path_for"]

@@ -14,7 +14,6 @@ import contextlib
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
@@ -26,8 +25,16 @@ from compute_budget.core.log.note import VerifierKey
 from compute_budget.core.log.tree import TILE_LEVEL
 from compute_budget.core.policy.prepare import PreparedGate
 from compute_budget.core.policy.rules import V1, BudgetTable, registered_policy
-from compute_budget.errors import GateConflict, ReadOnlyStore, StoreDamaged, StoreUnavailable, UnsignedAppendRefused
+from compute_budget.errors import (
+    GateConflict,
+    InputError,
+    ReadOnlyStore,
+    StoreDamaged,
+    StoreUnavailable,
+    UnsignedAppendRefused,
+)
 from compute_budget.keys.key_files import verifier_key
+from compute_budget.keys.writer_state import StateHead
 from compute_budget.store import repairs
 from compute_budget.store import seal_tables as sealing
 from compute_budget.store.authorship import (
@@ -37,18 +44,23 @@ from compute_budget.store.authorship import (
     holds_checkpoints,
     newest_stored_note,
     newest_trusted,
+    own_committed,
     require_rows_hold,
+    signature_verifies,
 )
-from compute_budget.store.backends import backend_for
-from compute_budget.store.engine import Location, begin_write, translate
-from compute_budget.store.grants import Role
+from compute_budget.store.engine import begin_write, translate
+from compute_budget.store.inserting import (
+    insert_exactly,
+    require_guard_once,
+    require_nothing_kept,
+    require_planned_head,
+    stored_gates,
+)
 from compute_budget.store.plan import ChunkPlan, plan_chunk, prepared_chunks
 from compute_budget.store.reads import stored_root
 from compute_budget.store.repairs import Repair
-from compute_budget.store.results import RecordOptions
-from compute_budget.store.schema_check import schema_problems
+from compute_budget.store.results import RecordOptions, Signed
 from compute_budget.store.session import StoreSession, read_head, utc_now
-from compute_budget.store.statements import Statements
 from compute_budget.store.witness_submit import submit
 from compute_budget.submitter import (
     DEFAULT_TIMEOUT_SECONDS,
@@ -75,6 +87,7 @@ class Appended:
     witnessed: tuple[int, int] | None = None  # (cosigned, asked) when the new checkpoint went to witnesses
     cosigned_by: tuple[WitnessKey, ...] = ()  # the witnesses that cosigned it, for a C2SP tlog-policy's verdict
     acknowledging: Repair | None = None  # the repair `after_repair` acknowledges in this transaction (spec 9.9.10)
+    start_root: bytes = b""  # the tree's root at the head the transaction found
 
 
 class _StoredAlready(Exception):
@@ -138,15 +151,15 @@ class Appender:
                     head, origin, frontier, to_keep = self._begin(connection, appended, options)
                     if appended.acknowledging is not None:
                         self._acknowledge(connection, appended.acknowledging, head, frontier)
-                    start = head
+                    start = StateHead(head.seq, appended.start_root, head.chain_hash)
                     prepared_all = itertools.chain([first] if first is not None else [], chunks)
                     head = self._write_chunks(connection, prepared_all, head, frontier, appended, options.on_progress)
-                    if writer is not None and (head != start or options.signs_anyway):
-                        note = sealing.signed_note(origin, head, frontier.root(), [writer.signer])
-                        sealing.insert_checkpoint(connection, self._seal, head.seq, writer.signer, note, utc_now())
-                        to_keep = note
-                if writer is not None and to_keep is not None:
-                    writer.state.save(origin, to_keep, discard_unreadable=writer.init_state)
+                    if writer is not None:
+                        note = self._seal_head(connection, writer, origin, head, frontier, start, options)
+                        to_keep = note or to_keep
+                if writer is not None and to_keep is not None:  # spec 12.3: after the COMMIT, pending is committed
+                    ended = StateHead(head.seq, frontier.root(), head.chain_hash) if head.seq != start.size else None
+                    writer.state.save(origin, to_keep, committed=ended, discard_unreadable=writer.init_state)
         except SQLAlchemyError as error:
             raise translate(error, location) from None
         except OverflowError:
@@ -161,6 +174,24 @@ class Appender:
         if note is not None and self.witnesses:  # spec 9.5: after the commit and the state file, never before
             self._submit(note, appended)
         return appended
+
+    def _seal_head(
+        self, connection: Connection, writer: WriterKeys, origin: str, head: ChainHead, frontier: CompactRange,
+        start: StateHead, options: RecordOptions,
+    ) -> str | None:
+        """Inside the transaction, before its COMMIT: sign and store the new head's checkpoint (section 8, and when
+        `options` signs anyway), and write the new head to the writer state as `pending` (spec 12.3), so that a
+        crash after the COMMIT leaves a state that knows the head is this writer's. Returns the note signed."""
+        moved = head.seq != start.size
+        if not moved and not options.signs_anyway:
+            return None
+        root = frontier.root()
+        note = sealing.signed_note(origin, head, root, [writer.signer])
+        sealing.insert_checkpoint(connection, self._seal, head.seq, writer.signer, note, utc_now())
+        if moved:
+            writer.state.prepare(origin, start, StateHead(head.seq, root, head.chain_hash),
+                                 discard_unreadable=writer.init_state)
+        return note
 
     def _remember(self, head: ChainHead, frontier: CompactRange, note: str | None, writer: WriterKeys | None) -> None:
         """Keep what the next append of this process may reuse: the tree's frontier at `head`, and the note it
@@ -192,6 +223,7 @@ class Appender:
         origin = sealing.ensure_origin(connection, self._seal, self._wanted_origin, create=True)
         assert origin is not None
         frontier = self._frontier(connection, head)
+        appended.start_root = frontier.root()
         writer = self.writer
         if writer is None:
             if not self._allow_unsigned and holds_checkpoints(connection, self._seal):
@@ -201,14 +233,17 @@ class Appender:
                     "append unsigned rows anyway; nothing was written"
                 )
             return head, origin, frontier, None
+        # Spec 12.3: before anything is written, the head must be the newest trusted checkpoint (the shortcut: the
+        # one this process signed, still the newest stored) or the head this writer state recorded as committed.
         if options.adopt_unsigned_through is not None or not self._still_signed_by_me(connection, head):
             authorised = check_signed_head(
                 connection, self._sql, self._seal, writer, origin, head, frontier, verified=self.verified_notes,
                 adopt_through=options.adopt_unsigned_through, decode=self._session.logical,
+                committed=own_committed(writer, origin, head, appended.start_root),
             )
             appended.adopted, appended.adopted_after = authorised.adopted, authorised.signed_size
         to_keep = check_state(
-            connection, self._sql, self._seal, writer, origin, head, frontier.root(), verified=self.verified_notes
+            connection, self._sql, self._seal, writer, origin, head, appended.start_root, verified=self.verified_notes
         )
         appended.state_created = to_keep is not None
         return head, origin, frontier, to_keep
@@ -344,6 +379,42 @@ class Appender:
             raise StoreUnavailable(f"{location.display} holds no signed checkpoint to submit: record with a key first")
         return submit(self._session, note, witnesses, timeout=timeout, submitter=submitter or self._submitter())
 
+    def sign_tail(self) -> Signed:
+        """Sign and store the head's checkpoint with this store's key (`compute-budget sign`), inside the append lock
+        under spec 9.1 and 12.3: the head must be the newest trusted checkpoint or the one this writer state
+        committed (a pending head the store holds included), else `StoreDamaged` naming the rows; nothing stored
+        when the newest stored checkpoint is already this key's note of the head."""
+        writer = self.writer
+        location = self._session.location
+        if writer is None:
+            raise InputError("signing the head needs the writer's key (--signing-key)")
+        if self._session.readonly:
+            raise ReadOnlyStore(f"{location.display} was opened read-only: open it for writing to sign its head")
+        appended = Appended(EMPTY_HEAD)
+        try:
+            with writer.state.locked():
+                with begin_write(self._session.engine) as connection:
+                    head, origin, frontier, _ = self._begin(connection, appended, RecordOptions(ahead=False))
+                    if head.seq == 0:
+                        raise StoreUnavailable(f"{location.display} holds no row yet: there is no head to sign")
+                    note = self._own_note_of(connection, writer, head, appended.start_root)
+                    stored = note is None
+                    if note is None:
+                        note = sealing.signed_note(origin, head, appended.start_root, [writer.signer])
+                        sealing.insert_checkpoint(connection, self._seal, head.seq, writer.signer, note, utc_now())
+                writer.state.save(origin, note, discard_unreadable=writer.init_state)
+        except SQLAlchemyError as error:
+            raise translate(error, location) from None
+        self._remember(head, frontier, note, writer)
+        return Signed(origin, head.seq, note, stored, appended.state_created)
+
+    def _own_note_of(self, connection: Connection, writer: WriterKeys, head: ChainHead, root: bytes) -> str | None:
+        """The newest stored checkpoint when it is this key's note of `head` (then signing again adds nothing)."""
+        note = newest_stored_note(connection, self._seal)
+        if note is None or StateHead.of_note(note) != StateHead(head.seq, root, head.chain_hash):
+            return None
+        return note if signature_verifies(note, writer.verifier, self.verified_notes) else None
+
     def sign_head(self, writers: list[WriterKeys]) -> str:
         """The checkpoint note of the current head signed by every writer, each under spec 9.1's rules inside
         the append lock; each writer state then holds it. The note is not stored."""
@@ -385,96 +456,3 @@ class Appender:
             for writer in writers:
                 writer.state.save(origin, note, discard_unreadable=writer.init_state)
         return note
-
-
-_GUARD_SEEN = "compute_budget.guard_data_version"
-
-
-def require_guard_once(connection: Connection, location: Location) -> None:
-    """`require_guard`, skipped on a connection that already checked it while the backend's `guard_version` stays
-    the same: on SQLite when no other connection has committed anything since (`PRAGMA data_version`, inside the
-    write lock this transaction already holds).
-
-    Sound because changing the guard (a trigger dropped, altered or added, a column changed, `alembic_version`
-    edited) is a write another connection must commit, and any such commit changes this connection's
-    `data_version`; this connection itself runs only this release's statements. Not `schema_version`, which any
-    client can set. On PostgreSQL the sign is a fingerprint of the catalog state the full check compares (every
-    trigger's definition and enabled state on this schema's tables, the guard functions' source, the columns, the
-    recorded revision, every rule and which tables have row-level security), read in one round trip: unchanged
-    since a full check that held, the guard still holds.
-    The audit always runs the full check."""
-    version = backend_for(connection).guard_version(connection, location)
-    remembered = connection.connection.info  # lives as long as the DBAPI connection itself
-    if remembered.get(_GUARD_SEEN) == version:
-        return
-    require_guard(connection, location)
-    remembered[_GUARD_SEEN] = version
-
-
-def require_guard(connection: Connection, location: Location) -> None:
-    """Writers append only under the guard this release created: a missing, disabled or altered trigger, or
-    one added by hand on a guarded table, stops the append (inside its transaction, so nothing is written)."""
-    # Asked before inserting: a refused INSERT inside psycopg's pipeline would also log driver noise.
-    backend = backend_for(connection)
-    backend.require_grants(connection, Role.WRITER, location.display)
-    problems = schema_problems(connection)
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise StoreDamaged(
-            f"{location.display}: {problems[0]}{more}; refusing to append: run `compute-budget migrate --db "
-            f"{location.display}`{backend.owner_hint} to restore the append-only guard, then `compute-budget audit`"
-        )
-
-
-def insert_exactly(connection: Connection, rows: list[tuple[Any, ...]], location: Location) -> None:
-    """Insert `rows` the backend's way (`Backend.insert`), and prove the database stored every one: a hand-made
-    trigger that skips rows (`RAISE(IGNORE)`, a PostgreSQL trigger returning NULL) must not let a writer report
-    rows it never wrote."""
-    written = backend_for(connection).insert(connection, rows)
-    if written != len(rows):
-        raise StoreDamaged(
-            f"{location.display} stored {written} of the {len(rows)} rows just inserted: something on the table "
-            "drops rows (a trigger added by hand?); nothing was written; run `compute-budget audit`"
-        )
-
-
-def require_planned_head(
-    connection: Connection, statements: Statements, planned: ChainHead, location: Location
-) -> None:
-    """After a chunk, the stored head must be the one the writer planned, or the transaction is rolled back."""
-    stored = read_head(connection, statements)
-    if stored != planned:
-        raise StoreDamaged(
-            f"{location.display}: after appending up to seq {planned.seq} the stored head is seq {stored.seq} "
-            f"({stored.budget_id}); the table does not keep what is written; nothing was written; "
-            "run `compute-budget audit`"
-        )
-
-
-def require_nothing_kept(connection: Connection, statements: Statements, head: ChainHead, location: Location) -> None:
-    """After a failed one-statement insert without a savepoint: the write transaction must still be open and the
-    stored head unchanged (the new rows all come after it), so the failed statement kept none of its rows. A
-    conflict clause changed by hand (``ON CONFLICT FAIL`` keeps earlier rows, ``ROLLBACK`` ends the transaction)
-    is refused rather than written around."""
-    raw = connection.connection.dbapi_connection
-    if not getattr(raw, "in_transaction", False):
-        raise StoreDamaged(
-            f"{location.display}: a failed insert ended the write transaction (a conflict clause changed by hand?); "
-            "nothing was written; run `compute-budget audit`"
-        )
-    require_planned_head(connection, statements, head, location)
-
-
-def stored_gates(connection: Connection, statements: Statements, budget_ids: set[str]) -> dict[str, tuple[int, str]]:
-    """The `seq` and `gate_input` of those of `budget_ids` already stored."""
-    if not budget_ids:
-        return {}
-    rows = connection.exec_driver_sql(statements.stored_gates(len(budget_ids)), tuple(budget_ids))
-    stored: dict[str, tuple[int, str]] = {}
-    for budget_id, seq, gate_input in rows:
-        if type(seq) is not int or not isinstance(gate_input, str):
-            raise StoreDamaged(
-                f"stored row {budget_id} (seq {seq!r}) cannot be read; run `compute-budget audit` for the details"
-            )
-        stored[str(budget_id)] = (seq, gate_input)
-    return stored

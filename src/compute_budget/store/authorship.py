@@ -9,6 +9,10 @@ Rule 2 reads what the database cannot reach: the writer state file (`writer_stat
 checkpoint this key signed for this origin, kept on the writer's host. The store must extend it, so a store
 truncated, rolled back or rewritten under the writer is never signed again under its origin.
 
+Spec 12.3 widens rule 1 by exactly the writer's own rows: the head may also be the one the writer state recorded
+as `committed` (its own transactions' head, which no one else could have made: its size, root and chain hash are
+kept outside the database). Any other head, a row an insider inserted between two appends included, is refused.
+
 Everything here runs inside the writer's transaction, after the append lock, on a connection the store hands in.
 """
 
@@ -34,7 +38,7 @@ from compute_budget.core.seal_checks import StoredCheckpoint, extends
 from compute_budget.core.verify import RangeResult, check_row
 from compute_budget.errors import CheckpointError, InputError, KeyRetired, NoteError, StoreDamaged, WriterStateError
 from compute_budget.keys.key_files import SIGNING_KEY_ENV_VAR, load_signer_key, verifier_key
-from compute_budget.keys.writer_state import WRITER_STATE_ENV_VAR, WriterState, state_path_for
+from compute_budget.keys.writer_state import WRITER_STATE_ENV_VAR, StateHead, WriterState, resolve, state_path_for
 from compute_budget.store import seal_tables as sealing
 from compute_budget.store.seal_tables import SealStatements
 from compute_budget.store.statements import Statements
@@ -232,9 +236,11 @@ def check_signed_head(
     verified: set[tuple[str, VerifierKey]],
     adopt_through: int | None,
     decode: Callable[[Any], tuple[Any, ...]],
+    committed: StateHead | None = None,
 ) -> Authorised:
-    """Rule 1 (and adoption): raise `StoreDamaged` unless the head is exactly the newest trusted checkpoint (or
-    the store is empty, or the rows after it are adopted and hold)."""
+    """Rule 1 (and adoption) as spec 12.3 words it: raise `StoreDamaged` unless the head is exactly the newest
+    trusted checkpoint, or the head this writer state recorded as `committed` (rows this writer appended after a
+    trusted checkpoint), or the store is empty, or the rows after it are adopted and hold."""
     _refuse_if_state_handed_over(keys, origin)
     refuse_if_handed_over(connection, seal, keys, origin, verified)
     trusted = newest_trusted(connection, seal, origin, keys.trusted(), verified)
@@ -262,6 +268,8 @@ def check_signed_head(
             return Authorised(size)
     if head.seq == size:
         return Authorised(size)  # an empty store, no checkpoint
+    if adopt_through is None and committed == StateHead(head.seq, root, head.chain_hash):
+        return Authorised(size)  # the writer's own rows, committed after the trusted checkpoint
     if adopt_through is None:
         since = f"the newest checkpoint a trusted writer signed covers {size}" if trusted else "no trusted writer " \
             "signed any checkpoint of this origin" + _signed_by_others(connection, seal)
@@ -326,6 +334,17 @@ def require_rows_hold(
             f"{refused}: the stored Merkle tree at size {head.seq} does not match its rows; nothing "
             "was written; run `compute-budget audit`"
         )
+
+
+def own_committed(keys: WriterKeys, origin: str, head: ChainHead, root: bytes) -> StateHead | None:
+    """The head this writer state recorded as committed for `origin`, after placing a pending head against the
+    store's (`writer_state.resolve`: what a crash between the state's write and the COMMIT left). None when the
+    state holds none, or cannot be read (rule 2 then says why, or `--init-writer-state` remakes it)."""
+    try:
+        held = keys.state.origin_state(origin)
+    except WriterStateError:
+        return None
+    return resolve(held, StateHead(head.seq, root, head.chain_hash)).committed_head()
 
 
 def check_state(

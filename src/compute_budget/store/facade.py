@@ -34,7 +34,7 @@ from compute_budget.store.history import import_history
 from compute_budget.store.opening import migrate_store, remove_unused_sqlite
 from compute_budget.store.reads import Reads
 from compute_budget.store.repairs import Repair
-from compute_budget.store.results import BatchResult, GateResult, RecordResult, RowCheck, SkippedConflict
+from compute_budget.store.results import BatchResult, GateResult, RecordResult, RowCheck, Signed, SkippedConflict
 from compute_budget.store.rotation import Rotated
 from compute_budget.store.scans import Scans
 from compute_budget.store.session import StoreSession
@@ -200,6 +200,14 @@ class BudgetStore:
             self._session, rows, origin=origin, checkpoints=checkpoints, provenance=provenance,
             provenance_from=provenance_from, on_progress=on_progress, witness_rows=witness_rows,
             cosignature_rows=cosignature_rows, repair_rows=repair_rows)
+
+    def sign(self) -> Signed:
+        """Sign and store the head's checkpoint with this store's signing key (`compute-budget sign`: the tail a
+        writer left). Inside the append lock, under spec 9.1 and 12.3: the head must be the newest checkpoint this
+        key or a peer signed, or the head this writer state recorded as committed (a pending head the store holds
+        included); else `StoreDamaged` naming the rows, and nothing is signed. Nothing is stored when the newest
+        stored checkpoint already is this key's note of the head."""
+        return self._writing.sign()
 
     def signed_checkpoint(
         self, signers: Iterable[SignerKey | str | os.PathLike[str]], *,

@@ -19,8 +19,8 @@ from compute_budget.core.row import named
 from compute_budget.errors import DestinationNotEmpty, ReadOnlyStore
 from compute_budget.store import repairs
 from compute_budget.store import seal_tables as sealing
-from compute_budget.store.append import insert_exactly, require_guard
 from compute_budget.store.engine import begin_write, translate
+from compute_budget.store.inserting import insert_exactly, require_guard
 from compute_budget.store.plan import CHUNK_SIZE
 from compute_budget.store.repairs import Repair
 from compute_budget.store.seal_tables import SealStatements

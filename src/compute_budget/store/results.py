@@ -101,6 +101,19 @@ class BatchResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Signed:
+    """The outcome of `BudgetStore.sign`: the checkpoint `note` of the head (`size` rows of `origin`) this key
+    signed, and whether this call stored it (`stored`; False when the newest stored checkpoint already was this
+    key's note of the head)."""
+
+    origin: str
+    size: int
+    note: str
+    stored: bool
+    state_created: bool = False  # `init_writer_state` made the state from the store's own checkpoint
+
+
+@dataclass(frozen=True, slots=True)
 class RowCheck:
     """A stored row re-derived, re-hashed and re-linked to the row before it (`BudgetStore.check`): the audit's
     check of one row. It `holds` when there are no findings."""

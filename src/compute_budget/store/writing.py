@@ -18,7 +18,14 @@ from compute_budget.store.append import Appender
 from compute_budget.store.authorship import signing_writers, writer_keys
 from compute_budget.store.opening import open_engine
 from compute_budget.store.plan import collector_paused
-from compute_budget.store.results import BatchResult, GateResult, RecordOptions, RecordResult, SkippedConflict
+from compute_budget.store.results import (
+    BatchResult,
+    GateResult,
+    RecordOptions,
+    RecordResult,
+    Signed,
+    SkippedConflict,
+)
 from compute_budget.store.rotation import Rotated, rotate
 from compute_budget.store.session import StoreSession
 from compute_budget.submitter import Submitted, WitnessSubmitter, WitnessTarget, witness_targets
@@ -133,6 +140,11 @@ class Writing:
             appended.state_created, appended.witness_warnings, appended.witnessed,
             appended.acknowledging.id if appended.acknowledging is not None else None, appended.cosigned_by,
         )
+
+    def sign(self) -> Signed:
+        """Sign and store the head's checkpoint with this store's key (`Appender.sign_tail`)."""
+        self._session.require_open()
+        return self._appender.sign_tail()
 
     def signed_checkpoint(
         self,

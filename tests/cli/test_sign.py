@@ -1,0 +1,75 @@
+"""`compute-budget sign` (spec 12.1, 12.3): signs and stores the head's checkpoint under 9.1 and 12.3, one line,
+exit 0; refused (rows named) or cannot run, one line, exit 2."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from compute_budget.store import append
+from tests.backends import execute, insert_sql, query
+from tests.conftest import gate_lines
+from tests.sealing import forged_row
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+def recorded(run_cli: Run, folder: Path, db: Path, count: int, prefix: str) -> Path:
+    key = folder / "writer.key"
+    if not key.exists():
+        assert run_cli("keygen", "writer", "--out", str(key))[0] == 0
+    gates = folder / f"{prefix}.jsonl"
+    gates.write_text("\n".join(gate_lines(count, prefix=prefix)) + "\n")
+    status, _, err = run_cli("record", str(gates), "--db", str(db), "--signing-key", str(key))
+    assert status == 0, err
+    return key
+
+
+def test_sign_prints_one_line_and_stores_nothing_twice(
+    run_cli: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tail the writer committed unsigned (as between an interval's signatures) is signed and stored once."""
+    db = tmp_path / "s.db"
+    key = recorded(run_cli, tmp_path, db, 3, "a")
+    with monkeypatch.context() as patched:
+        patched.setattr(append.sealing, "insert_checkpoint", lambda *args, **kwargs: None)
+        recorded(run_cli, tmp_path, db, 2, "b")
+    status, out, err = run_cli("sign", "--db", str(db), "--signing-key", str(key))
+    assert (status, err) == (0, "")
+    assert out.startswith("signed the checkpoint of size 5 of ")
+    assert out.count("\n") == 1
+    status, out, err = run_cli("sign", "--db", str(db), "--signing-key", str(key))
+    assert (status, err) == (0, "")
+    assert out.startswith("the checkpoint of size 5 of ")
+    assert out.endswith("; nothing stored\n")
+    assert [row[0] for row in query(str(db), "SELECT tree_size FROM compute_budget_checkpoints ORDER BY id")] == [3, 5]
+
+
+def test_sign_refuses_a_row_no_writer_appended(run_cli: Run, tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    key = recorded(run_cli, tmp_path, db, 3, "a")
+    execute(str(db), insert_sql(forged_row(str(db))))
+    status, out, err = run_cli("sign", "--db", str(db), "--signing-key", str(key))
+    assert (status, out) == (2, "")
+    assert err.count("\n") == 1
+    assert "rows 4..4 were appended by no trusted writer" in err
+    assert len(query(str(db), "SELECT id FROM compute_budget_checkpoints")) == 1
+
+
+@pytest.mark.parametrize("case", ["no-key", "no-store"])
+def test_sign_that_cannot_run_says_so_in_one_line(
+    run_cli: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    monkeypatch.delenv("COMPUTE_BUDGET_SIGNING_KEY", raising=False)
+    db = tmp_path / "missing.db"
+    argv = ["sign", "--db", str(db)]
+    if case == "no-store":
+        assert run_cli("keygen", "writer", "--out", str(tmp_path / "w.key"))[0] == 0
+        argv += ["--signing-key", str(tmp_path / "w.key")]
+    status, out, err = run_cli(*argv)
+    assert (status, out) == (2, "")
+    assert err.count("\n") == 1
+    assert ("--signing-key" if case == "no-key" else "missing.db") in err
+    assert not db.exists()
