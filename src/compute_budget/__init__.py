@@ -37,6 +37,7 @@ from compute_budget.errors import (
     UnknownBudgetId,
     UnsignedAppendRefused,
     UnsupportedPolicyVersion,
+    WitnessTimeout,
     WriterStateError,
 )
 
@@ -151,6 +152,7 @@ __all__ = [
     "UnsignedAppendRefused",
     "UnsupportedPolicyVersion",
     "VerifierKey",
+    "WitnessTimeout",
     "WriterStateError",
     "admit",
     "audit",

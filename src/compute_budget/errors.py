@@ -191,6 +191,17 @@ class StoreClosed(StoreError):
     """A method was called on a `BudgetStore` after `close()` (or after its `with` block ended)."""
 
 
+class WitnessTimeout(StoreError):
+    """`record(..., wait="witnessed")` (spec 12.4): no checkpoint covering the row carried the witness quorum within
+    `witness_timeout`. The row stays recorded: `result` is its `RecordResult` (or `BatchResult`), `cosigned` says how
+    many witnesses cosigned a covering checkpoint, as "N of K"."""
+
+    def __init__(self, message: str, *, result: object, cosigned: str) -> None:
+        super().__init__(message)
+        self.result = result
+        self.cosigned = cosigned
+
+
 class CheckpointError(AuditError, ValueError):
     """A checkpoint document cannot be read or is not a compute-budget checkpoint."""
 

@@ -5,11 +5,14 @@ The file is JSON, mode 0600, replaced whole (a temporary file in the same folder
 
     {"compute_budget_writer_state": 2,
      "notes": {"<origin>": "<signed note>"},
-     "heads": {"<origin>": {"committed": HEAD, "pending": HEAD or null}}}
+     "heads": {"<origin>": {"committed": HEAD, "pending": HEAD or null}},
+     "signed_at": {"<origin>": SECONDS}}
 
 with HEAD ``{"size": N, "root": "<base64>", "chain_hash": "<hex>"}``. Format 1 (``notes`` only) is read, with no
 heads, and written back as format 2 at the first write. ``pending`` is written before a transaction's COMMIT and
-becomes ``committed`` after it; `resolve` says what a crash in between left.
+becomes ``committed`` after it; `resolve` says what a crash in between left. ``signed_at`` (optional) is the
+time (Unix seconds, this host's clock) the note was signed: writers sharing the state with a checkpoint interval
+sign at most once per interval between them (spec 12.1), timed by this file, never by the database.
 
 ``FILE.lock`` is a file that is never replaced: a writer holds an exclusive lock on it from before its transaction
 begins until FILE is replaced, so writers sharing a key on one host queue there. Each write also puts a fresh token
@@ -97,6 +100,7 @@ class OriginState:
     note: str | None = None
     committed: StateHead | None = None
     pending: StateHead | None = None
+    signed_at: float | None = None  # when `note` was signed (spec 12.1), if the signer said
 
     def committed_head(self) -> StateHead | None:
         """The newest head this writer committed: `committed`, else the head its note names."""
@@ -112,9 +116,9 @@ def resolve(state: OriginState, head: StateHead) -> OriginState:
     if state.pending is None:
         return state
     if state.pending == head:
-        return OriginState(state.note, head, None)
+        return OriginState(state.note, head, None, state.signed_at)
     if state.committed_head() == head:
-        return OriginState(state.note, state.committed, None)
+        return OriginState(state.note, state.committed, None, state.signed_at)
     return state
 
 
@@ -124,13 +128,14 @@ class _Content:
 
     notes: dict[str, str]
     heads: dict[str, tuple[StateHead | None, StateHead | None]]
+    signed_at: dict[str, float]
 
     def copy(self) -> _Content:
-        return _Content(dict(self.notes), dict(self.heads))
+        return _Content(dict(self.notes), dict(self.heads), dict(self.signed_at))
 
     def origin(self, origin: str) -> OriginState:
         committed, pending = self.heads.get(origin, (None, None))
-        return OriginState(self.notes.get(origin), committed, pending)
+        return OriginState(self.notes.get(origin), committed, pending, self.signed_at.get(origin))
 
     def text(self) -> str:
         heads = {
@@ -138,7 +143,11 @@ class _Content:
                      "pending": pending.to_json() if pending else None}
             for origin, (committed, pending) in sorted(self.heads.items())
         }
-        document = {STATE_FORMAT: STATE_VERSION, "notes": dict(sorted(self.notes.items())), "heads": heads}
+        document: dict[str, object] = {
+            STATE_FORMAT: STATE_VERSION, "notes": dict(sorted(self.notes.items())), "heads": heads
+        }
+        if self.signed_at:
+            document["signed_at"] = dict(sorted(self.signed_at.items()))
         return json.dumps(document, ensure_ascii=False, indent=1) + "\n"
 
 
@@ -165,7 +174,12 @@ def _parse(raw: bytes) -> _Content:
                 StateHead.from_json(pair[name]) if pair[name] is not None else None for name in ("committed", "pending")
             )
             heads[str(origin)] = (committed, pending)
-    return _Content(dict(notes), heads)
+    signed_at = content.get("signed_at", {})
+    if not isinstance(signed_at, dict) or not all(
+        type(value) in (int, float) and value >= 0 for value in signed_at.values()
+    ):
+        raise ValueError("signed_at is not a time per origin")
+    return _Content(dict(notes), heads, {str(origin): float(value) for origin, value in signed_at.items()})
 
 
 def state_path_for(key_source: SignerKey | str | os.PathLike[str], writer_state: str | os.PathLike[str] | None) -> Path:
@@ -241,14 +255,20 @@ class WriterState:
         return content.origin(origin) if content is not None else OriginState()
 
     def save(
-        self, origin: str, note: str | None, *, committed: StateHead | None = None, discard_unreadable: bool = False
+        self, origin: str, note: str | None, *, committed: StateHead | None = None, discard_unreadable: bool = False,
+        signed_at: float | None = None,
     ) -> None:
         """After a commit: replace the file with one whose note for `origin` is `note` (None keeps the one held)
         and whose committed head is `committed` (default: the head `note` names), with no pending head; other
-        origins kept. With `discard_unreadable`, as `--init-writer-state` asks, an unreadable file is replaced
-        whole, but never a link."""
+        origins kept. `signed_at`: when `note` was signed (a new note without it drops the time held). With
+        `discard_unreadable`, as `--init-writer-state` asks, an unreadable file is replaced whole, but never a
+        link."""
         content = self._writable(discard_unreadable)
         if note is not None:
+            if content.notes.get(origin) != note or signed_at is not None:
+                content.signed_at.pop(origin, None)
+            if signed_at is not None:
+                content.signed_at[origin] = signed_at
             content.notes[origin] = note
         head = committed if committed is not None else StateHead.of_note(note) if note is not None else None
         content.heads[origin] = (head or content.origin(origin).committed, None)
@@ -271,7 +291,7 @@ class WriterState:
             if not discard_unreadable or self.is_link():
                 raise
             content = None
-        return content.copy() if content is not None else _Content({}, {})
+        return content.copy() if content is not None else _Content({}, {}, {})
 
     def _content(self) -> _Content | None:
         """The file's content, read again only when another process replaced it since this one last read or

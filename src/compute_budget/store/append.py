@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -59,7 +60,7 @@ from compute_budget.store.inserting import (
 from compute_budget.store.plan import ChunkPlan, plan_chunk, prepared_chunks
 from compute_budget.store.reads import stored_root
 from compute_budget.store.repairs import Repair
-from compute_budget.store.results import RecordOptions, Signed
+from compute_budget.store.results import Deferred, RecordOptions, Signed
 from compute_budget.store.session import StoreSession, read_head, utc_now
 from compute_budget.store.witness_submit import submit
 from compute_budget.submitter import (
@@ -88,6 +89,7 @@ class Appended:
     cosigned_by: tuple[WitnessKey, ...] = ()  # the witnesses that cosigned it, for a C2SP tlog-policy's verdict
     acknowledging: Repair | None = None  # the repair `after_repair` acknowledges in this transaction (spec 9.9.10)
     start_root: bytes = b""  # the tree's root at the head the transaction found
+    note: str | None = None  # the checkpoint this transaction signed, if it signed one
 
 
 class _StoredAlready(Exception):
@@ -108,8 +110,13 @@ class Appender:
         witness_timeout: float = DEFAULT_TIMEOUT_SECONDS,
         policy: BudgetTable = V1,
         submitter: WitnessSubmitter | None = None,
+        interval: float = 0.0,
     ) -> None:
         self._session = session
+        # Spec 12.1: with an interval above 0 appends do not sign; a signer loop signs the committed head
+        # (`sign_tail`), told of each commit through `after_commit`.
+        self.interval = interval
+        self.after_commit: Callable[[ChainHead, str | None], None] | None = None
         self.policy = policy  # every gate this store records is decided under it
         self.witnesses = witnesses
         self.witness_timeout = witness_timeout
@@ -157,8 +164,9 @@ class Appender:
                     if writer is not None:
                         note = self._seal_head(connection, writer, origin, head, frontier, start, options)
                         to_keep = note or to_keep
-                if writer is not None and to_keep is not None:  # spec 12.3: after the COMMIT, pending is committed
-                    ended = StateHead(head.seq, frontier.root(), head.chain_hash) if head.seq != start.size else None
+                ended = StateHead(head.seq, frontier.root(), head.chain_hash) if head.seq != start.size else None
+                if writer is not None and (to_keep is not None or ended is not None):
+                    # spec 12.3: after the COMMIT, pending is committed
                     writer.state.save(origin, to_keep, committed=ended, discard_unreadable=writer.init_state)
         except SQLAlchemyError as error:
             raise translate(error, location) from None
@@ -170,8 +178,11 @@ class Appender:
         finally:
             chunks.close()  # stops the decide-ahead thread whatever happened
         self._remember(head, frontier, note, writer)
-        appended.head = head
-        if note is not None and self.witnesses:  # spec 9.5: after the commit and the state file, never before
+        appended.head, appended.note = head, note
+        if self.after_commit is not None:
+            self.after_commit(head, note)
+        # Spec 9.5: after the commit and the state file, never before; with an interval, in the background (12.1).
+        if note is not None and self.witnesses and self.interval <= 0:
             self._submit(note, appended)
         return appended
 
@@ -179,15 +190,16 @@ class Appender:
         self, connection: Connection, writer: WriterKeys, origin: str, head: ChainHead, frontier: CompactRange,
         start: StateHead, options: RecordOptions,
     ) -> str | None:
-        """Inside the transaction, before its COMMIT: sign and store the new head's checkpoint (section 8, and when
-        `options` signs anyway), and write the new head to the writer state as `pending` (spec 12.3), so that a
-        crash after the COMMIT leaves a state that knows the head is this writer's. Returns the note signed."""
+        """Inside the transaction, before its COMMIT: sign and store the new head's checkpoint (section 8, unless a
+        checkpoint interval leaves it to the signer loop, spec 12.1; always when `options` signs anyway), and write
+        the new head to the writer state as `pending` (spec 12.3), so that a crash after the COMMIT leaves a state
+        that knows the head is this writer's. Returns the note signed, if any."""
         moved = head.seq != start.size
-        if not moved and not options.signs_anyway:
-            return None
+        signs = options.signs_anyway or (moved and self.interval <= 0)
         root = frontier.root()
-        note = sealing.signed_note(origin, head, root, [writer.signer])
-        sealing.insert_checkpoint(connection, self._seal, head.seq, writer.signer, note, utc_now())
+        note = sealing.signed_note(origin, head, root, [writer.signer]) if signs else None
+        if note is not None:
+            sealing.insert_checkpoint(connection, self._seal, head.seq, writer.signer, note, utc_now())
         if moved:
             writer.state.prepare(origin, start, StateHead(head.seq, root, head.chain_hash),
                                  discard_unreadable=writer.init_state)
@@ -204,7 +216,7 @@ class Appender:
     def _submit(self, note: str, appended: Appended) -> None:
         """Send the new checkpoint `note` to this writer's witnesses; `appended` gets their warnings and count."""
         submitted = submit(self._session, note, self.witnesses, timeout=self.witness_timeout,
-                           submitter=self._submitter())
+                           submitter=self.witness_submitter())
         appended.witness_warnings = tuple(item.warning for item in submitted if item.warning is not None)
         appended.witnessed = (sum(item.cosigned for item in submitted), len(submitted))
         appended.cosigned_by = tuple(item.witness.key for item in submitted if item.cosigned)
@@ -346,7 +358,7 @@ class Appender:
             return sealing.build_tree(connection, self._sql, self._seal, head.seq)
         return sealing.frontier_at(connection, self._seal, head.seq)
 
-    def _submitter(self) -> WitnessSubmitter:
+    def witness_submitter(self) -> WitnessSubmitter:
         """The submitter this store was handed, else the installed default (kept for the next append)."""
         if self.submitter is None:
             self.submitter = default_submitter()
@@ -377,13 +389,15 @@ class Appender:
                     )
         if note is None:
             raise StoreUnavailable(f"{location.display} holds no signed checkpoint to submit: record with a key first")
-        return submit(self._session, note, witnesses, timeout=timeout, submitter=submitter or self._submitter())
+        return submit(self._session, note, witnesses, timeout=timeout, submitter=submitter or self.witness_submitter())
 
-    def sign_tail(self) -> Signed:
+    def sign_tail(self, *, interval: float = 0.0) -> Signed | Deferred:
         """Sign and store the head's checkpoint with this store's key (`compute-budget sign`), inside the append lock
         under spec 9.1 and 12.3: the head must be the newest trusted checkpoint or the one this writer state
         committed (a pending head the store holds included), else `StoreDamaged` naming the rows; nothing stored
-        when the newest stored checkpoint is already this key's note of the head."""
+        when the newest stored checkpoint is already this key's note of the head. With an `interval` (the signer
+        loop, spec 12.1): `Deferred` when the newest trusted checkpoint is the writer state's note, signed less
+        than `interval` seconds ago by the time the state recorded."""
         writer = self.writer
         location = self._session.location
         if writer is None:
@@ -399,14 +413,27 @@ class Appender:
                         raise StoreUnavailable(f"{location.display} holds no row yet: there is no head to sign")
                     note = self._own_note_of(connection, writer, head, appended.start_root)
                     stored = note is None
+                    due = self._due(connection, writer, origin, interval) if stored and interval > 0 else None
+                    if due is not None:
+                        return Deferred(due)
                     if note is None:
                         note = sealing.signed_note(origin, head, appended.start_root, [writer.signer])
                         sealing.insert_checkpoint(connection, self._seal, head.seq, writer.signer, note, utc_now())
-                writer.state.save(origin, note, discard_unreadable=writer.init_state)
+                writer.state.save(origin, note, discard_unreadable=writer.init_state,
+                                  signed_at=time.time() if stored else None)
         except SQLAlchemyError as error:
             raise translate(error, location) from None
         self._remember(head, frontier, note, writer)
         return Signed(origin, head.seq, note, stored, appended.state_created)
+
+    def _due(self, connection: Connection, writer: WriterKeys, origin: str, interval: float) -> float | None:
+        """When the signer may sign next (spec 12.1), None for now: the writer state's signed-at time of its note
+        plus `interval`, while that note is the newest trusted checkpoint (a time no one recorded counts as old)."""
+        held = writer.state.origin_state(origin)
+        if held.note is None or held.signed_at is None or held.signed_at + interval <= time.time():
+            return None
+        newest = newest_trusted(connection, self._seal, origin, writer.trusted(), self.verified_notes)
+        return held.signed_at + interval if newest is not None and newest[0].note == held.note else None
 
     def _own_note_of(self, connection: Connection, writer: WriterKeys, head: ChainHead, root: bytes) -> str | None:
         """The newest stored checkpoint when it is this key's note of `head` (then signing again adds nothing)."""

@@ -27,6 +27,7 @@ from compute_budget.core.policy.rules import V1, BudgetTable
 from compute_budget.core.policy.types import ComputeBudgetStatus
 from compute_budget.core.row import StoredDecision
 from compute_budget.core.verify import Finding
+from compute_budget.store import results as outcomes
 from compute_budget.store import seal_tables as sealing
 from compute_budget.store.browse import Browsing, DecisionFilter, Link, Page
 from compute_budget.store.engine import Location
@@ -65,7 +66,8 @@ class BudgetStore:
         writer_state: str | os.PathLike[str] | None = None, init_writer_state: bool = False,
         peer_keys: Iterable[VerifierKey | str] = (), allow_unsigned: bool = False,
         witnesses: Iterable[WitnessTarget | str] = (), witness_timeout: float = DEFAULT_TIMEOUT_SECONDS,
-        policy: BudgetTable = V1, submitter: WitnessSubmitter | None = None,
+        policy: BudgetTable = V1, submitter: WitnessSubmitter | None = None, checkpoint_interval: float = 0,
+        witness_interval: float | None = None,
     ) -> BudgetStore:
         """Open the store at a path or SQLAlchemy URL (None: `$COMPUTE_BUDGET_DB` or `compute_budget.db`).
 
@@ -84,25 +86,24 @@ class BudgetStore:
         each witness, waiting at most `witness_timeout` seconds; results carry a warning per witness that did not
         cosign and `witnessed` (cosigned, asked), and the rows stay recorded. `submitter` sends them (default: the
         installed one, `witness.client`'s over HTTP). `policy` decides each gate recorded.
+        `checkpoint_interval=S` > 0 (spec 12.1, not with `peer_keys`): a signer thread signs instead, at most once per
+        S s; witnesses get its checkpoints in the background, at most once per `witness_interval` (default 10 s).
         """
         options = OpenOptions(readonly, origin, signing_key, writer_state, init_writer_state, tuple(peer_keys),
-                              allow_unsigned, tuple(witnesses), witness_timeout, policy, submitter)
-        session, created, appender = open_session(target, options)
-        return cls(session, created=created, writing=Writing(session, appender))
+                              allow_unsigned, tuple(witnesses), witness_timeout, policy, submitter,
+                              checkpoint_interval, witness_interval)
+        session, created, writing = open_session(target, options)
+        return cls(session, created=created, writing=writing)
 
     @staticmethod
     def migrate(
         target: str | os.PathLike[str] | None = None, *, origin: str | None = None,
         on_restore: Callable[[list[str]], None] | None = None, on_repair: Callable[[Repair], None] | None = None,
     ) -> tuple[str | None, str]:
-        """Bring the schema at `target` to head (creating it if empty); returns (old, new) revision.
-
-        A guard found missing, disabled, altered or joined by hand-made triggers is put back as this release
-        creates it; `on_restore` is told what was wrong (added or removed columns are the audit's to report).
-        Also completes the seal of an existing store: builds the Merkle tree of its rows when it has none yet
-        (after migration 0003, or an offline ``--sql`` migration), and sets its origin (`origin`, else a random
-        one) when it holds rows and has none. A repair is recorded (spec 9.9.10; `on_repair` told once committed).
-        """
+        """Bring the schema at `target` to head (creating it if empty); returns (old, new) revision. A guard found
+        missing, disabled, altered or joined by hand-made triggers is put back (`on_restore` told what was wrong);
+        the seal is completed (the Merkle tree built when missing, the origin set: `origin`, else a random one). A
+        repair is recorded (spec 9.9.10; `on_repair` told once committed)."""
         if origin is not None:
             sealing.check_origin_name(origin)
         return migrate_store(target, origin=origin, on_restore=on_restore, on_repair=on_repair)
@@ -118,8 +119,19 @@ class BudgetStore:
         return self._writing.signing_key
 
     def close(self) -> None:
-        """Release the database connections; every later call on this store raises `StoreClosed`."""
-        self._session.close()
+        """Sign the tail an interval left (witnesses: at most `witness_timeout`); later calls raise `StoreClosed`."""
+        try:
+            self._writing.close()
+        finally:
+            self._session.close()
+
+    def flush(self) -> str:
+        """Sign the committed head now (spec 12.1); the signed checkpoint note."""
+        return self._writing.flush()
+
+    def witness_status(self) -> list[outcomes.WitnessStatus]:
+        """Per witness (an interval above 0): the largest size it cosigned for this process, and its last error."""
+        return self._writing.witness_status()
 
     @property
     def closed(self) -> bool:
@@ -127,13 +139,10 @@ class BudgetStore:
         return self._session.closed
 
     def discard_if_unused(self) -> bool:
-        """Close the store and delete its SQLite file if this open created it and it still holds no row: what a
-        failed command leaves behind. Returns True when the file was deleted.
-
-        Only with the store to itself: the file is switched out of WAL mode (possible only when no other
-        connection has it open) and held under an exclusive lock while it is found empty and deleted, so a
-        store another writer has started to use is never removed. PostgreSQL databases are never dropped.
-        """
+        """Close the store and delete its SQLite file if this open created it and it still holds no row (what a
+        failed command leaves); True when deleted. Only with the store to itself: the file is switched out of WAL
+        mode (possible only when no other connection has it open) and held under an exclusive lock while it is
+        found empty and deleted, so a store another writer started to use is never removed. PostgreSQL: never."""
         self.close()
         path = self.location.sqlite_path
         if not self.created or path is None:
@@ -154,14 +163,16 @@ class BudgetStore:
 
     # -- writing -------------------------------------------------------------------------------------------
 
-    def record(self, gate: object) -> RecordResult:
-        """Decide and append one gate; re-recording the same gate is a no-op returning the stored decision."""
-        return self._writing.record(gate)
+    def record(self, gate: object, wait: Literal["checkpoint", "witnessed"] | None = None) -> RecordResult:
+        """Decide and append one gate; re-recording the same gate is a no-op returning the stored decision. `wait`
+        (spec 12.4): return once a signed (``"witnessed"``: and cosigned, else `WitnessTimeout` after
+        `witness_timeout`) checkpoint covers the row, with its C2SP tlog-proof as `receipt`."""
+        return self._writing.record(gate, wait)
 
     def record_many(
         self, gates: Iterable[object], *, on_progress: Callable[[int], None] | None = None, results: bool = False,
         on_conflict: Literal["raise", "skip"] = "raise", adopt_unsigned_through: int | None = None,
-        after_repair: int | None = None,
+        after_repair: int | None = None, wait: Literal["checkpoint", "witnessed"] | None = None,
     ) -> BatchResult:
         """Decide and append every gate atomically (all or none), streaming any iterable of any length.
 
@@ -175,10 +186,11 @@ class BudgetStore:
         audit does first, and a signed checkpoint of the head is stored even when no gate is new.
         `after_repair=REPAIR_ID` (spec 9.9.10): after a repair every append raises `RepairNotAcknowledged` until one
         names the newest repair; it re-derives every row first, and a signing writer then signs the head.
+        `wait` as `record`'s: each `GateResult` (`results=True`) then carries its row's `receipt`.
         """
         return self._writing.record_many(
             gates, on_progress=on_progress, results=results, on_conflict=on_conflict,
-            adopt_unsigned_through=adopt_unsigned_through, after_repair=after_repair,
+            adopt_unsigned_through=adopt_unsigned_through, after_repair=after_repair, wait=wait,
         )
 
     def import_history(
@@ -202,11 +214,9 @@ class BudgetStore:
             cosignature_rows=cosignature_rows, repair_rows=repair_rows)
 
     def sign(self) -> Signed:
-        """Sign and store the head's checkpoint with this store's signing key (`compute-budget sign`: the tail a
-        writer left). Inside the append lock, under spec 9.1 and 12.3: the head must be the newest checkpoint this
-        key or a peer signed, or the head this writer state recorded as committed (a pending head the store holds
-        included); else `StoreDamaged` naming the rows, and nothing is signed. Nothing is stored when the newest
-        stored checkpoint already is this key's note of the head."""
+        """Sign and store the head's checkpoint with this store's key (`compute-budget sign`: a tail a writer left),
+        under spec 9.1 and 12.3 (the head: the newest trusted checkpoint, or this writer state's committed head; else
+        `StoreDamaged`); nothing is stored when the newest stored checkpoint already is this key's note of it."""
         return self._writing.sign()
 
     def signed_checkpoint(
@@ -214,10 +224,8 @@ class BudgetStore:
         writer_state: str | os.PathLike[str] | None = None, peer_keys: Iterable[VerifierKey | str] = (),
         init_writer_state: bool = False,
     ) -> str:
-        """The checkpoint note of the current head signed by every key of `signers` (key files, or `SignerKey`s
-        with `writer_state=`); it is not stored. Spec 9.1, inside the append lock: the head must be the newest
-        checkpoint signed by the key or a peer, and the store must extend each key's writer state, which then
-        holds this note (else `StoreDamaged` or `WriterStateError`, and nothing is signed)."""
+        """The checkpoint note of the current head signed by every key of `signers` (key files, or `SignerKey`s with
+        `writer_state=`), not stored; under spec 9.1 for each key (else `StoreDamaged` or `WriterStateError`)."""
         return self._writing.signed_checkpoint(
             signers, writer_state=writer_state, peer_keys=peer_keys, init_writer_state=init_writer_state
         )
@@ -225,20 +233,17 @@ class BudgetStore:
     def rotate(
         self, new_key: SignerKey | str | os.PathLike[str], *, new_writer_state: str | None = None
     ) -> Rotated:
-        """Hand the log over from this store's `signing_key` to `new_key` (spec 11; `compute-budget rotate`): the
-        head's checkpoint signed by both keys is stored, and both writer states (`new_writer_state`, else the new
-        key file plus ``.state``) then hold it, so the old key never signs again and the new one starts from it.
-        Spec 9.1's rules apply to the old key; `KeyRetired` when a handover already retired it."""
+        """Hand the log over from this store's `signing_key` to `new_key` (spec 11; `compute-budget rotate`): the head's
+        checkpoint signed by both keys is stored and both writer states (`new_writer_state`, else the new key file
+        plus ``.state``) hold it. Spec 9.1 applies to the old key; `KeyRetired` when a handover already retired it."""
         return self._writing.rotate(new_key, new_writer_state=new_writer_state)
 
     def submit_to_witnesses(
         self, witnesses: Iterable[WitnessTarget | str], *, timeout: float = DEFAULT_TIMEOUT_SECONDS,
         trusted_keys: Iterable[VerifierKey | str] = (), submitter: WitnessSubmitter | None = None,
     ) -> list[Submitted]:
-        """Send the newest stored signed checkpoint (with `trusted_keys`, writers' verifier keys or files holding
-        them: the newest that verifies under one) to each witness (spec 9.5, `witness submit`) and store what they
-        cosign (through `submitter`, else the store's); one `Submitted` per witness, in order. `StoreUnavailable`
-        when no such checkpoint is stored."""
+        """Send the newest stored signed checkpoint (with `trusted_keys`: the newest verifying under one) to each
+        witness (spec 9.5, `witness submit`) and store what they cosign; one `Submitted` per witness, in order."""
         return self._writing.submit_to_witnesses(witnesses, timeout=timeout, trusted_keys=trusted_keys,
                                                  submitter=submitter)
 

@@ -51,6 +51,7 @@ class RecordResult:
     witness_warnings: tuple[str, ...] = ()  # one line per witness that did not cosign (spec 9.5)
     witnessed: tuple[int, int] | None = None  # (cosigned, asked): how many witnesses cosigned the new checkpoint
     cosigned_by: tuple[WitnessKey, ...] = ()  # which witnesses cosigned it (a policy's verdict is made of them)
+    receipt: str | None = None  # with `wait=` (spec 12.4): the row's C2SP tlog-proof, as `prove` prints it
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,7 @@ class GateResult:
     seq: int
     new: bool
     line: int | None = None
+    receipt: str | None = None  # with `wait=` (spec 12.4): the row's C2SP tlog-proof, as `prove` prints it
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,24 @@ class Signed:
     note: str
     stored: bool
     state_created: bool = False  # `init_writer_state` made the state from the store's own checkpoint
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """A signer's turn not come yet (spec 12.1): the newest trusted checkpoint was signed less than the interval
+    ago by a writer sharing this writer state; sign again at `due` (Unix seconds)."""
+
+    due: float
+
+
+@dataclass(frozen=True, slots=True)
+class WitnessStatus:
+    """One witness of a store with a checkpoint interval (`BudgetStore.witness_status`): the largest tree size it
+    cosigned for this process (0 before any), and the last error, None once a request succeeds."""
+
+    witness: str
+    cosigned_size: int
+    last_error: str | None
 
 
 @dataclass(frozen=True, slots=True)

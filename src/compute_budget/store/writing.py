@@ -5,8 +5,9 @@ the head and submitting to witnesses. The write transaction itself is `append`'s
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -14,8 +15,9 @@ from compute_budget.core.log.note import SignerKey, VerifierKey
 from compute_budget.core.policy.rules import V1, BudgetTable
 from compute_budget.errors import InputError
 from compute_budget.store import seal_tables as sealing
-from compute_budget.store.append import Appender
+from compute_budget.store.append import Appended, Appender
 from compute_budget.store.authorship import signing_writers, writer_keys
+from compute_budget.store.cadence import DEFAULT_WITNESS_INTERVAL, Cadence, Wait, raise_timeout
 from compute_budget.store.opening import open_engine
 from compute_budget.store.plan import collector_paused
 from compute_budget.store.results import (
@@ -25,6 +27,7 @@ from compute_budget.store.results import (
     RecordResult,
     Signed,
     SkippedConflict,
+    WitnessStatus,
 )
 from compute_budget.store.rotation import Rotated, rotate
 from compute_budget.store.session import StoreSession
@@ -46,10 +49,34 @@ class OpenOptions:
     witness_timeout: float
     policy: BudgetTable = V1
     submitter: WitnessSubmitter | None = None
+    checkpoint_interval: float = 0.0
+    witness_interval: float | None = None
 
 
-def open_session(target: str | os.PathLike[str] | None, options: OpenOptions) -> tuple[StoreSession, bool, Appender]:
-    """Check the options, then open the database: its session, whether this open created it, and its appender."""
+def _intervals(options: OpenOptions) -> tuple[float, float]:
+    """The checkpoint interval and witness interval (spec 12.1), checked: `InputError` names the rule broken."""
+    interval, witness_interval = options.checkpoint_interval, options.witness_interval
+    for name, value in (("checkpoint_interval", interval), ("witness_interval", witness_interval)):
+        if value is not None and (type(value) not in (int, float) or not 0 <= value < float("inf")):
+            raise InputError(f"{name} must be a number of seconds, 0 or more, not {value!r}")
+    if interval > 0 and options.readonly:
+        raise InputError("checkpoint_interval is for a store opened for writing, not readonly=True")
+    if interval > 0 and options.peer_keys:
+        raise InputError(
+            "checkpoint_interval above 0 signs from one host's writer state: writers on several hosts sharing a key "
+            "(peer_keys) must use 0, signing in every append (spec 12.1)"
+        )
+    if witness_interval is None:
+        return float(interval), max(DEFAULT_WITNESS_INTERVAL, float(interval))
+    if witness_interval < interval:
+        raise InputError(f"witness_interval ({witness_interval} s) must be at least checkpoint_interval ({interval} s)")
+    return float(interval), float(witness_interval)
+
+
+def open_session(target: str | os.PathLike[str] | None, options: OpenOptions) -> tuple[StoreSession, bool, Writing]:
+    """Check the options, then open the database: its session, whether this open created it, and its writing
+    role."""
+    interval, witness_interval = _intervals(options)
     targets = witness_targets(options.witnesses)
     if targets and (options.readonly or not options.witness_timeout > 0):
         raise InputError("witnesses need a store opened for writing and a witness_timeout above 0 seconds")
@@ -77,16 +104,18 @@ def open_session(target: str | os.PathLike[str] | None, options: OpenOptions) ->
     session = StoreSession(location, engine, readonly=options.readonly)
     appender = Appender(session, writer, origin=options.origin, allow_unsigned=options.allow_unsigned,
                         witnesses=targets, witness_timeout=options.witness_timeout, policy=options.policy,
-                        submitter=options.submitter)
-    return session, created, appender
+                        submitter=options.submitter, interval=interval)
+    cadence = Cadence(session, appender, interval=interval, witnesses=targets, witness_interval=witness_interval)
+    return session, created, Writing(session, appender, cadence)
 
 
 class Writing:
     """The write side of an opened store (`BudgetStore` delegates to it; the docstrings are there)."""
 
-    def __init__(self, session: StoreSession, appender: Appender) -> None:
+    def __init__(self, session: StoreSession, appender: Appender, cadence: Cadence) -> None:
         self._session = session
         self._appender = appender
+        self._cadence = cadence
 
     @property
     def writer_state(self) -> Path | None:
@@ -100,13 +129,51 @@ class Writing:
         writer = self._appender.writer
         return writer.verifier if writer is not None else None
 
-    def record(self, gate: object) -> RecordResult:
-        """Decide and append one gate (a no-op returning the stored decision when it is recorded)."""
+    def record(self, gate: object, wait: Wait = None) -> RecordResult:
+        """Decide and append one gate (a no-op returning the stored decision when it is recorded); with `wait`,
+        return once a signed (or witnessed) checkpoint covers its row, with the row's receipt (spec 12.4)."""
+        self._cadence.require_usable(wait)
+        began = time.monotonic()
         appended = self._appender.append([gate], RecordOptions(results=True, ahead=False))
         assert appended.results is not None
         _, item, new, seq = appended.results[0]
-        return RecordResult(item.decision, new, seq, appended.witness_warnings, appended.witnessed,
-                            appended.cosigned_by)
+        result = RecordResult(item.decision, new, seq, appended.witness_warnings, appended.witnessed,
+                              appended.cosigned_by)
+        if wait is None:
+            return result
+        note = self._covering(appended, seq, wait, began, result)
+        return replace(result, receipt=self._cadence.receipt(item.decision.budget_id, note,
+                                                             cosigned=wait == "witnessed"))
+
+    def _covering(self, appended: Appended, seq: int, wait: Wait, began: float, result: object) -> str:
+        """The note of a checkpoint covering row `seq`, witnessed when `wait` asks (else `WitnessTimeout`)."""
+        note = self._cadence.covering_note(seq, appended.note)
+        if wait != "witnessed":
+            return note
+        fresh = appended.note is not None and appended.witnessed is not None
+        witnessed, cosigned = self._cadence.witnessed_note(seq, began, note, fresh)
+        if fresh:
+            assert appended.witnessed is not None
+            done, asked = appended.witnessed
+            witnessed, cosigned = (note if done == asked else None), f"{done} of {asked}"
+        if witnessed is None:
+            raise_timeout(result, cosigned)
+        assert witnessed is not None
+        return witnessed
+
+    def flush(self) -> str:
+        """Sign the committed head now; the signed note (spec 12.1)."""
+        self._session.require_open()
+        return self._cadence.flush()
+
+    def witness_status(self) -> list[WitnessStatus]:
+        """Per witness: the largest size it cosigned for this process and its last error."""
+        return self._cadence.witness_status()
+
+    def close(self) -> None:
+        """Sign the tail a checkpoint interval left, and wait for the witnesses (at most `witness_timeout`)."""
+        if not self._session.closed:
+            self._cadence.close()
 
     def record_many(
         self,
@@ -117,8 +184,11 @@ class Writing:
         on_conflict: Literal["raise", "skip"],
         adopt_unsigned_through: int | None,
         after_repair: int | None,
+        wait: Wait = None,
     ) -> BatchResult:
-        """Decide and append every gate atomically (all or none), streaming any iterable."""
+        """Decide and append every gate atomically (all or none), streaming any iterable; `wait` as `record`."""
+        self._cadence.require_usable(wait)
+        began = time.monotonic()
         options = RecordOptions(on_progress, results, on_conflict, adopt_unsigned_through, after_repair)
         if adopt_unsigned_through is not None:
             if self._appender.writer is None:
@@ -135,16 +205,26 @@ class Writing:
             SkippedConflict(index, conflict.budget_id, conflict.line, conflict.differing, conflict.new_gate)
             for index, conflict in appended.conflicts or ()
         )
-        return BatchResult(
+        batch = BatchResult(
             appended.new, appended.present, appended.head, per_gate, skipped, appended.adopted, appended.adopted_after,
             appended.state_created, appended.witness_warnings, appended.witnessed,
             appended.acknowledging.id if appended.acknowledging is not None else None, appended.cosigned_by,
         )
+        if wait is None or appended.head.seq == 0:
+            return batch
+        note = self._covering(appended, appended.head.seq, wait, began, batch)
+        receipts = tuple(replace(gate, receipt=self._cadence.receipt(gate.budget_id, note,
+                                                                      cosigned=wait == "witnessed"))
+                         for gate in per_gate)
+        return replace(batch, results=receipts)
 
     def sign(self) -> Signed:
         """Sign and store the head's checkpoint with this store's key (`Appender.sign_tail`)."""
         self._session.require_open()
-        return self._appender.sign_tail()
+        self._cadence.require_usable(None)
+        signed = self._appender.sign_tail()
+        assert isinstance(signed, Signed)
+        return signed
 
     def signed_checkpoint(
         self,
