@@ -12,6 +12,7 @@ from compute_budget.store import append
 from tests.backends import execute, insert_sql, query
 from tests.conftest import gate_lines
 from tests.sealing import forged_row
+from tests.witnessing import WRITER_KEY
 
 Run = Callable[..., tuple[int, str, str]]
 
@@ -73,3 +74,22 @@ def test_sign_that_cannot_run_says_so_in_one_line(
     assert err.count("\n") == 1
     assert ("--signing-key" if case == "no-key" else "missing.db") in err
     assert not db.exists()
+
+
+def test_record_with_a_checkpoint_interval_signs_one_batch_once_at_the_end(run_cli: Run, tmp_path: Path) -> None:
+    """`record --checkpoint-interval 30`: the batch is committed unsigned and signed once, at the end (close), so
+    the store holds one checkpoint of the whole batch; a second run adds one more."""
+    db = tmp_path / "s.db"
+    key = tmp_path / "writer.key"
+    assert run_cli("keygen", "writer", "--out", str(key))[0] == 0
+    for prefix, count in (("a", 4), ("b", 2)):
+        gates = tmp_path / f"{prefix}.jsonl"
+        gates.write_text("\n".join(gate_lines(count, prefix=prefix)) + "\n")
+        status, _, err = run_cli("record", str(gates), "--db", str(db), "--signing-key", str(key),
+                                 "--checkpoint-interval", "30")
+        assert status == 0, err
+    assert [row[0] for row in query(str(db), "SELECT tree_size FROM compute_budget_checkpoints ORDER BY id")] == [4, 6]
+    status, _, err = run_cli("record", str(tmp_path / "b.jsonl"), "--db", str(db), "--signing-key", str(key),
+                             "--checkpoint-interval", "1", "--peer-key", WRITER_KEY)
+    assert status == 2
+    assert "must use 0" in err and err.count("\n") == 1

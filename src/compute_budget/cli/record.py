@@ -90,6 +90,16 @@ MAX_CONFLICTS_SHOWN = 20
     is_flag=True,
     help="Append without a key to a store that holds signed checkpoints (ignores $COMPUTE_BUDGET_SIGNING_KEY).",
 )
+@click.option(
+    "--checkpoint-interval",
+    "checkpoint_interval",
+    metavar="SECONDS",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Sign at most one checkpoint per SECONDS (spec 12.1) instead of one per transaction; one batch is still "
+    "signed once, at the end. Not with --peer-key.",
+)
 @witness_submit_options
 @origin_option
 def record_command(
@@ -105,6 +115,7 @@ def record_command(
     adopt_unsigned: int | None,
     after_repair: int | None,
     unsigned: bool,
+    checkpoint_interval: float,
     witnesses: tuple[str, ...],
     witness_timeout: float,
     policy_path: str | None,
@@ -127,7 +138,7 @@ def record_command(
     opened = BudgetStore.open(  # handed the witness client when there are witnesses (the store imports none)
         db, origin=origin, signing_key=signing_key, writer_state=writer_state, init_writer_state=init_writer_state,
         peer_keys=peer_keys, allow_unsigned=unsigned, witnesses=targets, witness_timeout=witness_timeout,
-        submitter=http_submitter() if targets else None)
+        submitter=http_submitter() if targets else None, checkpoint_interval=checkpoint_interval)
     with contextlib.ExitStack() as context:
         try:
             raw = context.enter_context(open_input(input_path))
