@@ -183,6 +183,7 @@ PUBLIC_HOMES = [
     ('UnsignedAppendRefused', 'compute_budget.errors'),
     ('UnsupportedPolicyVersion', 'compute_budget.errors'),
     ('VerifierKey', 'compute_budget.core.log.note'),
+    ('WitnessTimeout', 'compute_budget.errors'),
     ('WriterStateError', 'compute_budget.errors'),
     ('admit', 'compute_budget.core.policy.admission'),
     ('audit', 'compute_budget.auditor.scan'),

@@ -119,7 +119,8 @@ def test_wait_checkpoint_with_interval_0_returns_at_once(store_target: str, tmp_
         gate = gate_lines(1, prefix="now")[0]
         result = store.record(gate, wait="checkpoint")
         again = store.record(gate, wait="checkpoint")
-    assert result.receipt is not None and verify_proof(result.receipt, [LOG.verifier()]).valid
+    assert result.receipt is not None
+    assert verify_proof(result.receipt, [LOG.verifier()]).valid
     assert again.receipt == result.receipt
     assert _sizes(store_target) == [1]
     assert prove(result.decision.budget_id, store_target).to_tlog_proof().encode() == result.receipt
@@ -133,14 +134,16 @@ def test_wait_witnessed_carries_the_cosignature_in_the_background(
     url = f"http://127.0.0.1:{served.port}={WITNESS_KEY}"
     with _open(store_target, tmp_path, 0.2, witnesses=[url], witness_interval=0.2) as store:
         plain = store.record(gate_lines(1, prefix="plain")[0])
-        assert plain.witnessed is None and plain.cosigned_by == ()
+        assert plain.witnessed is None
+        assert plain.cosigned_by == ()
         result = store.record(gate_lines(1, prefix="witnessed")[0], wait="witnessed")
         assert result.receipt is not None
         verdict = verify_proof(result.receipt, [LOG.verifier()], witnesses=[WITNESS.verifier()],
                                now=int(time.time()))
         assert verdict.valid
         (status,) = store.witness_status()
-        assert status.cosigned_size >= 2 and status.last_error is None
+        assert status.cosigned_size >= 2
+        assert status.last_error is None
 
 
 def test_wait_witnessed_times_out_and_leaves_the_row_recorded(store_target: str, tmp_path: Path) -> None:

@@ -131,9 +131,8 @@ def record_command(
     """
     from compute_budget.store import BudgetStore
 
-    options = _record_options(
-        input_path, db, on_conflict, rejects_path, signing_key, adopt_unsigned, after_repair, unsigned
-    )
+    options = _record_options(input_path, db, on_conflict, rejects_path, signing_key, adopt_unsigned, after_repair,
+                              unsigned)
     targets, policy = submit_targets(policy_path, witnesses)
     opened = BudgetStore.open(  # handed the witness client when there are witnesses (the store imports none)
         db, origin=origin, signing_key=signing_key, writer_state=writer_state, init_writer_state=init_writer_state,

@@ -92,8 +92,8 @@ class BudgetStore:
         options = OpenOptions(readonly, origin, signing_key, writer_state, init_writer_state, tuple(peer_keys),
                               allow_unsigned, tuple(witnesses), witness_timeout, policy, submitter,
                               checkpoint_interval, witness_interval)
-        session, created, writing = open_session(target, options)
-        return cls(session, created=created, writing=writing)
+        session, created, appender, cadence = open_session(target, options)
+        return cls(session, created=created, writing=Writing(session, appender, cadence))
 
     @staticmethod
     def migrate(

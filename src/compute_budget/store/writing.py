@@ -73,9 +73,11 @@ def _intervals(options: OpenOptions) -> tuple[float, float]:
     return float(interval), float(witness_interval)
 
 
-def open_session(target: str | os.PathLike[str] | None, options: OpenOptions) -> tuple[StoreSession, bool, Writing]:
-    """Check the options, then open the database: its session, whether this open created it, and its writing
-    role."""
+def open_session(
+    target: str | os.PathLike[str] | None, options: OpenOptions
+) -> tuple[StoreSession, bool, Appender, Cadence]:
+    """Check the options, then open the database: its session, whether this open created it, its appender and its
+    signing cadence."""
     interval, witness_interval = _intervals(options)
     targets = witness_targets(options.witnesses)
     if targets and (options.readonly or not options.witness_timeout > 0):
@@ -106,7 +108,7 @@ def open_session(target: str | os.PathLike[str] | None, options: OpenOptions) ->
                         witnesses=targets, witness_timeout=options.witness_timeout, policy=options.policy,
                         submitter=options.submitter, interval=interval)
     cadence = Cadence(session, appender, interval=interval, witnesses=targets, witness_interval=witness_interval)
-    return session, created, Writing(session, appender, cadence)
+    return session, created, appender, cadence
 
 
 class Writing:
