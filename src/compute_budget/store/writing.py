@@ -5,19 +5,20 @@ the head and submitting to witnesses. The write transaction itself is `append`'s
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from compute_budget.core.log.note import SignerKey, VerifierKey
-from compute_budget.core.policy.rules import V1, BudgetTable
+from compute_budget.core.policy.rules import V1, BudgetTable, registered_policy
 from compute_budget.errors import InputError
 from compute_budget.store import seal_tables as sealing
-from compute_budget.store.append import Appender
+from compute_budget.store.append import Appended, Appender
 from compute_budget.store.authorship import signing_writers, writer_keys
+from compute_budget.store.group_commit import Call, GroupCommit, joins_group
 from compute_budget.store.opening import open_engine
-from compute_budget.store.plan import collector_paused
+from compute_budget.store.plan import CHUNK_SIZE, collector_paused, decided
 from compute_budget.store.results import (
     BatchResult,
     GateResult,
@@ -87,6 +88,7 @@ class Writing:
     def __init__(self, session: StoreSession, appender: Appender) -> None:
         self._session = session
         self._appender = appender
+        self._group = GroupCommit(appender.append)
 
     @property
     def writer_state(self) -> Path | None:
@@ -102,7 +104,7 @@ class Writing:
 
     def record(self, gate: object) -> RecordResult:
         """Decide and append one gate (a no-op returning the stored decision when it is recorded)."""
-        appended = self._appender.append([gate], RecordOptions(results=True, ahead=False))
+        appended = self._grouped([gate], results=True, skip_conflicts=False)
         assert appended.results is not None
         _, item, new, seq = appended.results[0]
         return RecordResult(item.decision, new, seq, appended.witness_warnings, appended.witnessed,
@@ -125,8 +127,15 @@ class Writing:
                 raise InputError("adopting unsigned rows signs them: it needs a signing key (--signing-key)")
             if type(adopt_unsigned_through) is not int or adopt_unsigned_through < 0:
                 raise InputError(f"adopt_unsigned_through must be a row number, not {adopt_unsigned_through!r}")
-        with collector_paused():
-            appended = self._appender.append(gates, options)
+        if adopt_unsigned_through is None and after_repair is None and joins_group(gates):
+            assert isinstance(gates, Sequence)
+            appended = self._grouped(gates, results=results, skip_conflicts=options.skip_conflicts)
+            if on_progress is not None:  # in the caller's thread, a chunk at a time as alone
+                for start in range(0, len(gates), CHUNK_SIZE):
+                    on_progress(min(CHUNK_SIZE, len(gates) - start))
+        else:
+            with collector_paused():
+                appended = self._appender.append(gates, options)
         per_gate = tuple(
             GateResult(index, item.decision.budget_id, seq, new, item.line)
             for index, item, new, seq in appended.results or ()
@@ -140,6 +149,14 @@ class Writing:
             appended.state_created, appended.witness_warnings, appended.witnessed,
             appended.acknowledging.id if appended.acknowledging is not None else None, appended.cosigned_by,
         )
+
+    def _grouped(self, gates: Iterable[object], *, results: bool, skip_conflicts: bool) -> Appended:
+        """Decide `gates` here, in the caller's thread, then record them in a transaction shared with the calls
+        queued meanwhile (spec 12.2, `group_commit`)."""
+        self._session.require_open()
+        call = Call.of(decided(gates, registered_policy(self._appender.policy)), results=results,
+                       skip_conflicts=skip_conflicts)
+        return self._group.run(call)
 
     def sign(self) -> Signed:
         """Sign and store the head's checkpoint with this store's key (`Appender.sign_tail`)."""
