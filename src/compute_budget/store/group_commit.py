@@ -13,10 +13,12 @@ after the other.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from compute_budget.core.leaf import RowHasher
 from compute_budget.core.policy.prepare import PreparedGate
@@ -27,6 +29,7 @@ from compute_budget.store.results import RecordOptions
 
 GROUP_MAX_GATES = 1000  # a larger batch runs in a transaction of its own (spec 12.2)
 
+_Indexed = TypeVar("_Indexed", bound=tuple[Any, ...])
 AppendFn = Callable[[Iterable[object], RecordOptions], Appended]
 
 
@@ -179,14 +182,25 @@ def _refuse_own_conflicts(live: list[Call], starts: list[int], skipped: list[tup
             raise _Refused(place, conflict)
 
 
+def _between(items: list[_Indexed], start: int, end: int) -> list[_Indexed]:
+    """The items (in batch order) whose index is at least `start` and below `end`: a group's outcomes are split
+    without walking them once per call."""
+    return items[bisect.bisect_left(items, start, key=_index) : bisect.bisect_left(items, end, key=_index)]
+
+
+def _index(item: tuple[Any, ...]) -> int:
+    return int(item[0])
+
+
 def _own_part(appended: Appended, member: Call, start: int) -> Appended:
     """`member`'s outcome of the group's transaction: its gates' results and conflicts, and the group's head,
     witnesses and writer state."""
     end = start + len(member.gates)
+    every_result, every_conflict = appended.results or [], appended.conflicts or []
     results = [
-        (index - start, item, new, seq) for index, item, new, seq in appended.results or () if start <= index < end
+        (index - start, item, new, seq) for index, item, new, seq in _between(every_result, start, end)
     ]
-    conflicts = [(index - start, conflict) for index, conflict in appended.conflicts or () if start <= index < end]
+    conflicts = [(index - start, conflict) for index, conflict in _between(every_conflict, start, end)]
     new = sum(1 for _, _, is_new, _ in results if is_new)
     return Appended(
         appended.head, new, len(results) - new, results if member.results else None,
