@@ -161,6 +161,8 @@ class Appender:
                     start = StateHead(head.seq, appended.start_root, head.chain_hash)
                     prepared_all = itertools.chain([first] if first is not None else [], chunks)
                     head = self._write_chunks(connection, prepared_all, head, frontier, appended, options.on_progress)
+                    if options.check_skipped is not None:
+                        options.check_skipped(appended.conflicts or [])
                     if writer is not None:
                         note = self._seal_head(connection, writer, origin, head, frontier, start, options)
                         to_keep = note or to_keep

@@ -45,9 +45,35 @@ class PreparedChunk(list[PreparedGate]):
 
     __slots__ = ("hashers",)
 
-    def __init__(self, gates: Iterable[PreparedGate]) -> None:
+    def __init__(self, gates: Iterable[PreparedGate], hashers: list[RowHasher] | None = None) -> None:
         super().__init__(gates)
-        self.hashers = [row_hasher(item.decision, item.gate_input) for item in self]
+        self.hashers = hashers if hashers is not None else [row_hasher(item.decision, item.gate_input) for item in self]
+
+
+class DecidedGates:
+    """Gates already decided under the policy, with their row hashers (`decided`): `prepared_chunks` chunks them as
+    they are. Group commit decides each caller's gates in the caller's own thread, then appends them together."""
+
+    __slots__ = ("gates", "hashers")
+
+    def __init__(self, gates: list[PreparedGate], hashers: list[RowHasher]) -> None:
+        self.gates = gates
+        self.hashers = hashers
+
+    def __iter__(self) -> Iterator[PreparedGate]:
+        return iter(self.gates)
+
+    def chunks(self) -> Iterator[PreparedChunk]:
+        """The gates in chunks of `CHUNK_SIZE`, hashers kept."""
+        for start in range(0, len(self.gates), CHUNK_SIZE):
+            end = start + CHUNK_SIZE
+            yield PreparedChunk(self.gates[start:end], self.hashers[start:end])
+
+
+def decided(gates: Iterable[object], policy: BudgetTable) -> DecidedGates:
+    """Decide every gate under `policy` and hash what each row can before its seq is known."""
+    prepared = [prepare_gate(gate, policy) for gate in gates]
+    return DecidedGates(prepared, [row_hasher(item.decision, item.gate_input) for item in prepared])
 
 
 def prepared_chunks(
@@ -56,8 +82,11 @@ def prepared_chunks(
     """The gates in chunks decided under `policy`. With `ahead`, a helper thread reads and decides the next chunk
     (and hashes the bulk of its rows) while the caller inserts this one: SQLite and psycopg release the GIL while
     the database works, so the two overlap. Whatever the helper raises (a bad line, a gate JSON cannot hold) is
-    raised here, in the caller.
+    raised here, in the caller. `DecidedGates` are chunked as they are.
     """
+    if isinstance(gates, DecidedGates):
+        yield from gates.chunks()
+        return
     try:
         source = iter(gates)
     except TypeError:

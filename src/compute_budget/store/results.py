@@ -10,13 +10,14 @@ from compute_budget.core.log.cosignature import WitnessKey
 from compute_budget.core.log.head import ChainHead
 from compute_budget.core.policy.types import ComputeBudgetDecision
 from compute_budget.core.verify import Finding
+from compute_budget.errors import GateConflict
 
 
 @dataclass(frozen=True, slots=True)
 class RecordOptions:
     """How one append records its gates: `BudgetStore.record_many`'s keyword arguments (see its docstring), made
     once where they come in and handed down whole. `ahead` decides the next chunk while one is written (a batch;
-    not one gate)."""
+    not one gate). `check_skipped` is group commit's (`store.group_commit`)."""
 
     on_progress: Callable[[int], None] | None = None
     results: bool = False
@@ -24,6 +25,9 @@ class RecordOptions:
     adopt_unsigned_through: int | None = None
     after_repair: int | None = None
     ahead: bool = True
+    # Group commit: called inside the transaction with the conflicts left out (index, conflict), after the gates are
+    # inserted and before anything is signed or committed; what it raises rolls the transaction back.
+    check_skipped: Callable[[list[tuple[int, GateConflict]]], None] | None = None
 
     def __post_init__(self) -> None:
         if self.on_conflict not in ("raise", "skip"):

@@ -6,20 +6,21 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 from compute_budget.core.log.note import SignerKey, VerifierKey
-from compute_budget.core.policy.rules import V1, BudgetTable
+from compute_budget.core.policy.rules import V1, BudgetTable, registered_policy
 from compute_budget.errors import InputError
 from compute_budget.store import seal_tables as sealing
 from compute_budget.store.append import Appended, Appender
 from compute_budget.store.authorship import signing_writers, writer_keys
 from compute_budget.store.cadence import DEFAULT_WITNESS_INTERVAL, Cadence, Wait, raise_timeout
+from compute_budget.store.group_commit import Call, GroupCommit, joins_group
 from compute_budget.store.opening import open_engine
-from compute_budget.store.plan import collector_paused
+from compute_budget.store.plan import CHUNK_SIZE, collector_paused, decided
 from compute_budget.store.results import (
     BatchResult,
     GateResult,
@@ -118,6 +119,7 @@ class Writing:
         self._session = session
         self._appender = appender
         self._cadence = cadence
+        self._group = GroupCommit(appender.append)
 
     @property
     def writer_state(self) -> Path | None:
@@ -136,7 +138,7 @@ class Writing:
         return once a signed (or witnessed) checkpoint covers its row, with the row's receipt (spec 12.4)."""
         self._cadence.require_usable(wait)
         began = time.monotonic()
-        appended = self._appender.append([gate], RecordOptions(results=True, ahead=False))
+        appended = self._grouped([gate], results=True, skip_conflicts=False)
         assert appended.results is not None
         _, item, new, seq = appended.results[0]
         result = RecordResult(item.decision, new, seq, appended.witness_warnings, appended.witnessed,
@@ -197,8 +199,15 @@ class Writing:
                 raise InputError("adopting unsigned rows signs them: it needs a signing key (--signing-key)")
             if type(adopt_unsigned_through) is not int or adopt_unsigned_through < 0:
                 raise InputError(f"adopt_unsigned_through must be a row number, not {adopt_unsigned_through!r}")
-        with collector_paused():
-            appended = self._appender.append(gates, options)
+        if adopt_unsigned_through is None and after_repair is None and joins_group(gates):
+            assert isinstance(gates, Sequence)
+            appended = self._grouped(gates, results=results, skip_conflicts=options.skip_conflicts)
+            if on_progress is not None:  # in the caller's thread, a chunk at a time as alone
+                for start in range(0, len(gates), CHUNK_SIZE):
+                    on_progress(min(CHUNK_SIZE, len(gates) - start))
+        else:
+            with collector_paused():
+                appended = self._appender.append(gates, options)
         per_gate = tuple(
             GateResult(index, item.decision.budget_id, seq, new, item.line)
             for index, item, new, seq in appended.results or ()
@@ -219,6 +228,14 @@ class Writing:
                                                                       cosigned=wait == "witnessed"))
                          for gate in per_gate)
         return replace(batch, results=receipts)
+
+    def _grouped(self, gates: Iterable[object], *, results: bool, skip_conflicts: bool) -> Appended:
+        """Decide `gates` here, in the caller's thread, then record them in a transaction shared with the calls
+        queued meanwhile (spec 12.2, `group_commit`)."""
+        self._session.require_open()
+        call = Call.of(decided(gates, registered_policy(self._appender.policy)), results=results,
+                       skip_conflicts=skip_conflicts)
+        return self._group.run(call)
 
     def sign(self) -> Signed:
         """Sign and store the head's checkpoint with this store's key (`Appender.sign_tail`)."""
