@@ -109,3 +109,19 @@ def test_a_signing_writer_killed_at_random_points_loses_nothing_and_leaves_nothi
         assert run.acknowledged >= 1
         assert run.rows > rows + run.acknowledged  # the acknowledged gates and the next writer's, on the last run
         rows = run.rows
+
+
+@pytest.mark.slow
+def test_a_writer_killed_mid_interval_leaves_one_interval_unsigned_and_the_next_writer_signs_it(
+    store_target: str, tmp_path: Path
+) -> None:
+    """Spec 12.3 with `checkpoint_interval=0.3`: a writer SIGKILLed at a random point inside an interval loses no
+    acknowledged gate; the rows it left unsigned are only those after its last signature, none acknowledged over an
+    interval before the kill; the next writer with that key and state signs them (by recording, `flush()` or
+    `compute-budget sign`), and the trusted audit is clean. 50 runs per backend: benchmarks/kill_runs.py."""
+    seeds = (20,) if is_postgres(store_target) else (5, 10)  # the next writer: `sign`; `sign`, then `flush()`
+    runs = [kill_run(store_target, tmp_path, seed, most=24, interval=0.3) for seed in seeds]
+    assert {run.next_writer for run in runs} == ({"sign"} if is_postgres(store_target) else {"sign", "flush"})
+    assert all(run.acknowledged >= 1 for run in runs)
+    assert any(run.signed_before > 0 for run in runs)  # the killed writer's signer had signed, within its life
+    assert sum(run.bounded for run in runs) > 0  # the one-interval bound checked rows, not none
