@@ -4,7 +4,11 @@ covering checkpoint, which counts only once the audit has checked the rows up to
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,8 +22,10 @@ from compute_budget.auditor.request import attest_wait_seconds
 from compute_budget.core.log.checkpoint_body import format_checkpoint
 from compute_budget.core.log.note import SignerKey, sign_note
 from compute_budget.errors import ArgumentTypeError
-from tests.backends import execute
-from tests.conftest import gate_lines
+from compute_budget.keys.key_files import load_signer_key
+from tests.backends import execute, query
+from tests.conftest import REPO_ROOT, gate_lines
+from tests.killing import last_signed_size, writer_files
 from tests.sealing import signer
 
 Run = Callable[..., tuple[int, str, str]]
@@ -195,3 +201,104 @@ def test_the_command_line_takes_the_wait_from_the_environment(
     status, out, err = run_cli("audit", "--db", live.target, "--trusted-key", live.verifier)
     assert status == 2
     assert "--attest-wait" in err
+
+
+class LiveWriter:
+    """A real writer with `checkpoint_interval=1`, recording a gate every 20 ms in a thread of this process until
+    stopped; its signer thread signs the rows as they come, at most once a second."""
+
+    def __init__(self, target: str, folder: Path) -> None:
+        self.key = signer()
+        self.store = BudgetStore.open(target, signing_key=self.key, writer_state=folder / "writer.state",
+                                      checkpoint_interval=1)
+        self.store.record_many(gate_lines(5, prefix="first"))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._record, daemon=True)
+        self._thread.start()
+
+    def _record(self) -> None:
+        index = 0
+        while not self._stop.wait(0.02):
+            self.store.record(gate_lines(1, prefix=f"live-{index}")[0])
+            index += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.store.close()
+
+
+@pytest.mark.postgres_smoke
+def test_an_audit_of_a_live_writer_with_an_interval_waits_for_its_next_signature(
+    store_target: str, tmp_path: Path, run_cli: Run
+) -> None:
+    """A writer with `checkpoint_interval=1` records in a thread while `audit --attest-wait 3` runs: the rows above
+    its last signature in the audit's snapshot are covered by its signer's next checkpoint, within the interval; the
+    audit reads up to that checkpoint's size and is clean there. (An audit whose snapshot landed between a signature
+    and the next row has nothing to wait for and is run again: at most three times.)"""
+    writer = LiveWriter(store_target, tmp_path)
+    try:
+        time.sleep(0.3)
+        for _ in range(3):
+            status, out, err = run_cli("audit", "--db", store_target, "--trusted-key", writer.key.verifier().format(),
+                                       "--attest-wait", "3", "--format", "json")
+            report = json.loads(out)
+            if report["attest_wait"] is not None:
+                break
+    finally:
+        writer.stop()
+    assert status == 0, (out, err)
+    assert report["clean"] is True
+    waited = report["attest_wait"]
+    assert waited is not None, "three snapshots had no row above the newest signature"
+    size = waited["extended_to"]
+    assert size is not None, waited
+    assert (report["head"]["seq"], report["attested_size"], report["rows_checked"]) == (size, size, size)
+    assert size in [row[0] for row in query(store_target, "SELECT tree_size FROM compute_budget_checkpoints")]
+    assert waited["waited_seconds"] < 1 + 1  # the interval, and the signer's and the poll's slack
+    assert waited["said"].endswith(f"; extended the audit to {size}")
+
+
+SIGNED_THEN_KILLED = """
+import sys, time
+from compute_budget import BudgetStore
+from tests.conftest import gate_lines
+target, key, state = sys.argv[1:4]
+store = BudgetStore.open(target, signing_key=key, writer_state=state, checkpoint_interval=30)
+store.record_many(gate_lines(5, prefix="signed"))
+store.flush()
+store.record_many(gate_lines(3, prefix="unsigned"))
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.postgres_smoke
+def test_an_audit_of_a_writer_killed_before_its_next_signature_finds_its_tail_unattested(
+    store_target: str, tmp_path: Path
+) -> None:
+    """A real writer (interval 30 s) signs rows 1..5 with `flush()`, records rows 6..8 and is SIGKILLed before its
+    signer's next turn: nothing will cover them, so after the whole wait (1 s) they are `unattested_rows` from the
+    row after the last signed size, and the audit took at least the wait."""
+    key, state = writer_files(tmp_path)
+    child = subprocess.Popen(
+        [sys.executable, "-c", SIGNED_THEN_KILLED, store_target, str(key), str(state)], cwd=REPO_ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT)])},
+    )
+    assert child.stdout is not None
+    ready = child.stdout.readline()
+    os.kill(child.pid, signal.SIGKILL)
+    _, err = child.communicate(timeout=30)
+    assert ready == "ready\n", err
+    assert last_signed_size(store_target) == SIGNED
+    began = time.monotonic()
+    report = audit(store_target, trusted_keys=[load_signer_key(key).verifier()], attest_wait=1)
+    took = time.monotonic() - began
+    assert [(finding.kind.value, finding.seq) for finding in report.findings] == [("unattested_rows", SIGNED + 1)]
+    assert took >= 1
+    assert (report.attested_size, report.rows_checked) == (SIGNED, SIGNED + UNSIGNED)
+    assert report.attest_wait is not None
+    assert report.attest_wait.extended_to is None
+    assert report.attest_wait.waited >= 1
