@@ -111,6 +111,7 @@ def _prints_the_count_and_the_proof(stdout: str) -> None:
 
 def _prints_the_reads(stdout: str) -> None:
     assert stdout.splitlines()[:5] == ["0 2 True", "1 1 False", "3 3 True", "2 ('residual_ids',)", "1 True"]
+    assert stdout.splitlines()[5:7] == ["c2sp.org/tlog-proof@v1", "3"]  # the receipt, and the note flush() signed
     assert "was closed" in stdout
 
 
