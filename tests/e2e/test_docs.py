@@ -123,11 +123,17 @@ def _prints_the_policy(stdout: str) -> None:
     assert stdout.splitlines() == ["3 ['unwitnessed_rows'] 1 of a, b"]
 
 
-# The values the comments of these blocks promise (the README's two, python.md's signing section's two), checked on
+def _prints_the_interval(stdout: str) -> None:
+    assert stdout.splitlines() == ["c2sp.org/tlog-proof@v1 5 None []", "True 5"]
+
+
+# The values the comments of these blocks promise (README: two; python.md: two signing, one interval), checked on
 # the one run of each block below: a block is started once, not once to run and once more to read its output.
 PROMISES = dict(zip(
-    [*fenced("python"), *fenced("python", "Signing, proving, verifying", doc="docs/python.md")],
-    [_prints_the_count_and_the_proof, _prints_the_reads, _prints_the_seal, _prints_the_policy], strict=False,
+    [*fenced("python"), *fenced("python", "Signing, proving, verifying", doc="docs/python.md"),
+     *fenced("python", "The checkpoint interval", doc="docs/python.md")],
+    [_prints_the_count_and_the_proof, _prints_the_reads, _prints_the_seal, _prints_the_policy, _prints_the_interval],
+    strict=False,
 ))
 
 
@@ -154,12 +160,14 @@ def test_every_python_block_runs(doc: str, index: int, block: str, tmp_path: Pat
 
 
 def test_the_python_blocks_print_what_their_comments_say() -> None:
-    """The values the comments promise are the values printed: the README's two blocks and python.md's two
-    signing blocks each carry their promise, which `test_every_python_block_runs` checks on the block's run."""
+    """The values the comments promise are the values printed: the README's two blocks, python.md's two signing
+    blocks and its interval block each carry their promise, which `test_every_python_block_runs` checks on the
+    block's run."""
     first_block, second_block = fenced("python")
     seal_block, policy_block = fenced("python", "Signing, proving, verifying", doc="docs/python.md")
+    (interval_block,) = fenced("python", "The checkpoint interval", doc="docs/python.md")
     promised = {first_block: _prints_the_count_and_the_proof, second_block: _prints_the_reads,
-                seal_block: _prints_the_seal, policy_block: _prints_the_policy}
+                seal_block: _prints_the_seal, policy_block: _prints_the_policy, interval_block: _prints_the_interval}
     assert promised == PROMISES
     assert {block for _, _, block in PYTHON_BLOCKS} >= set(PROMISES)
 
