@@ -57,7 +57,9 @@ class KillRun:
 
 
 @dataclass(frozen=True, slots=True)
-class _Acknowledged:
+class Acknowledged:
+    """A gate the killed writer acknowledged: its `budget_id`, its row's `seq`, and when `record()` returned."""
+
     budget_id: str
     seq: int
     at: float  # time.monotonic() in the writer when record() returned
@@ -77,14 +79,14 @@ def last_signed_size(target: str) -> int:
     return int(found[0][0] or 0)
 
 
-def _parse(line: str) -> _Acknowledged:
+def _parse(line: str) -> Acknowledged:
     budget_id, seq, at = line.split()
-    return _Acknowledged(budget_id, int(seq), float(at))
+    return Acknowledged(budget_id, int(seq), float(at))
 
 
-def _kill_writer(
+def kill_writer(
     target: str, key: Path, state: Path, seed: int, most: int, interval: float
-) -> tuple[list[_Acknowledged], float]:
+) -> tuple[list[Acknowledged], float]:
     """Start the writer, let it acknowledge 1..`most` gates, SIGKILL it after a random delay (inside the next append
     or between two; with an interval, anywhere inside one): what it acknowledged, and when it was killed."""
     chance = random.Random(seed)
@@ -107,7 +109,7 @@ def _kill_writer(
     return acknowledged + [_parse(line) for line in rest.splitlines()], killed_at
 
 
-def _check_unsigned_tail(acknowledged: list[_Acknowledged], killed_at: float, signed: int, interval: float) -> int:
+def _check_unsigned_tail(acknowledged: list[Acknowledged], killed_at: float, signed: int, interval: float) -> int:
     """Every row acknowledged more than one interval (and the signer's slack) before the kill is under the last
     signature: the killed writer left unsigned only rows after it, at most one interval's. How many rows that
     checked."""
@@ -145,7 +147,7 @@ def kill_run(target: str, folder: Path, seed: int, *, most: int = 30, interval: 
     AssertionError when an acknowledged gate is missing, a row acknowledged over an interval before the kill was
     unsigned, the next writer fails, a row is left unsigned, or the trusted audit is not clean."""
     key, state = writer_files(folder)
-    acknowledged, killed_at = _kill_writer(target, key, state, seed, most, interval)
+    acknowledged, killed_at = kill_writer(target, key, state, seed, most, interval)
     signed_before = last_signed_size(target)
     bounded = _check_unsigned_tail(acknowledged, killed_at, signed_before, interval) if interval else 0
     with BudgetStore.open(target, readonly=True) as store:

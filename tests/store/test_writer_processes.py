@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from compute_budget import BudgetStore
+from compute_budget import BudgetStore, StoreDamaged
 from compute_budget.auditor.scan import audit
-from tests.backends import is_postgres
+from compute_budget.keys.key_files import load_signer_key
+from tests.backends import execute, insert_sql, is_postgres, rows
 from tests.conftest import REPO_ROOT, gate_lines
-from tests.killing import kill_run
+from tests.killing import kill_run, kill_writer, last_signed_size, writer_files
+from tests.sealing import forged_row
 
 WRITER = """
 import sys
@@ -125,3 +129,33 @@ def test_a_writer_killed_mid_interval_leaves_one_interval_unsigned_and_the_next_
     assert all(run.acknowledged >= 1 for run in runs)
     assert any(run.signed_before > 0 for run in runs)  # the killed writer's signer had signed, within its life
     assert sum(run.bounded for run in runs) > 0  # the one-interval bound checked rows, not none
+
+
+@pytest.mark.slow
+def test_a_row_an_insider_adds_after_a_killed_writers_tail_is_refused_and_never_signed(
+    store_target: str, tmp_path: Path, run_cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    """Spec 12.3: the tail a writer killed mid-interval left is signable by the next writer, but no other unsigned
+    row is: a correctly chained row an insider appends after the tail makes the head match neither the newest
+    trusted checkpoint nor the state's committed head, so the next writer and `compute-budget sign` refuse, naming
+    the rows from the last signature on, and write and sign nothing."""
+    key, state = writer_files(tmp_path)
+    acknowledged, _ = kill_writer(store_target, key, state, 19, 24, 0.3)
+    signed = last_signed_size(store_target)
+    execute(store_target, insert_sql(forged_row(store_target)))
+    with BudgetStore.open(store_target, readonly=True) as reader:
+        forged = reader.head().seq
+    assert forged > max(row.seq for row in acknowledged)  # the insider's row, after the killed writer's tail
+    before = (rows(store_target), last_signed_size(store_target))
+    named = rf"rows {signed + 1}\.\.{forged} were appended by no trusted writer"
+    with BudgetStore.open(store_target, signing_key=str(key), writer_state=state, checkpoint_interval=0.3) as store:
+        with pytest.raises(StoreDamaged, match=named):
+            store.record(gate_lines(1, prefix="next")[0])
+        with pytest.raises(StoreDamaged, match=named):
+            store.flush()
+    status, _, err = run_cli("sign", "--db", store_target, "--signing-key", str(key), "--writer-state", str(state))
+    assert status == 2
+    assert re.search(named, err), err
+    assert (rows(store_target), last_signed_size(store_target)) == before
+    report = audit(store_target, trusted_keys=[load_signer_key(key).verifier()])
+    assert [(finding.kind.value, finding.seq) for finding in report.findings] == [("unattested_rows", signed + 1)]
