@@ -14,7 +14,7 @@ from compute_budget import BudgetStore, StoreDamaged, audit
 from compute_budget.core.log.note import SignerKey
 from compute_budget.errors import StoreUnavailable
 from compute_budget.keys import writer_state
-from compute_budget.store import append
+from compute_budget.store import append, authorship
 from tests.backends import execute, insert_sql, query, rows
 from tests.conftest import gate_lines
 from tests.sealing import forged_row, signer
@@ -166,3 +166,21 @@ def test_a_pending_head_never_committed_is_dropped_and_any_other_head_refused(
     ):
         store.record(gate_lines(1, prefix="e")[0])
     assert len(rows(store_target)) == 4
+
+
+def test_an_append_at_the_committed_head_proves_no_consistency_again(
+    store_target: str, key: SignerKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows this writer committed after its last signature are not proven consistent with that note again in
+    every append (its transactions checked each step): the proof read and hashed every row since the note."""
+    with BudgetStore.open(store_target, signing_key=key, writer_state=tmp_path / "w.state",
+                          checkpoint_interval=60) as store:
+        store.record(gate_lines(1, prefix="a")[0])
+        store.flush()
+        store.record(gate_lines(1, prefix="b")[0])  # the head is now the committed one, past the note
+
+        def proven(*args: object, **kwargs: object) -> object:
+            raise AssertionError("a consistency proof at the writer's own committed head")
+
+        monkeypatch.setattr(authorship, "extends", proven)
+        assert store.record(gate_lines(1, prefix="c")[0]).seq == 3
