@@ -11,9 +11,9 @@ Prints C, the median durable commit latency of a one-row transaction on the stor
    ``synchronous=FULL``, for the same time); the mean rows per transaction; stored checkpoints (at most one per
    interval plus one for `close()`); stored note and cosignature text per million rows (at most 1 MiB); witness
    requests (at most ceil(run time / witness_interval) + 1);
-3. with ``--pg-url URL`` (its tables are dropped!), the 64-thread run on PostgreSQL against
-   min(2,000, 0.4 x 64 / C_pg), C_pg measured the same way through psycopg, the server's `fsync` and
-   `synchronous_commit` printed (the test cluster runs ``fsync=off``: its C_pg is not a disk's);
+3. with ``--pg-url URL`` (this release's tables there are dropped: give a database of its own), the 64-thread run
+   on PostgreSQL against min(2,000, 0.4 x 64 / C_pg), C_pg measured the same way through psycopg, the server's
+   `fsync` and `synchronous_commit` printed (the test cluster runs ``fsync=off``: its C_pg is not a disk's);
 4. **`wait="witnessed"`** from 8 threads, `witness_interval` = S = 1, a local witness: p99 from call to return
    (goal: at most S + 0.5 s) over at least `--witnessed-calls` calls (default 2,000) and at least
    `--witnessed-seconds` (default 60). Each call waits for the next signature and its cosignature, so a thread
@@ -340,10 +340,11 @@ def drop_tables(url: str) -> None:
 
     engine = create_engine(url)
     with engine.begin() as connection:
-        for table in ("compute_budget_cosignatures", "compute_budget_witness_sizes", "compute_budget_provenance",
-                      "compute_budget_checkpoints", "compute_budget_tree_nodes", "compute_budget_origin",
-                      "compute_budget_decisions", "compute_budget_signed_checkpoints", "alembic_version"):
-            connection.execute(text(f"DROP TABLE IF EXISTS {table} CASCADE"))
+        tables = connection.execute(text(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+            "AND (tablename LIKE 'compute\\_budget\\_%' OR tablename = 'alembic_version')")).scalars().all()
+        for table in tables:
+            connection.execute(text(f'DROP TABLE IF EXISTS "{table}" CASCADE'))
     engine.dispose()
 
 
