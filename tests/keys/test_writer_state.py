@@ -87,3 +87,29 @@ def test_a_format_2_state_with_unreadable_heads_is_refused(tmp_path: Path, heads
     path.chmod(0o600)
     with WriterState(path).locked() as state, pytest.raises(WriterStateError, match="cannot be read"):
         state.origin_state("o")
+
+
+def test_heads_are_written_in_place_and_a_new_note_by_a_rename(tmp_path: Path) -> None:
+    """A write that changes heads alone (twice per append) overwrites the file in place, padded with spaces when
+    shorter, and reads back whole in another process; a new note replaces the file (spec 9.1 rule 2)."""
+    path, origin = tmp_path / "w.state", "example.org/log"
+    state, first = WriterState(path), note_of(C)
+    with state.locked():
+        state.save(origin, first)
+    inode = path.stat().st_ino
+    with state.locked():
+        state.prepare(origin, C, StateHead(123_456_789_012, b"\x07" * 32, "d" * 64))
+    length = path.stat().st_size
+    with state.locked():
+        state.save(origin, None, committed=P)
+    assert (path.stat().st_ino, path.stat().st_size) == (inode, length)
+    written = path.read_bytes()
+    assert written.endswith(b" ")
+    assert written.rstrip(b" ").endswith(b"}\n")
+    fresh = WriterState(path)
+    with fresh.locked():
+        held = fresh.origin_state(origin)
+    assert (held.note, held.committed, held.pending) == (first, P, None)
+    with state.locked():
+        state.save(origin, note_of(P))
+    assert path.stat().st_ino != inode

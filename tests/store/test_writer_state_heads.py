@@ -14,7 +14,7 @@ from compute_budget import BudgetStore, StoreDamaged, audit
 from compute_budget.core.log.note import SignerKey
 from compute_budget.errors import StoreUnavailable
 from compute_budget.keys import writer_state
-from compute_budget.store import append
+from compute_budget.store import append, authorship
 from tests.backends import execute, insert_sql, query, rows
 from tests.conftest import gate_lines
 from tests.sealing import forged_row, signer
@@ -166,3 +166,43 @@ def test_a_pending_head_never_committed_is_dropped_and_any_other_head_refused(
     ):
         store.record(gate_lines(1, prefix="e")[0])
     assert len(rows(store_target)) == 4
+
+
+def test_an_append_at_the_committed_head_proves_no_consistency_again(
+    store_target: str, key: SignerKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows this writer committed after its last signature are not proven consistent with that note again in
+    every append (its transactions checked each step): the proof read and hashed every row since the note."""
+    with BudgetStore.open(store_target, signing_key=key, writer_state=tmp_path / "w.state",
+                          checkpoint_interval=60) as store:
+        store.record(gate_lines(1, prefix="a")[0])
+        store.flush()
+        store.record(gate_lines(1, prefix="b")[0])  # the head is now the committed one, past the note
+
+        def proven(*args: object, **kwargs: object) -> object:
+            raise AssertionError("a consistency proof at the writer's own committed head")
+
+        monkeypatch.setattr(authorship, "extends", proven)
+        assert store.record(gate_lines(1, prefix="c")[0]).seq == 3
+
+
+def test_rule_1_is_not_reread_between_signatures_until_a_checkpoint_is_stored(
+    store_target: str, key: SignerKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between two signatures, an append at the writer's committed head does not reread and re-verify the trusted
+    checkpoints while the newest stored one is the one rule 1 last passed with; a row an insider inserts is still
+    refused (the head is then not the committed one)."""
+    store = BudgetStore.open(store_target, signing_key=key, writer_state=tmp_path / "w.state", checkpoint_interval=60)
+    store.record(gate_lines(1, prefix="a")[0])
+    store.flush()
+    store.record(gate_lines(1, prefix="b")[0])
+    store.record(gate_lines(1, prefix="c")[0])  # rule 1 in full: the head is past the note
+    checked = append.check_signed_head
+    monkeypatch.setattr(append, "check_signed_head", lambda *args, **kwargs: pytest.fail("rule 1 reread"))
+    assert store.record(gate_lines(1, prefix="d")[0]).seq == 4
+    monkeypatch.setattr(append, "check_signed_head", checked)
+    execute(store_target, insert_sql(forged_row(store_target)))
+    with pytest.raises(StoreDamaged, match=r"rows 2\.\.5 were appended by no trusted writer"):
+        store.record(gate_lines(1, prefix="e")[0])
+    with pytest.raises(StoreDamaged, match=r"rows 2\.\.5"):  # nor is it signed at close()
+        store.close()

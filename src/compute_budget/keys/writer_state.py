@@ -1,7 +1,8 @@
 """The writer state file (spec 9.1, rule 2; spec 12.3): per origin, the newest checkpoint a writer key signed and
 the heads its transactions committed, kept outside the database the insider controls.
 
-The file is JSON, mode 0600, replaced whole (a temporary file in the same folder, then a rename)::
+The file is JSON, mode 0600, replaced whole (a temporary file in the same folder, then a rename), or overwritten in
+place by a write that changes heads alone (`WriterState._overwritten` says why that is as safe)::
 
     {"compute_budget_writer_state": 2,
      "notes": {"<origin>": "<signed note>"},
@@ -50,6 +51,7 @@ STATE_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 MAX_STATE_BYTES = 16 << 20
 TOKEN_BYTES = 16
+PAGE_BYTES = 4096  # the largest state written in place (one page: see `WriterState._overwritten`)
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -344,21 +346,23 @@ class WriterState:
             ) from None
 
     def _write(self, content: _Content, *, failed: str) -> None:
-        """Replace the file by `content` (a temporary file, then a rename; no fsync: see the module's docstring),
-        then put a fresh token in the lock file so other processes know to read it again."""
+        """Write `content` (in place when only heads change, else a temporary file and a rename; no fsync: see the
+        module's docstring), then put a fresh token in the lock file so other processes know to read it again."""
         handle = self._require_locked()
         temporary = self.path.parent / f".{self.path.name}.{os.getpid()}.tmp"
+        data = content.text().encode("utf-8")
         try:
-            out = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:
-                os.fchmod(out, 0o600)
-                data = content.text().encode("utf-8")
-                if os.write(out, data) != len(data):
-                    raise OSError("short write")
-            finally:
-                os.close(out)
-            os.replace(temporary, self.path)
-            info = os.lstat(self.path)
+            info = self._overwritten(data) if self._heads_only(content) else None
+            if info is None:
+                out = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                try:
+                    os.fchmod(out, 0o600)
+                    if os.write(out, data) != len(data):
+                        raise OSError("short write")
+                finally:
+                    os.close(out)
+                os.replace(temporary, self.path)
+                info = os.lstat(self.path)
             token = os.urandom(TOKEN_BYTES)
             os.pwrite(handle, token, 0)
         except OSError as error:
@@ -368,6 +372,38 @@ class WriterState:
             raise WriterStateError(failed.format(path=self.path, error=error.strerror or error)) from None
         identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
         self._cache = (identity, token, content)
+
+    def _heads_only(self, content: _Content) -> bool:
+        """True when `content` differs from the file as last read or written only in its heads."""
+        held = self._cache[2] if self._cache is not None else None
+        return held is not None and held.notes == content.notes and held.signed_at == content.signed_at
+
+    def _overwritten(self, data: bytes) -> os.stat_result | None:
+        """Write `data` over the file in place, in one `pwrite` of at most one page, padded with spaces (JSON's
+        trailing whitespace) to the file's length; None (nothing written) when the file is not a small regular file
+        this user alone may write, which is then replaced whole.
+
+        Why in place: the writer state is written twice per append (the pending head, then the committed one), and
+        a rename over an existing file costs a disk flush on ext4 (auto_da_alloc), more than the append itself. It
+        is done only for a write that changes heads alone, never a note (spec 9.1 rule 2 replaces the note by a
+        rename), and 12.3's rules still hold: a `kill -9` cannot split one write of a single page, so the file is
+        the old content or the new, as with a rename (no fsync either way); after a power loss a torn page can
+        hold only the same note bytes (the notes come first and are unchanged) and a mix of two heads this writer
+        wrote, or an unreadable file, which is refused (`WriterStateError`) like any unreadable state."""
+        try:
+            out = os.open(self.path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            info = os.fstat(out)
+            padded = data + b" " * max(info.st_size - len(data), 0)
+            if not stat.S_ISREG(info.st_mode) or info.st_mode & 0o022 or len(padded) > PAGE_BYTES:
+                return None
+            if os.pwrite(out, padded, 0) != len(padded):
+                raise OSError("short write")
+            return os.fstat(out)
+        finally:
+            os.close(out)
 
 
 __all__ = ["OriginState", "StateHead", "WriterState", "resolve", "state_path_for"]

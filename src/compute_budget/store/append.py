@@ -132,6 +132,7 @@ class Appender:
         # (note, key) pairs whose signature this process already verified
         self.verified_notes: set[tuple[str, VerifierKey]] = set()
         self._last_signed: tuple[str, ChainHead] | None = None  # the note this process signed last, and its head
+        self._authorised_at: str | None = None  # the newest stored note when rule 1 last passed here in full
 
     def append(self, gates: Iterable[object], options: RecordOptions) -> Appended:
         """Append in one write transaction, a chunk of gates at a time (all or nothing)."""
@@ -249,13 +250,15 @@ class Appender:
             return head, origin, frontier, None
         # Spec 12.3: before anything is written, the head must be the newest trusted checkpoint (the shortcut: the
         # one this process signed, still the newest stored) or the head this writer state recorded as committed.
-        if options.adopt_unsigned_through is not None or not self._still_signed_by_me(connection, head):
+        if options.adopt_unsigned_through is not None or not self._still_authorised(connection, head, writer, origin,
+                                                                                     appended.start_root):
             authorised = check_signed_head(
                 connection, self._sql, self._seal, writer, origin, head, frontier, verified=self.verified_notes,
                 adopt_through=options.adopt_unsigned_through, decode=self._session.logical,
                 committed=own_committed(writer, origin, head, appended.start_root),
             )
             appended.adopted, appended.adopted_after = authorised.adopted, authorised.signed_size
+            self._authorised_at = newest_stored_note(connection, self._seal)
         to_keep = check_state(
             connection, self._sql, self._seal, writer, origin, head, appended.start_root, verified=self.verified_notes
         )
@@ -343,13 +346,22 @@ class Appender:
             return False
         return True
 
-    def _still_signed_by_me(self, connection: Connection, head: ChainHead) -> bool:
-        """True when the head is the one this process signed last and that note is still the newest stored
-        checkpoint of any key: then it is the newest trusted one and names the head (rule 1), with nothing to
-        reread or re-verify."""
-        if self._last_signed is None or self._last_signed[1] != head:
+    def _still_authorised(
+        self, connection: Connection, head: ChainHead, writer: WriterKeys, origin: str, root: bytes
+    ) -> bool:
+        """Rule 1 with nothing to reread or re-verify: true when the newest stored checkpoint of any key is the note
+        this process signed last and it names the head (it is then the newest trusted one), or is still the one
+        stored when rule 1 last passed in full here and the head is the one this writer state recorded as
+        committed (spec 12.3: the head is then authorised whatever is trusted, and no handover or longer checkpoint
+        was stored since, as one would be the newest). Between the signatures of an interval, every append."""
+        signed_here = self._last_signed is not None and self._last_signed[1] == head
+        if not signed_here and self._authorised_at is None:
             return False
-        return newest_stored_note(connection, self._seal) == self._last_signed[0]
+        newest = newest_stored_note(connection, self._seal)
+        if signed_here and self._last_signed is not None and newest == self._last_signed[0]:
+            return True
+        return newest is not None and newest == self._authorised_at and own_committed(
+            writer, origin, head, root) == StateHead(head.seq, root, head.chain_hash)
 
     def _frontier(self, connection: Connection, head: ChainHead) -> CompactRange:
         """The tree's frontier at `head`: this process's own from its last append when nobody appended since,

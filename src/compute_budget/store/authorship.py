@@ -389,8 +389,8 @@ def check_state(
     except (NoteError, CheckpointError) as error:
         raise WriterStateError(f"writer state {state.path}: the note of {origin} cannot be used ({error})") from None
     _check_held(held, note, origin, keys, from_store=made is not None)
-    if held.seq == head.seq and held.chain_hash == head.chain_hash and held.root == root:
-        return made  # the common case: this key signed the head itself
+    if _at_own_head(held, keys, origin, head, root, state_made=made is not None):
+        return made
     outcome = extends(
         held.body(),
         size=head.seq,
@@ -406,6 +406,18 @@ def check_state(
             "(see docs/incident.md)"
         )
     return made
+
+
+def _at_own_head(
+    held: Checkpoint, keys: WriterKeys, origin: str, head: ChainHead, root: bytes, *, state_made: bool
+) -> bool:
+    """True when the head is the one this key signed (`held`: the common case at interval 0), or the head this
+    writer state recorded as committed (spec 12.3, between two signatures of an interval): each transaction that
+    led there passed rule 2 before writing and the same root names the same tree, so the store extends the note as
+    it did, and the consistency proof (reading and hashing every row since the note) is not needed again."""
+    if held.seq == head.seq and held.chain_hash == head.chain_hash and held.root == root:
+        return True
+    return not state_made and own_committed(keys, origin, head, root) == StateHead(head.seq, root, head.chain_hash)
 
 
 def refuse_if_handed_over(
