@@ -40,6 +40,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
+
 from compute_budget.core.log.checkpoint import Checkpoint
 from compute_budget.core.log.encoding import strict_b64decode
 from compute_budget.core.log.note import SignerKey
@@ -150,7 +152,8 @@ class _Content:
         }
         if self.signed_at:
             document["signed_at"] = dict(sorted(self.signed_at.items()))
-        return json.dumps(document, ensure_ascii=False, indent=1) + "\n"
+        # orjson: the standard library's encoder runs in Python once it indents (a quarter of a signed append's cost)
+        return orjson.dumps(document, option=orjson.OPT_INDENT_2).decode("utf-8") + "\n"
 
 
 def _parse(raw: bytes) -> _Content:
