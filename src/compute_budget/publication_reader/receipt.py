@@ -16,7 +16,7 @@ from compute_budget.core.log.key_states import KeyStates
 from compute_budget.core.log.merkle import inclusion_proof, verify_inclusion
 from compute_budget.core.log.note import VerifierKey
 from compute_budget.core.log.tile_reader import TileNodeReader
-from compute_budget.core.log.tiles import TILE_HEIGHT, Tile
+from compute_budget.core.log.tiles import TILE_HEIGHT, TILE_WIDTH, Tile
 from compute_budget.core.log.witness_policy import TlogPolicy
 from compute_budget.core.receipt_checks import ReceiptTrust
 from compute_budget.core.receipts import ProofBundle
@@ -74,7 +74,7 @@ def prove_published(
     leaf = hashlib.sha256(b"\x00" + entry).digest()
     root = publication.checkpoint.root
     try:  # every tile the proof reads is authenticated up to the checkpoint's root
-        path = inclusion_proof(TileNodeReader(size, root or b"", _Tiles(publication)), seq - 1, size)
+        path = inclusion_proof(TileNodeReader(size, root or b"", PublishedTiles(publication)), seq - 1, size)
     except (MerkleError, TileError, ArgumentTypeError) as error:
         raise ProofError(f"the publication's tiles cannot prove row {seq}: {error}") from None
     if root is None or not verify_inclusion(leaf, seq - 1, size, path, root):
@@ -122,11 +122,13 @@ def _check_checkpoint(
     raise UntrustedCheckpoint(f"untrusted checkpoint: the publication's {message.removeprefix('the ')}: not used")
 
 
-def _find(publication: Publication, wanted: str) -> int:
-    """The seq of the one published row whose budget_id is or starts with `wanted`: a scan of every bundle."""
+def scan(publication: Publication, wanted: str) -> tuple[list[int], int]:
+    """The seqs of the published entries whose budget_id starts with `wanted` (a scan of every entry bundle, in
+    order; it stops at the second match), and how many bundles it read."""
     needle = b'"budget_id":"' + wanted.encode("ascii", "replace")
     found: list[int] = []
-    for number in range((publication.size + 255) >> TILE_HEIGHT):
+    bundles = (publication.size + TILE_WIDTH - 1) >> TILE_HEIGHT
+    for number in range(bundles):
         for offset, entry in enumerate(publication.bundle(number)):
             if needle in entry:
                 seq = (number << TILE_HEIGHT) + offset + 1
@@ -134,14 +136,22 @@ def _find(publication: Publication, wanted: str) -> int:
                 if isinstance(budget_id, str) and budget_id.startswith(wanted):
                     found.append(seq)
         if len(found) > 1:
-            raise ProofError(f"prefix {wanted} matches more than one published decision")
+            return found, number + 1
+    return found, bundles
+
+
+def _find(publication: Publication, wanted: str) -> int:
+    """The seq of the one published row whose budget_id is or starts with `wanted`: a scan of every bundle."""
+    found, _ = scan(publication, wanted)
+    if len(found) > 1:
+        raise ProofError(f"prefix {wanted} matches more than one published decision")
     if not found:
         raise UnknownBudgetId(f"no decision with budget_id {wanted} in the publication")
     return found[0]
 
 
-class _Tiles:
-    """The publication's tiles as the core's `TileSource`: a missing one is a `KeyError`."""
+class PublishedTiles:
+    """A publication's tiles as the core's `TileSource`: a missing one is a `KeyError`."""
 
     def __init__(self, publication: Publication) -> None:
         self._publication = publication

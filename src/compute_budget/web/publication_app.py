@@ -26,6 +26,7 @@ from compute_budget.auditor.report import AuditReport
 from compute_budget.auditor.request import AuditRequest
 from compute_budget.auditor.scan import run_audit
 from compute_budget.errors import BadQuery, ClientGone, ComputeBudgetError
+from compute_budget.publication_reader.receipt import scan
 from compute_budget.publication_reader.snapshot import Publication, PublicationTarget
 from compute_budget.serving import answer_client_gone
 from compute_budget.web import published_rows, queries, rows
@@ -159,7 +160,7 @@ class PublicationBench:
         if not published_rows.is_budget_id_prefix(wanted):
             return self.not_found(seen, f"{wanted[:80]!r} is not a budget_id (8 to 64 hex digits).")
         try:
-            found, bundles = published_rows.scan(publication, wanted)
+            found, bundles = scan(publication, wanted)
         except ComputeBudgetError as error:
             return self.render("error.html", seen, 503, nav=None, title="The publication cannot be read",
                                message=str(error))

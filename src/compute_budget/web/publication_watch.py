@@ -18,19 +18,18 @@ from compute_budget.core.log.key_states import NOTE_SIGNATURE_BYTES, KeyStates, 
 from compute_budget.core.log.merkle import consistency_proof, verify_consistency
 from compute_budget.core.log.note import Signature, VerifierKey, verify_note
 from compute_budget.core.log.tile_reader import TileNodeReader
-from compute_budget.core.log.tiles import Tile
 from compute_budget.core.log.witness_policy import TlogPolicy
 from compute_budget.errors import (
     ArgumentTypeError,
     ComputeBudgetError,
     MerkleError,
     NoteError,
-    PublicationMissing,
     TileError,
     TileMissing,
     UntrustedCheckpoint,
 )
 from compute_budget.publication_reader.fetch import CHECKPOINT_LIMIT, Fetcher
+from compute_budget.publication_reader.receipt import PublishedTiles
 from compute_budget.publication_reader.snapshot import Publication, PublicationTarget
 
 # Spec 11.8: the checkpoint is re-read at most this often.
@@ -138,19 +137,6 @@ def _judged(signature: Signature, found: Checkpoint, trust: Trust, verified: set
             when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp))
             return Signer(signature.name, key_id, True, f"witness cosignature, verified, made {when}")
     return Signer(signature.name, key_id, cosigner, "not a key this viewer was given: not checked")
-
-
-class PublishedTiles:
-    """A publication's tiles as the core's `TileSource`: a missing one is a `KeyError` (`TileMissing`)."""
-
-    def __init__(self, publication: Publication) -> None:
-        self._publication = publication
-
-    def __getitem__(self, tile: Tile, /) -> bytes:
-        try:
-            return self._publication.tile(tile)
-        except PublicationMissing:
-            raise KeyError(tile) from None
 
 
 def inconsistency(last: Verified, new: Verified, publication: Publication) -> str | None:

@@ -21,8 +21,8 @@ from compute_budget.core.receipts import ProofBundle
 from compute_budget.core.verify import Finding, RangeResult, check_row
 from compute_budget.errors import ComputeBudgetError, MalformedTlogProof, TileMismatch
 from compute_budget.publication_reader.entries import chained, entry_row
+from compute_budget.publication_reader.receipt import PublishedTiles
 from compute_budget.publication_reader.snapshot import Publication
-from compute_budget.web.publication_watch import PublishedTiles
 
 PUBLISHED_MISMATCH = "does not hold (published_mismatch)"
 _BUDGET_ID = LEAF_KEYS.index("budget_id")
@@ -123,24 +123,6 @@ def at(publication: Publication, seq: int) -> PublishedRow | None:
 def is_budget_id_prefix(text: str) -> bool:
     """8 to 64 lowercase hex digits: a budget_id, or a prefix of one that may name a single decision."""
     return _PREFIX.fullmatch(text) is not None
-
-
-def scan(publication: Publication, wanted: str) -> tuple[list[int], int]:
-    """The seqs of the published entries whose budget_id starts with `wanted` (a scan of every entry bundle, in
-    order; it stops at the second match), and how many bundles it read."""
-    needle = b'"budget_id":"' + wanted.encode("ascii")
-    found: list[int] = []
-    bundles = (publication.size + TILE_WIDTH - 1) >> TILE_HEIGHT
-    for number in range(bundles):
-        for offset, entry in enumerate(publication.bundle(number)):
-            if needle in entry:
-                seq = (number << TILE_HEIGHT) + offset + 1
-                budget_id = entry_row(entry, seq)[_BUDGET_ID]
-                if isinstance(budget_id, str) and budget_id.startswith(wanted):
-                    found.append(seq)
-        if len(found) > 1:
-            return found, number + 1
-    return found, bundles
 
 
 def receipt(publication: Publication, row: PublishedRow) -> tuple[ProofBundle | None, str | None]:
