@@ -11,27 +11,16 @@ from typing import BinaryIO
 
 @contextmanager
 def audit_progress() -> Iterator[Callable[[int, int], None] | None]:
-    """A progress bar with rows/s and ETA on stderr, only when stderr is a terminal."""
-    if not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    with Progress(
-        TextColumn("[bold]auditing"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]} rows/s"),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as progress:
-        task = progress.add_task("audit", total=None, rate="-")
+    """A progress bar with rows/s and ETA on stderr, only when stderr is a terminal (`phase_progress`'s one
+    phase, "auditing")."""
+    with phase_progress() as phases:
+        if phases is None:
+            yield None
+            return
+        report = phases
 
         def update(done: int, total: int) -> None:
-            speed = progress.tasks[0].speed
-            progress.update(task, completed=done, total=total or None, rate=f"{speed:,.0f}" if speed else "-")
+            report("auditing", done, total)
 
         yield update
 
