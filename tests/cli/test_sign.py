@@ -94,3 +94,19 @@ def test_record_with_a_checkpoint_interval_signs_one_batch_once_at_the_end(run_c
     assert status == 2
     assert "must use 0" in err
     assert err.count("\n") == 1
+
+
+def test_a_checkpoint_interval_without_a_key_is_refused_not_ignored(
+    run_cli: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interval is how often the writer signs: with no key (or with --unsigned) it would do nothing, silently."""
+    monkeypatch.delenv("COMPUTE_BUDGET_SIGNING_KEY", raising=False)
+    gates = tmp_path / "g.jsonl"
+    gates.write_text("\n".join(gate_lines(2, prefix="g")) + "\n")
+    db = tmp_path / "s.db"
+    for extra in ((), ("--unsigned",)):
+        status, _, err = run_cli("record", str(gates), "--db", str(db), "--checkpoint-interval", "2", *extra)
+        assert status == 2
+        assert "--checkpoint-interval is how often the writer signs: it needs --signing-key" in err
+        assert err.count("\n") == 1
+    assert not db.exists()  # refused before anything was opened

@@ -133,6 +133,8 @@ def record_command(
 
     options = _record_options(input_path, db, on_conflict, rejects_path, signing_key, adopt_unsigned, after_repair,
                               unsigned)
+    if checkpoint_interval > 0 and not _has_key(signing_key, unsigned):  # else it would be silently ignored
+        raise click.UsageError("--checkpoint-interval is how often the writer signs: it needs --signing-key")
     targets, policy = submit_targets(policy_path, witnesses)
     opened = BudgetStore.open(  # handed the witness client when there are witnesses (the store imports none)
         db, origin=origin, signing_key=signing_key, writer_state=writer_state, init_writer_state=init_writer_state,
@@ -176,12 +178,18 @@ def _check_policy_logs(store: BudgetStore, policy: TlogPolicy | None) -> None:
         raise
 
 
+def _has_key(signing_key: str | None, unsigned: bool) -> bool:
+    """Whether `record` signs: a --signing-key, or $COMPUTE_BUDGET_SIGNING_KEY unless --unsigned."""
+    from compute_budget.keys.key_files import SIGNING_KEY_ENV_VAR
+
+    return not unsigned and (signing_key is not None or bool(os.environ.get(SIGNING_KEY_ENV_VAR)))
+
+
 def _record_options(
     input_path: str, db: str | None, on_conflict: str, rejects_path: str | None, signing_key: str | None,
     adopt_unsigned: int | None, after_repair: int | None, unsigned: bool,
 ) -> RecordOptions:
     """The usage errors of `record`'s options, before any store is opened (exit 2); else how to record."""
-    from compute_budget.keys.key_files import SIGNING_KEY_ENV_VAR
     from compute_budget.store.results import RecordOptions
 
     if unsigned and signing_key is not None:
@@ -190,7 +198,7 @@ def _record_options(
         if on_conflict != "skip":
             raise click.UsageError("--rejects FILE keeps the gates --on-conflict skip leaves out: give both")
         check_writable("--rejects", rejects_path, db=db, keep=[("INPUT", input_path)], doing="recorded into")
-    if adopt_unsigned is not None and (unsigned or (signing_key is None and not os.environ.get(SIGNING_KEY_ENV_VAR))):
+    if adopt_unsigned is not None and not _has_key(signing_key, unsigned):
         raise click.UsageError("--adopt-unsigned signs the rows it adopts: it needs --signing-key")
     return RecordOptions(
         on_conflict="skip" if on_conflict == "skip" else "raise", adopt_unsigned_through=adopt_unsigned,
