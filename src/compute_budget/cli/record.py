@@ -132,9 +132,7 @@ def record_command(
     from compute_budget.store import BudgetStore
 
     options = _record_options(input_path, db, on_conflict, rejects_path, signing_key, adopt_unsigned, after_repair,
-                              unsigned)
-    if checkpoint_interval > 0 and not _has_key(signing_key, unsigned):  # else it would be silently ignored
-        raise click.UsageError("--checkpoint-interval is how often the writer signs: it needs --signing-key")
+                              unsigned, checkpoint_interval)
     targets, policy = submit_targets(policy_path, witnesses)
     opened = BudgetStore.open(  # handed the witness client when there are witnesses (the store imports none)
         db, origin=origin, signing_key=signing_key, writer_state=writer_state, init_writer_state=init_writer_state,
@@ -187,7 +185,7 @@ def _has_key(signing_key: str | None, unsigned: bool) -> bool:
 
 def _record_options(
     input_path: str, db: str | None, on_conflict: str, rejects_path: str | None, signing_key: str | None,
-    adopt_unsigned: int | None, after_repair: int | None, unsigned: bool,
+    adopt_unsigned: int | None, after_repair: int | None, unsigned: bool, checkpoint_interval: float,
 ) -> RecordOptions:
     """The usage errors of `record`'s options, before any store is opened (exit 2); else how to record."""
     from compute_budget.store.results import RecordOptions
@@ -200,6 +198,8 @@ def _record_options(
         check_writable("--rejects", rejects_path, db=db, keep=[("INPUT", input_path)], doing="recorded into")
     if adopt_unsigned is not None and not _has_key(signing_key, unsigned):
         raise click.UsageError("--adopt-unsigned signs the rows it adopts: it needs --signing-key")
+    if checkpoint_interval > 0 and not _has_key(signing_key, unsigned):  # else it would be silently ignored
+        raise click.UsageError("--checkpoint-interval is how often the writer signs: it needs --signing-key")
     return RecordOptions(
         on_conflict="skip" if on_conflict == "skip" else "raise", adopt_unsigned_through=adopt_unsigned,
         after_repair=after_repair,
